@@ -1,0 +1,38 @@
+"""Where a queue keeps the entries that do not fit in its resident window.
+
+Dependency inversion: ``queues`` defines the protocol, ``persistence.spill`` implements it, so the
+pure queue code never imports file I/O. Shape follows nsq's BackendQueue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from .message import QueueEntry
+
+__all__ = ["Backing"]
+
+
+@runtime_checkable
+class Backing(Protocol):
+    """FIFO of spilled entries. ``append`` runs on the event loop (buffered writes, no fsync);
+    ``read_batch`` may run in a worker thread, so implementations guard their state with a lock."""
+
+    def append(self, entries: Sequence[QueueEntry]) -> None:
+        """Add entries at the tail, in order."""
+
+    def read_batch(self, max_count: int, max_bytes: int) -> list[QueueEntry]:
+        """Remove and return up to ``max_count`` entries (or ``max_bytes`` of bodies) from the head."""
+
+    def depth(self) -> int:
+        """Number of entries held."""
+
+    def byte_depth(self) -> int:
+        """Sum of the body sizes held."""
+
+    def drop(self) -> None:
+        """Forget everything (purge, queue delete) and free the files."""
+
+    def close(self) -> None:
+        """Release files; the backing is not used again."""

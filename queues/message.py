@@ -1,0 +1,48 @@
+"""The message as it travels through the broker.
+
+Rule 1: a ``Message`` is created once per publish and never changed; every queue it is routed to
+holds the same object, so bodies are never copied. Rule 2: per-queue state (position, redelivery,
+delivery count, deadline) lives in the queue's ``QueueEntry``, never in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Message", "QueueEntry"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One published message; ``props_raw`` is the publisher's content-header property bytes
+    (flags word(s) then property list), passed to consumers untouched."""
+
+    id: int  # broker-wide, strictly increasing; also the store's record key
+    exchange: str
+    routing_key: str
+    props_raw: bytes
+    body: bytes
+    persistent: bool = False  # delivery_mode == 2
+    priority: int = 0
+    expiration_ms: int | None = None  # per-message TTL from the 'expiration' property
+    headers: Mapping[str, Any] | None = None  # decoded headers table, read only
+    timestamp: float = 0.0  # broker clock (seconds) at publish
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+@dataclass(slots=True)
+class QueueEntry:
+    """A message's place in one queue. ``seq`` orders the queue: a requeued entry goes back to the
+    position its ``seq`` names, not to the tail."""
+
+    seq: int
+    message: Message
+    redelivered: bool = False
+    delivery_count: int = 0  # times delivered and returned (nack/reject requeue, consumer loss)
+    expires_at: float | None = None  # absolute deadline from queue TTL / per-message expiration
+    owner: object | None = field(default=None, compare=False)  # consumer (or getter) holding it
