@@ -1,0 +1,129 @@
+"""Every setting of a running broker, from one pydantic model.
+
+Precedence, highest first: CLI flags (passed as init values), ``HEADRACE_*`` environment variables,
+the TOML file named by ``--config`` / ``HEADRACE_CONFIG``, then these defaults (RabbitMQ's where one
+exists).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+__all__ = ["Settings", "load_settings"]
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEADRACE_", extra="forbid", validate_default=True)
+
+    # listeners
+    amqp_host: str = "127.0.0.1"
+    amqp_port: int = Field(5672, ge=0, le=65535)
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(15672, ge=0, le=65535)
+    http_enabled: bool = True
+    # where the port actually bound is written (useful with port 0); empty = not written
+    ports_file: Path | None = None
+
+    data_dir: Path = Path("headrace-data")
+
+    # identity
+    default_vhost: str = "/"
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    # users that may only connect from loopback addresses (RabbitMQ's loopback_users)
+    loopback_users: list[str] = ["guest"]
+
+    # AMQP tuning (what connection.tune offers)
+    heartbeat: int = Field(60, ge=0, le=65535)
+    frame_max: int = Field(131072, ge=4096, le=1 << 24)
+    channel_max: int = Field(2047, ge=1, le=65535)
+    max_message_size: int = Field(128 * MiB, ge=1, le=512 * MiB)
+    # close a channel that holds one delivery unacked for longer than this (RabbitMQ: 30 min)
+    consumer_timeout_ms: int | None = Field(1_800_000, ge=1)
+    handshake_timeout: float = Field(10.0, gt=0)
+
+    # persistence
+    fsync: Literal["batch", "always", "off"] = "batch"
+    # the flusher takes at most this many records per write+fsync group
+    fsync_batch_max: int = Field(4096, ge=1)
+    segment_max_bytes: int = Field(32 * MiB, ge=4096)
+    # persistent publishes a connection may have waiting for fsync before it stops being read
+    max_unconfirmed_per_connection: int = Field(10_000, ge=1)
+
+    # memory bounds per queue: beyond these, entries are spilled to disk
+    queue_max_resident_messages: int = Field(50_000, ge=16)
+    queue_max_resident_bytes: int = Field(64 * MiB, ge=4096)
+
+    # broker-wide alarms
+    memory_high_watermark: float = Field(0.4, gt=0)  # <= 1: fraction of RAM; > 1: bytes
+    disk_free_limit: int = Field(50 * MiB, ge=0)
+
+    # shutdown
+    shutdown_grace: float = Field(5.0, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("default_vhost")
+    @classmethod
+    def _vhost_not_empty(cls, v: str) -> str:
+        if not v:
+            raise ValueError("default_vhost must not be empty")
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = os.environ.get("HEADRACE_CONFIG_FILE_INTERNAL")
+        if toml_path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        if self.memory_high_watermark <= 1:
+            total = _total_memory()
+            return int(total * self.memory_high_watermark)
+        return int(self.memory_high_watermark)
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4 * 1024 * MiB
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings from a TOML file (optional), the environment and explicit overrides."""
+    path = config_file or (Path(os.environ["HEADRACE_CONFIG"]) if os.environ.get("HEADRACE_CONFIG") else None)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    old = os.environ.get("HEADRACE_CONFIG_FILE_INTERNAL")
+    try:
+        if path is not None:
+            os.environ["HEADRACE_CONFIG_FILE_INTERNAL"] = str(path)
+        return Settings(**clean)
+    finally:
+        if old is None:
+            os.environ.pop("HEADRACE_CONFIG_FILE_INTERNAL", None)
+        else:
+            os.environ["HEADRACE_CONFIG_FILE_INTERNAL"] = old
