@@ -1,0 +1,74 @@
+"""The ``headrace`` command: ``serve`` runs the broker; the other commands talk to a running broker
+over its HTTP API (see ``commands``) or run Spark jobs (``spark_commands``, optional extra)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+import headrace
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(headrace.__version__, prog_name="headrace")
+def cli() -> None:
+    """headrace: an AMQP 0-9-1 message broker with an HTTP API and a Spark bridge."""
+
+
+@cli.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="TOML settings file (also HEADRACE_CONFIG).")
+@click.option("--amqp-host", help="AMQP listen address [127.0.0.1].")
+@click.option("--amqp-port", type=int, help="AMQP port [5672]; 0 picks a free one.")
+@click.option("--http-host", help="HTTP API listen address [127.0.0.1].")
+@click.option("--http-port", type=int, help="HTTP API port [15672]; 0 picks a free one.")
+@click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False), help="Data directory [./headrace-data].")
+@click.option("--ports-file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the bound ports here as JSON once listening.")
+@click.option("--fsync", type=click.Choice(["batch", "always", "off"]), help="Message store fsync policy [batch].")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+def serve(config_file: Path | None, **flags: object) -> None:
+    """Run the broker in the foreground (SIGINT/SIGTERM stop it gracefully)."""
+    from pydantic import ValidationError
+
+    from headrace.server.app import run
+    from headrace.server.config import load_settings
+
+    try:
+        settings = load_settings(config_file, **flags)
+    except (ValidationError, FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(f"invalid settings: {exc}") from None
+    try:
+        run(settings)
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+
+
+def _add_optional_commands() -> None:
+    try:
+        from . import commands
+    except ImportError:
+        commands = None  # type: ignore[assignment]
+    if commands is not None:
+        commands.register(cli)
+    try:
+        from .spark_commands import export_command, replay_command
+    except ImportError:
+        return
+    cli.add_command(replay_command, "replay")
+    cli.add_command(export_command, "export")
+
+
+_add_optional_commands()
+
+
+def main() -> None:
+    cli(prog_name="headrace")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

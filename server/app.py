@@ -1,0 +1,176 @@
+"""The trio root: builds the broker from settings and data dir, runs listeners and background tasks,
+and shuts down gracefully (hypercorn's shape).
+
+Task tree::
+
+    serve                 root nursery: clock, flusher, mirror writer, pager
+      conns               handler nursery for every connection (AMQP and HTTP)
+        listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
+
+On SIGINT/SIGTERM the listeners stop, every AMQP client gets connection.close 320, connections get
+``shutdown_grace`` seconds to finish, then the store makes its final fsync and definitions are saved.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+import headrace
+from headrace.persistence.definitions import DefinitionsStore
+from headrace.server.amqp.spec import ReplyCode
+from headrace.server.broker import Broker, Limits
+from headrace.server.broker.definitions_io import export_definitions, import_definitions
+from headrace.server.config import Settings
+from headrace.server.net.amqp_conn import AMQPConnectionHandler
+from headrace.server.net.clock import run_clock
+from headrace.server.net.gate import Gate
+from headrace.server.net.storage import Storage
+
+__all__ = ["serve", "run"]
+
+log = logging.getLogger("headrace")
+
+
+class App:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.storage = Storage(self.data_dir, settings)
+        self.broker = Broker(
+            resident_max_messages=settings.queue_max_resident_messages,
+            resident_max_bytes=settings.queue_max_resident_bytes,
+            spill_factory=self.storage.spill_factory,
+            store_enabled=True,
+            limits=Limits(),
+        )
+        self.gate = Gate()
+        self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
+        self._definitions_dirty = False
+        self.amqp_handlers: set[AMQPConnectionHandler] = set()
+        self.bound: dict[str, tuple[str, int]] = {}
+
+    # ------------------------------------------------------------------ definitions
+    def load(self) -> None:
+        broker = self.broker
+        doc = self.definitions.load()
+        if doc is not None:
+            import_definitions(broker, doc)
+            log.info("loaded definitions: %d vhosts, %d users", len(broker.vhosts), len(broker.users.users))
+        s = self.settings
+        if doc is None:
+            broker.ensure_default(s.default_vhost, s.default_user, s.default_pass)
+        self.storage.recover(broker)
+        broker.on_definitions_changed = self._mark_definitions
+        self.save_definitions()
+
+    def _mark_definitions(self) -> None:
+        self._definitions_dirty = True
+
+    def save_definitions(self) -> None:
+        self._definitions_dirty = False
+        self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
+
+    def after_batch(self) -> None:
+        """Called by connection tasks after each batch: durable definition changes go to disk before
+        the replies of that batch are sent."""
+        if self._definitions_dirty:
+            self.save_definitions()
+
+    # ------------------------------------------------------------------ connections
+    async def handle_amqp(self, stream: trio.SocketStream) -> None:
+        try:
+            peer = stream.socket.getpeername()[:2]
+        except OSError:
+            return
+        handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
+                                        headrace.__version__, after_batch=self.after_batch)
+        self.amqp_handlers.add(handler)
+        try:
+            await handler.run()
+        finally:
+            self.amqp_handlers.discard(handler)
+            self.after_batch()
+
+    async def serve(self, *, task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
+        s = self.settings
+        self.load()
+        self.broker.now = time.time()
+        async with trio.open_nursery() as root:
+            root.start_soon(run_clock, self.broker, self.after_batch)
+            await self.storage.start(root, self.broker, self.gate)
+            async with trio.open_nursery() as conns:
+                async with trio.open_nursery() as listeners:
+                    amqp = await trio.open_tcp_listeners(s.amqp_port, host=s.amqp_host)
+                    self.bound["amqp"] = amqp[0].socket.getsockname()[:2]
+                    listeners.start_soon(_serve, amqp, self.handle_amqp, conns)
+                    if s.http_enabled:
+                        await self._start_http(listeners, conns)
+                    self._write_ports()
+                    for name, (host, port) in self.bound.items():
+                        log.info("%s listening on %s:%d", name.upper(), host, port)
+                    log.info("data directory %s", self.data_dir.resolve())
+                    listeners.start_soon(self._watch_signals, listeners.cancel_scope)
+                    task_status.started(self)
+                log.info("shutting down: closing %d AMQP connections", len(self.amqp_handlers))
+                for handler in list(self.amqp_handlers):
+                    handler.force_close(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - broker shutdown")
+                conns.cancel_scope.deadline = trio.current_time() + s.shutdown_grace
+                self.http_shutdown()
+            await self.storage.drain(self.broker)
+            self.save_definitions()
+            root.cancel_scope.cancel()
+        self.storage.close()
+        log.info("stopped")
+
+    async def _start_http(self, listeners: trio.Nursery, conns: trio.Nursery) -> None:
+        try:
+            from headrace.server.net.http_conn import HTTPServer
+        except ImportError:
+            return
+        s = self.settings
+        http = await trio.open_tcp_listeners(s.http_port, host=s.http_host)
+        self.bound["http"] = http[0].socket.getsockname()[:2]
+        self.http_server = HTTPServer(self)
+        listeners.start_soon(_serve, http, self.http_server.handle, conns)
+
+    def http_shutdown(self) -> None:
+        server = getattr(self, "http_server", None)
+        if server is not None:
+            server.shutdown()
+
+    def _write_ports(self) -> None:
+        path = self.settings.ports_file
+        if path is None:
+            return
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text(json.dumps({name: port for name, (_, port) in self.bound.items()}))
+        tmp.replace(path)
+
+    async def _watch_signals(self, scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+
+async def _serve(listeners: list[trio.SocketListener], handler: Callable[[trio.SocketStream], Awaitable[None]],
+                 nursery: trio.Nursery) -> None:
+    await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+
+async def serve(settings: Settings, *, task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
+    await App(settings).serve(task_status=task_status)
+
+
+def run(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    trio.run(serve, settings)

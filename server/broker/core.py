@@ -1,0 +1,228 @@
+"""The broker: virtual hosts, users, and the hand-off points to the I/O shell.
+
+Rule 1: the ``Broker`` owns vhosts, users/permissions, the message-id counter, the store and mirror
+outboxes and the alarm set. Sessions and the HTTP API call its methods; nothing else mutates them.
+Rule 2: it never does I/O and never reads the clock. The shell sets ``now`` before each batch of work,
+drains ``take_store_ops``/``take_mirror_records`` in its flusher/writer tasks, and reports back with
+``store_synced``. Callbacks (``on_store_pending`` ...) are plain functions the shell installs; the
+broker only calls them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from headrace.persistence.message_store import Ack, DropQueue, Publish, StoreOp
+from headrace.persistence.mirror_log import MirrorRecord
+from headrace.queues import Message, Queue, QueueEntry
+from headrace.queues.backing import Backing
+from headrace.server.amqp.properties import decode_properties
+from headrace.server.amqp.spec import ReplyCode
+from headrace.server.amqp.errors import ChannelException
+from headrace.server.auth import Permission, UserRegistry
+
+from .vhost import VHost
+
+__all__ = ["Broker", "BrokerObserver", "Limits"]
+
+
+class BrokerObserver(Protocol):
+    """What a connection session offers the broker: confirm release and alarm notices."""
+
+    def store_synced(self, ticket: int) -> None: ...
+    def alarms_changed(self, alarms: frozenset[str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_queues_per_vhost: int = 100_000
+    max_exchanges_per_vhost: int = 100_000
+
+
+@dataclass(slots=True)
+class Counters:
+    published: int = 0
+    delivered: int = 0
+    acked: int = 0
+    confirmed: int = 0
+    returned_unroutable: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Broker:
+    def __init__(
+        self, *, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
+        spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
+        limits: Limits = Limits(),
+    ) -> None:
+        self.now = 0.0
+        self.vhosts: dict[str, VHost] = {}
+        self.users = UserRegistry()
+        self.resident_max_messages = resident_max_messages
+        self.resident_max_bytes = resident_max_bytes
+        self.limits = limits
+        self.counters = Counters()
+        self._spill_factory = spill_factory
+        self._next_id = 1
+        # store outbox: ops in order; the ticket counts ops whose fsync a confirm may wait for
+        self.store_enabled = store_enabled
+        self._store_ops: list[StoreOp] = []
+        self.store_ticket = 0
+        self.synced_ticket = 0
+        self.on_store_pending: Callable[[], None] = _noop
+        # mirror outbox: (vhost, exchange, record)
+        self._mirror: list[tuple[str, str, MirrorRecord]] = []
+        self.on_mirror_pending: Callable[[], None] = _noop
+        self.on_definitions_changed: Callable[[], None] = _noop
+        self.alarms: frozenset[str] = frozenset()
+        self.observers: set[BrokerObserver] = set()
+        self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
+
+    # ------------------------------------------------------------------ vhosts and users
+    def add_vhost(self, name: str) -> VHost:
+        if not name:
+            raise ValueError("vhost name must not be empty")
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VHost(self, name)
+            self.definitions_changed()
+        return vhost
+
+    def delete_vhost(self, name: str) -> bool:
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return False
+        for queue_name in list(vhost.queues):
+            vhost.delete_queue(queue_name)
+        for key in [k for k in self.users.permissions if k[1] == name]:
+            del self.users.permissions[key]
+        self.definitions_changed()
+        return True
+
+    def vhost(self, name: str) -> VHost | None:
+        return self.vhosts.get(name)
+
+    def ensure_default(self, vhost: str, user: str, password: str) -> None:
+        """First start: a vhost and an administrator with full permissions on it (RabbitMQ's guest)."""
+        self.add_vhost(vhost)
+        if user and user not in self.users.users:
+            self.users.add_user(user, password, ("administrator",))
+            self.users.set_permission(user, vhost, Permission())
+            self.definitions_changed()
+
+    def check_limit(self, kind: str, vhost: VHost) -> None:
+        if kind == "queues" and len(vhost.queues) >= self.limits.max_queues_per_vhost:
+            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
+                                   f"PRECONDITION_FAILED - queue limit in vhost '{vhost.name}' "
+                                   f"({self.limits.max_queues_per_vhost}) is reached")
+        if kind == "exchanges" and len(vhost.exchanges) >= self.limits.max_exchanges_per_vhost:
+            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
+                                   f"PRECONDITION_FAILED - exchange limit in vhost '{vhost.name}' "
+                                   f"({self.limits.max_exchanges_per_vhost}) is reached")
+
+    def definitions_changed(self) -> None:
+        self.on_definitions_changed()
+
+    # ------------------------------------------------------------------ messages
+    def next_message_id(self) -> int:
+        mid = self._next_id
+        self._next_id = mid + 1
+        return mid
+
+    def set_next_message_id(self, value: int) -> None:
+        self._next_id = max(self._next_id, value)
+
+    def backing_factory(self, vhost: str, queue: str) -> Callable[[], Backing] | None:
+        factory = self._spill_factory
+        if factory is None:
+            return None
+        return lambda: factory(vhost, queue)
+
+    def store_publish(self, vhost: str, message: Message, queues: list[str]) -> int:
+        if not self.store_enabled:
+            return 0
+        self._store_ops.append(Publish(
+            message.id, vhost, tuple(queues), message.exchange, message.routing_key,
+            message.props_raw, message.body, int(message.timestamp * 1000),
+        ))
+        self.store_ticket += 1
+        if len(self._store_ops) == 1:
+            self.on_store_pending()
+        return self.store_ticket
+
+    def on_discard(self, queue: Queue, entry: QueueEntry) -> None:
+        """A message left ``queue`` for good: its store record may go once every queue is done."""
+        if self.store_enabled and queue.durable and entry.message.persistent:
+            self._store_ops.append(Ack(entry.message.id, queue.vhost, queue.name))
+            if len(self._store_ops) == 1:
+                self.on_store_pending()
+
+    def queue_deleted(self, vhost: VHost, queue: Queue) -> None:
+        if self.store_enabled and queue.durable:
+            self._store_ops.append(DropQueue(vhost.name, queue.name))
+            if len(self._store_ops) == 1:
+                self.on_store_pending()
+
+    def take_store_ops(self) -> tuple[list[StoreOp], int]:
+        ops, self._store_ops = self._store_ops, []
+        return ops, self.store_ticket
+
+    def store_synced(self, ticket: int) -> None:
+        if ticket <= self.synced_ticket:
+            return
+        self.synced_ticket = ticket
+        for observer in list(self.observers):
+            observer.store_synced(ticket)
+
+    def mirror(self, vhost: str, exchange: str, message: Message) -> None:
+        headers = message.headers
+        props = decode_properties(message.props_raw) if message.props_raw else None
+        record = MirrorRecord(
+            timestamp_ms=int(message.timestamp * 1000),
+            routing_key=message.routing_key,
+            props_raw=message.props_raw,
+            body=message.body,
+            headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
+            content_type=props.content_type if props else None,
+            message_id=props.message_id if props else None,
+        )
+        self._mirror.append((vhost, exchange, record))
+        if len(self._mirror) == 1:
+            self.on_mirror_pending()
+
+    def take_mirror_records(self) -> list[tuple[str, str, MirrorRecord]]:
+        records, self._mirror = self._mirror, []
+        return records
+
+    @property
+    def mirror_backlog(self) -> int:
+        return len(self._mirror)
+
+    # ------------------------------------------------------------------ time and alarms
+    def tick(self, now: float) -> None:
+        self.now = now
+        for vhost in list(self.vhosts.values()):
+            vhost.tick(now)
+
+    def set_alarm(self, name: str, raised: bool) -> None:
+        alarms = self.alarms | {name} if raised else self.alarms - {name}
+        if alarms != self.alarms:
+            self.alarms = frozenset(alarms)
+            for observer in list(self.observers):
+                observer.alarms_changed(self.alarms)
+
+    # ------------------------------------------------------------------ observation
+    def queues(self) -> list[Queue]:
+        return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _noop() -> None:
+    return None

@@ -1,0 +1,27 @@
+"""Turning a dead letter into the message republished to a dead-letter exchange.
+
+RabbitMQ's rules: the routing key becomes the queue's ``x-dead-letter-routing-key`` when set; the
+``x-death`` history is updated; a per-message ``expiration`` is removed so the message does not
+expire again in the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from headrace.queues import DeadLetter, Queue, x_death_headers
+from headrace.server.amqp.properties import decode_properties, encode_properties
+
+__all__ = ["dead_letter_message"]
+
+
+def dead_letter_message(letter: DeadLetter, queue: Queue, now: float) -> tuple[str, bytes]:
+    message = letter.message
+    props = decode_properties(message.props_raw)
+    headers = x_death_headers(
+        props.headers, queue=queue.name, reason=letter.reason, exchange=message.exchange,
+        routing_keys=[message.routing_key], now=now,
+    )
+    props = dataclasses.replace(props, headers=headers, expiration=None)
+    routing_key = queue.args.dead_letter_routing_key
+    return (routing_key if routing_key is not None else message.routing_key), encode_properties(props)

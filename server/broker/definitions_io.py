@@ -1,0 +1,106 @@
+"""Export and import of definitions in RabbitMQ's definitions JSON format.
+
+The same document is the durable-definitions file on disk, the body of ``GET/POST /api/definitions``
+and the CLI's ``definitions export|import``, so a RabbitMQ export can be loaded here and back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headrace.exchanges import DestinationKind
+from headrace.server.auth import Permission
+
+from .core import Broker
+from .vhost import PREDECLARED
+
+__all__ = ["export_definitions", "import_definitions"]
+
+_PREDECLARED_NAMES = {"", *(name for name, _ in PREDECLARED)}
+
+
+def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
+    users = broker.users
+    out: dict[str, Any] = {
+        "product_name": "headrace",
+        "product_version": version,
+        "users": [
+            {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": "pbkdf2_sha256",
+             "tags": list(u.tags)}
+            for u in users.users.values()
+        ],
+        "vhosts": [{"name": name} for name in broker.vhosts],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+            for (user, vhost), p in users.permissions.items()
+        ],
+        "exchanges": [],
+        "queues": [],
+        "bindings": [],
+    }
+    for vname, vhost in broker.vhosts.items():
+        for ename, ex in vhost.exchanges.items():
+            if ename in _PREDECLARED_NAMES or not ex.durable:
+                continue
+            out["exchanges"].append({
+                "name": ename, "vhost": vname, "type": ex.TYPE, "durable": True,
+                "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": dict(ex.arguments),
+            })
+        for qname, q in vhost.queues.items():
+            if not q.durable or q.exclusive_owner is not None:
+                continue
+            out["queues"].append({"name": qname, "vhost": vname, "durable": True,
+                                  "auto_delete": q.auto_delete, "arguments": dict(q.arguments)})
+        for b in vhost.bindings():
+            if vhost._binding_durable(b):
+                out["bindings"].append({
+                    "source": b.source, "vhost": vname, "destination": b.destination,
+                    "destination_type": b.kind.value, "routing_key": b.routing_key,
+                    "arguments": b.arguments_dict(),
+                })
+    return out
+
+
+def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
+    """Apply a definitions document; raises ValueError (bad document) or the AMQP exceptions of the
+    declare it failed on. Existing objects are kept (declare is idempotent)."""
+    if not isinstance(doc, dict):
+        raise ValueError("definitions must be a JSON object")
+    users = broker.users
+    for vh in doc.get("vhosts", []):
+        broker.add_vhost(_field(vh, "name"))
+    for u in doc.get("users", []):
+        tags = u.get("tags", [])
+        if isinstance(tags, str):
+            tags = [t for t in tags.split(",") if t]
+        algorithm = u.get("hashing_algorithm", "pbkdf2_sha256")
+        if "password" in u:
+            users.add_user(_field(u, "name"), u["password"], tags)
+        elif algorithm == "pbkdf2_sha256" or not u.get("password_hash"):
+            users.add_user(_field(u, "name"), None, tags, password_hash=u.get("password_hash", ""))
+        else:
+            raise ValueError(f"unsupported hashing_algorithm '{algorithm}' for user '{u.get('name')}'")
+    for p in doc.get("permissions", []):
+        users.set_permission(_field(p, "user"), _field(p, "vhost"),
+                             Permission(p.get("configure", ".*"), p.get("write", ".*"), p.get("read", ".*")))
+    for e in doc.get("exchanges", []):
+        vhost = broker.add_vhost(e.get("vhost", "/"))
+        vhost.declare_exchange(_field(e, "name"), e.get("type", "direct"), durable=e.get("durable", True),
+                               auto_delete=e.get("auto_delete", False), internal=e.get("internal", False),
+                               arguments=e.get("arguments") or {})
+    for q in doc.get("queues", []):
+        vhost = broker.add_vhost(q.get("vhost", "/"))
+        vhost.declare_queue(_field(q, "name"), owner=None, durable=q.get("durable", True),
+                            auto_delete=q.get("auto_delete", False), arguments=q.get("arguments") or {})
+    for b in doc.get("bindings", []):
+        vhost = broker.add_vhost(b.get("vhost", "/"))
+        kind = DestinationKind(b.get("destination_type", "queue"))
+        vhost.bind(_field(b, "source"), _field(b, "destination"), kind, b.get("routing_key", ""),
+                   b.get("arguments") or {})
+    broker.definitions_changed()
+
+
+def _field(obj: Any, key: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise ValueError(f"definition entry {obj!r} lacks '{key}'")
+    return obj[key]

@@ -1,0 +1,382 @@
+"""One virtual host: its exchanges, queues and bindings, and the publish path through them.
+
+Rule 1: a ``VHost`` owns the name -> exchange and name -> queue maps; bindings live in their source
+exchange and change only through ``bind``/``unbind`` here, which cascade on delete.
+Rule 2: everything is synchronous and takes ``now``; the network shell supplies time and does I/O.
+Errors are raised as AMQP ``ChannelException``/``ConnectionException`` with RabbitMQ's texts; the
+HTTP API maps the same exceptions to status codes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from headrace.exchanges import (
+    ArgumentError,
+    Binding,
+    DefaultExchange,
+    DestinationKind,
+    Exchange,
+    UnknownExchangeType,
+    make_exchange,
+)
+from headrace.queues import Consumer, EnqueueOutcome, Message, Queue, QueueArgumentError, QueueArgs, QueueEntry
+from headrace.server.amqp.properties import quick_props, decode_properties, replace_headers
+
+from . import errors
+from .dead_letters import dead_letter_message
+
+if TYPE_CHECKING:
+    from .core import Broker
+
+__all__ = ["PREDECLARED", "PublishResult", "VHost"]
+
+PREDECLARED: tuple[tuple[str, str], ...] = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+QUEUE = DestinationKind.QUEUE
+EXCHANGE = DestinationKind.EXCHANGE
+
+
+@dataclass(slots=True)
+class PublishResult:
+    routed: bool
+    rejected: bool = False  # a target queue refused it (reject-publish): the publisher gets a nack
+    ticket: int = 0  # store ticket the confirm must wait for (0 = nothing to wait for)
+
+
+class VHost:
+    def __init__(self, broker: Broker, name: str) -> None:
+        self.broker = broker
+        self.name = name
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues.__contains__)}
+        for ex_name, ex_type in PREDECLARED:
+            self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True)
+        self.mirrored: set[str] = set()
+        self._exchange_get = self.exchanges.get
+        # queues that ever had a consumer: auto-delete applies only after the first one left
+        self._had_consumer: set[str] = set()
+
+    # ------------------------------------------------------------------ exchanges
+    def declare_exchange(
+        self, name: str, type_: str, *, passive: bool = False, durable: bool = False,
+        auto_delete: bool = False, internal: bool = False, arguments: Mapping[str, Any] | None = None,
+    ) -> Exchange:
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise errors.not_found("exchange", name, self.name)
+            return existing
+        if name == "" or (existing is None and name.startswith("amq.")):
+            raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        arguments = dict(arguments or {})
+        if existing is not None:
+            if existing.TYPE != type_:
+                raise errors.inequivalent("type", "exchange", name, self.name, type_, existing.TYPE)
+            if not existing.equivalent(type_, durable, auto_delete, internal, arguments):
+                for arg, got, cur in (("durable", durable, existing.durable),
+                                      ("auto_delete", auto_delete, existing.auto_delete),
+                                      ("internal", internal, existing.internal)):
+                    if got != cur:
+                        raise errors.inequivalent(arg, "exchange", name, self.name, got, cur)
+                raise errors.inequivalent("arguments", "exchange", name, self.name, arguments, existing.arguments)
+            return existing
+        try:
+            exchange = make_exchange(type_, name, durable=durable, auto_delete=auto_delete,
+                                     internal=internal, arguments=arguments)
+        except UnknownExchangeType:
+            raise errors.command_invalid(f"unknown exchange type '{type_}'") from None
+        except ArgumentError as exc:
+            raise errors.precondition_failed(str(exc)) from None
+        self.broker.check_limit("exchanges", self)
+        self.exchanges[name] = exchange
+        if arguments.get("x-mirror"):
+            self.mirrored.add(name)
+        if durable:
+            self.broker.definitions_changed()
+        return exchange
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        if name == "" or name.startswith("amq."):
+            raise errors.access_refused(f"operation not permitted on exchange '{name}' in vhost '{self.name}'")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # RabbitMQ: deleting an absent exchange is not an error
+        if if_unused and (exchange.has_bindings() or self._is_destination(name)):
+            raise errors.in_use("exchange", name, self.name)
+        del self.exchanges[name]
+        self.mirrored.discard(name)
+        for other in list(self.exchanges.values()):
+            if other.unbind_destination(name, EXCHANGE):
+                self._maybe_auto_delete_exchange(other)
+        if exchange.durable:
+            self.broker.definitions_changed()
+
+    def _is_destination(self, name: str) -> bool:
+        return any(b.destination == name and b.kind is EXCHANGE for ex in self.exchanges.values() for b in ex.bindings())
+
+    def get_exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise errors.not_found("exchange", name, self.name)
+        return exchange
+
+    def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not exchange.has_bindings() and exchange.name in self.exchanges:
+            self.delete_exchange(exchange.name)
+
+    # ------------------------------------------------------------------ queues
+    def declare_queue(
+        self, name: str, *, owner: object, passive: bool = False, durable: bool = False,
+        exclusive: bool = False, auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
+    ) -> Queue:
+        if passive:
+            queue = self.get_queue(name)
+            self.check_exclusive(queue, owner)
+            return queue
+        if not name:
+            name = "amq.gen-" + secrets.token_urlsafe(16)
+        existing = self.queues.get(name)
+        if existing is None and name.startswith("amq."):
+            raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        arguments = dict(arguments or {})
+        if existing is not None:
+            self.check_exclusive(existing, owner)
+            for arg, got, cur in (("durable", durable, existing.durable),
+                                  ("exclusive", exclusive, existing.exclusive_owner is not None),
+                                  ("auto_delete", auto_delete, existing.auto_delete)):
+                if got != cur:
+                    raise errors.inequivalent(arg, "queue", name, self.name, got, cur)
+            for key in set(arguments) | set(existing.arguments):
+                if key.startswith("x-") and arguments.get(key) != existing.arguments.get(key) and key in arguments:
+                    raise errors.inequivalent(key, "queue", name, self.name, arguments.get(key),
+                                              existing.arguments.get(key))
+            return existing
+        try:
+            args = QueueArgs.parse(arguments, name)
+        except QueueArgumentError as exc:
+            raise errors.precondition_failed(str(exc)) from None
+        self.broker.check_limit("queues", self)
+        queue = Queue(
+            name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
+            auto_delete=auto_delete, arguments=arguments, args=args,
+            resident_max_messages=self.broker.resident_max_messages,
+            resident_max_bytes=self.broker.resident_max_bytes,
+            backing_factory=self.broker.backing_factory(self.name, name),
+        )
+        queue.on_discard = self.broker.on_discard
+        self.queues[name] = queue
+        queue.touch(self.broker.now)
+        if durable:
+            self.broker.definitions_changed()
+        return queue
+
+    def get_queue(self, name: str) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise errors.not_found("queue", name, self.name)
+        return queue
+
+    def check_exclusive(self, queue: Queue, owner: object) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
+            raise errors.resource_locked(queue.name, self.name)
+
+    def delete_queue(self, name: str, *, owner: object | None = None, if_unused: bool = False,
+                     if_empty: bool = False) -> int:
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0  # RabbitMQ 3.x: idempotent
+        if owner is not None:
+            self.check_exclusive(queue, owner)
+        if if_unused and queue.consumer_count:
+            raise errors.in_use("queue", name, self.name)
+        if if_empty and queue.messages_ready:
+            raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' not empty")
+        count = queue.messages_ready
+        del self.queues[name]
+        self._had_consumer.discard(name)
+        consumers = queue.delete()
+        self.broker.queue_deleted(self, queue)
+        for consumer in consumers:
+            cancelled = getattr(consumer.sink, "consumer_cancelled", None)
+            if cancelled is not None:
+                cancelled(consumer)
+        for exchange in list(self.exchanges.values()):
+            if exchange.unbind_destination(name, QUEUE):
+                self._maybe_auto_delete_exchange(exchange)
+        if queue.durable:
+            self.broker.definitions_changed()
+        return count
+
+    def purge_queue(self, name: str, owner: object | None) -> int:
+        queue = self.get_queue(name)
+        if owner is not None:
+            self.check_exclusive(queue, owner)
+        return queue.purge()
+
+    # ------------------------------------------------------------------ consumers
+    def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
+        if queue.has_exclusive_consumer or (consumer.exclusive and queue.consumer_count):
+            raise errors.access_refused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
+        queue.add_consumer(consumer)
+        self._had_consumer.add(queue.name)
+        queue.touch(self.broker.now)
+        self.dispatch(queue)
+
+    def remove_consumer(self, queue: Queue, tag: str) -> None:
+        queue.remove_consumer(tag)
+        queue.touch(self.broker.now)
+        if queue.auto_delete and not queue.consumer_count and queue.name in self._had_consumer \
+                and self.queues.get(queue.name) is queue:
+            self.delete_queue(queue.name)
+
+    def dispatch(self, queue: Queue) -> None:
+        queue.dispatch(self.broker.now)
+        self.drain_dead_letters(queue)
+
+    # ------------------------------------------------------------------ bindings
+    def bind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
+             arguments: Mapping[str, Any] | None) -> bool:
+        exchange = self._bindable_source(source)
+        if kind is QUEUE:
+            self.get_queue(destination)
+        else:
+            self._bindable_destination(destination)
+        binding = Binding.make(source, destination, kind, routing_key, arguments)
+        try:
+            added = exchange.bind(binding)
+        except ArgumentError as exc:
+            raise errors.precondition_failed(str(exc)) from None
+        if added and self._binding_durable(binding):
+            self.broker.definitions_changed()
+        return added
+
+    def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
+               arguments: Mapping[str, Any] | None) -> bool:
+        exchange = self._bindable_source(source)
+        if kind is QUEUE:
+            self.get_queue(destination)
+        else:
+            self.get_exchange(destination)
+        binding = Binding.make(source, destination, kind, routing_key, arguments)
+        removed = exchange.unbind(binding)
+        if removed:
+            if self._binding_durable(binding):
+                self.broker.definitions_changed()
+            self._maybe_auto_delete_exchange(exchange)
+        return removed
+
+    def _bindable_source(self, name: str) -> Exchange:
+        if name == "":
+            raise errors.access_refused(f"operation not permitted on the default exchange")
+        return self.get_exchange(name)
+
+    def _bindable_destination(self, name: str) -> Exchange:
+        if name == "":
+            raise errors.access_refused(f"operation not permitted on the default exchange")
+        return self.get_exchange(name)
+
+    def _binding_durable(self, b: Binding) -> bool:
+        source = self.exchanges.get(b.source)
+        if b.kind is QUEUE:
+            dest: Queue | Exchange | None = self.queues.get(b.destination)
+        else:
+            dest = self.exchanges.get(b.destination)
+        return bool(source is not None and source.durable and dest is not None and dest.durable)
+
+    def bindings(self) -> list[Binding]:
+        out: list[Binding] = []
+        for name in sorted(self.exchanges):
+            if name:
+                out.extend(self.exchanges[name].bindings())
+        return out
+
+    # ------------------------------------------------------------------ publish
+    def publish(self, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes, *,
+                check_internal: bool = True, cycle_guard: str | None = None) -> PublishResult:
+        exchange = self._exchange_get(exchange_name)
+        if exchange is None:
+            raise errors.not_found("exchange", exchange_name, self.name)
+        if check_internal and exchange.internal:
+            raise errors.access_refused(f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'")
+        broker = self.broker
+        now = broker.now
+        delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
+        headers = decode_properties(props_raw).headers if has_headers else None
+        expiration_ms = None
+        if expiration is not None:
+            try:
+                expiration_ms = int(expiration)
+                if expiration_ms < 0:
+                    raise ValueError
+            except ValueError:
+                raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
+        result = exchange.route(routing_key, headers, self._exchange_get)
+        if headers is not None and "BCC" in headers:
+            headers = {k: v for k, v in headers.items() if k != "BCC"}
+            props_raw = replace_headers(props_raw, headers)
+        message = Message(
+            broker.next_message_id(), exchange_name, routing_key, props_raw, body,
+            delivery_mode == 2, priority or 0, expiration_ms, headers, now,
+        )
+        if exchange_name in self.mirrored:
+            broker.mirror(self.name, exchange_name, message)
+        if not result.queues:
+            return PublishResult(False)
+        rejected = False
+        durable: list[str] = []
+        accepted: list[Queue] = []
+        queues = self.queues
+        for qname in result.queues:
+            queue = queues.get(qname)
+            if queue is None or qname == cycle_guard:
+                continue
+            if queue.enqueue(message, now) is EnqueueOutcome.REJECTED:
+                rejected = True
+                self.drain_dead_letters(queue)
+                continue
+            accepted.append(queue)
+            if message.persistent and queue.durable:
+                durable.append(qname)
+        ticket = broker.store_publish(self.name, message, durable) if durable else 0
+        for queue in accepted:
+            queue.dispatch(now)
+            if queue.args.dead_letter_exchange is not None:
+                self.drain_dead_letters(queue)
+        return PublishResult(True, rejected, ticket)
+
+    def drain_dead_letters(self, queue: Queue) -> None:
+        letters = queue.take_dead_letters()
+        dlx = queue.args.dead_letter_exchange
+        if not letters or dlx is None or dlx not in self.exchanges:
+            return
+        for letter in letters:
+            routing_key, props_raw = dead_letter_message(letter, queue, self.broker.now)
+            self.publish(dlx, routing_key, props_raw, letter.message.body, check_internal=False,
+                         cycle_guard=queue.name if letter.reason != "rejected" else None)
+
+    # ------------------------------------------------------------------ time
+    def tick(self, now: float) -> None:
+        for queue in list(self.queues.values()):
+            if queue.args.message_ttl_ms is not None or queue.messages_ready:
+                if queue.expire(now):
+                    self.drain_dead_letters(queue)
+            if queue.args.expires_ms is not None and queue.idle_expired(now):
+                self.delete_queue(queue.name)
+
+    def recover_entry(self, queue: Queue, entry: QueueEntry) -> None:
+        queue.add_recovered(entry)
+
+    def owned_queues(self, owner: object) -> list[str]:
+        return [name for name, q in self.queues.items() if q.exclusive_owner is owner]
+
+    def lookup(self) -> Callable[[str], Exchange | None]:
+        return self._exchange_get

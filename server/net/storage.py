@@ -1,0 +1,168 @@
+"""The disk side of the broker: message store flusher (group commit), spill pager, mirror writer.
+
+Rule 1 (go-diskqueue's ioLoop rule): one task owns each file set. The flusher alone touches the
+``MessageStore``, the mirror writer alone the ``MirrorLog``s, and each queue's spill backing is read
+only by the pager (its appends come from the event loop under the backing's own lock).
+Rule 2: blocking calls (write+fsync, page-in reads) run in worker threads; while the flusher's
+thread is in fsync, new publishes pile up in the broker's outbox and go to disk together in the next
+group: that is the group commit, and every confirm waits for the fsync that covers it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from headrace.persistence.message_store import FsyncMode, MessageStore
+from headrace.persistence.mirror_log import MirrorLog
+from headrace.persistence.spill import SpillStore
+from headrace.queues import Message, QueueEntry
+from headrace.queues.backing import Backing
+from headrace.server.amqp.properties import quick_props
+from headrace.server.broker import Broker
+from headrace.server.config import Settings
+
+if TYPE_CHECKING:
+    from .gate import Gate
+
+__all__ = ["Storage"]
+
+log = logging.getLogger("headrace.storage")
+
+# Spilled entries are paged back this many at a time (and at most this many bytes): big enough to
+# amortise the thread hop, small enough to keep the resident window near its bound.
+PAGE_IN_COUNT = 4096
+PAGE_IN_BYTES = 8 << 20
+# How often the pager looks for queues that want entries back when nothing woke it.
+PAGER_POLL = 0.05
+# Compaction runs between groups at most this often (seconds).
+COMPACT_INTERVAL = 5.0
+
+
+class Storage:
+    def __init__(self, data_dir: Path, settings: Settings) -> None:
+        self.settings = settings
+        self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.segment_max_bytes,
+                                  fsync=FsyncMode(settings.fsync))
+        self.spill = SpillStore(data_dir / "spill")
+        self.mirror_root = data_dir
+        self.mirrors: dict[tuple[str, str], MirrorLog] = {}
+        self._store_kick = trio.Event()
+        self._mirror_kick = trio.Event()
+        self._pager_kick = trio.Event()
+        self._last_compact = 0.0
+
+    def spill_factory(self, vhost: str, queue: str) -> Backing:
+        self._pager_kick.set()
+        return self.spill.backing(f"{vhost}\x00{queue}")
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self, broker: Broker) -> None:
+        recovered = self.store.recover()
+        if recovered.truncated_bytes:
+            log.warning("message store: truncated %d bytes of torn tail", recovered.truncated_bytes)
+        broker.set_next_message_id(recovered.next_message_id)
+        count = 0
+        for (vname, qname), messages in recovered.queues.items():
+            vhost = broker.vhosts.get(vname)
+            queue = vhost.queues.get(qname) if vhost is not None else None
+            if queue is None:
+                log.warning("message store: %d messages for unknown queue '%s' in vhost '%s' dropped",
+                            len(messages), qname, vname)
+                continue
+            for rm in messages:
+                delivery_mode, priority, expiration, _ = quick_props(rm.props_raw)
+                message = Message(rm.message_id, rm.exchange, rm.routing_key, rm.props_raw, rm.body, True,
+                                  priority or 0, int(expiration) if expiration and expiration.isdigit() else None,
+                                  None, rm.timestamp_ms / 1000)
+                queue.add_recovered(message, redelivered=rm.redelivered, delivery_count=rm.delivery_count)
+                count += 1
+        if count:
+            log.info("message store: recovered %d messages", count)
+
+    # ------------------------------------------------------------------ tasks
+    async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
+        broker.on_store_pending = self._store_kick.set
+        broker.on_mirror_pending = self._mirror_kick.set
+        nursery.start_soon(self._flusher, broker, gate)
+        nursery.start_soon(self._mirror_writer, broker)
+        nursery.start_soon(self._pager, broker)
+
+    async def _flusher(self, broker: Broker, gate: Gate) -> None:
+        while True:
+            await self._store_kick.wait()
+            self._store_kick = trio.Event()
+            await self._flush_once(broker, gate)
+
+    async def _flush_once(self, broker: Broker, gate: Gate | None) -> None:
+        ops, ticket = broker.take_store_ops()
+        if ops:
+            await trio.to_thread.run_sync(self.store.write_and_sync, ops)
+        broker.store_synced(ticket)
+        if gate is not None:
+            gate.notify()
+        now = trio.current_time()
+        if now - self._last_compact > COMPACT_INTERVAL:
+            self._last_compact = now
+            reclaimed = await trio.to_thread.run_sync(self.store.maybe_compact)
+            if reclaimed:
+                log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+
+    async def _mirror_writer(self, broker: Broker) -> None:
+        while True:
+            await self._mirror_kick.wait()
+            self._mirror_kick = trio.Event()
+            await self._write_mirrors(broker)
+
+    async def _write_mirrors(self, broker: Broker) -> None:
+        records = broker.take_mirror_records()
+        if not records:
+            return
+        groups: dict[tuple[str, str], list] = defaultdict(list)
+        for vhost, exchange, record in records:
+            groups[(vhost, exchange)].append(record)
+
+        def write() -> None:
+            for key, recs in groups.items():
+                log_ = self.mirrors.get(key)
+                if log_ is None:
+                    log_ = self.mirrors[key] = MirrorLog(self.mirror_root, key[0], key[1])
+                    log_.recover()
+                log_.append_many(recs)
+                log_.flush(fsync=self.settings.fsync != "off")
+
+        await trio.to_thread.run_sync(write)
+
+    async def _pager(self, broker: Broker) -> None:
+        while True:
+            with trio.move_on_after(PAGER_POLL):
+                await self._pager_kick.wait()
+            self._pager_kick = trio.Event()
+            for vhost in list(broker.vhosts.values()):
+                for queue in list(vhost.queues.values()):
+                    while queue.page_in_wanted():
+                        backing = queue.take_backing()
+                        if backing is None:
+                            break
+                        generation = queue.generation
+                        entries: list[QueueEntry] = await trio.to_thread.run_sync(
+                            backing.read_batch, PAGE_IN_COUNT, PAGE_IN_BYTES)
+                        if not entries:
+                            break
+                        queue.page_in(entries, generation)
+                        if vhost.queues.get(queue.name) is queue:
+                            vhost.dispatch(queue)
+
+    # ------------------------------------------------------------------ shutdown
+    async def drain(self, broker: Broker) -> None:
+        await self._flush_once(broker, None)
+        await self._write_mirrors(broker)
+
+    def close(self) -> None:
+        self.store.close()
+        for mirror in self.mirrors.values():
+            mirror.close()

@@ -1,0 +1,6 @@
+"""Per-connection glue between the AMQP protocol core and the broker (synchronous)."""
+
+from .channel import OUTBOX_HIGH_WATER, ChannelSession
+from .session import Session
+
+__all__ = ["OUTBOX_HIGH_WATER", "ChannelSession", "Session"]

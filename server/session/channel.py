@@ -1,0 +1,325 @@
+"""One open AMQP channel as the broker sees it: consumers, delivery tags, prefetch, confirms, tx.
+
+Rule 1: a ``ChannelSession`` owns its delivery-tag -> (queue, entry) table, its consumers, its
+prefetch settings and its confirm sequence; only its own handlers change them.
+Rule 2: it is the ``ConsumerSink`` its queues deliver into: ``deliver`` encodes straight into the
+connection's outgoing buffer (no task, no await), and ``has_capacity`` is the credit predicate
+(prefetch window, client flow, outgoing buffer under its high-water mark).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING
+
+from headrace.queues import Consumer, Queue, QueueEntry
+from headrace.server.amqp import methods as m
+from headrace.server.amqp.errors import ChannelException, ConnectionException
+from headrace.server.amqp.events import ContentReceived
+from headrace.server.amqp.spec import ReplyCode
+from headrace.server.broker import errors
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["ChannelSession", "OUTBOX_HIGH_WATER"]
+
+# Deliveries stop being encoded for a connection once this many bytes wait for its socket; the
+# writer sends them in one call, and when it has drained the consumers are dispatched again. 1 MiB
+# keeps a few hundred small messages in flight per connection without letting a slow reader grow
+# the broker's memory.
+OUTBOX_HIGH_WATER = 1 << 20
+
+
+class ChannelSession:
+    __slots__ = (
+        "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
+        "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
+        "tx_publishes", "tx_acks", "_write_ok",
+    )
+
+    def __init__(self, session: Session, channel_id: int) -> None:
+        self.session = session
+        self.conn = session.conn
+        self.id = channel_id
+        self.vhost = session.vhost
+        self.next_tag = 1
+        # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
+        self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
+        self.consumers: dict[str, tuple[Queue, Consumer]] = {}
+        self.prefetch_count = 0  # per new consumer (global=False, RabbitMQ's meaning)
+        self.global_prefetch = 0  # shared by the channel (global=True)
+        self.active = True  # channel.flow from the client
+        self.confirm = False
+        self.publish_seq = 0
+        # (seq, store ticket, nack) in publish order, released once the store has synced the ticket
+        self.pending_confirms: deque[tuple[int, int, bool]] = deque()
+        self.tx = False
+        self.tx_publishes: list[ContentReceived] = []
+        self.tx_acks: list[m.BasicAck | m.BasicNack | m.BasicReject] = []
+        self._write_ok: dict[str, bool] = {}
+
+    # ------------------------------------------------------------------ ConsumerSink
+    def has_capacity(self) -> bool:
+        if not self.active:
+            return False
+        if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
+            return False
+        if self.conn.bytes_pending >= OUTBOX_HIGH_WATER:
+            self.session.outbox_full = True
+            return False
+        return True
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not consumer.no_ack:
+            self.unacked[tag] = (queue, entry)
+        msg = entry.message
+        self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
+                               msg.routing_key, msg.props_raw, msg.body)
+        self.session.wake()
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        """The queue went away under the consumer: tell clients that asked to be told."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.session.capabilities.get("consumer_cancel_notify"):
+            self.conn.send_method(self.id, m.BasicCancel(consumer_tag=consumer.tag, nowait=True))
+            self.session.wake()
+
+    # ------------------------------------------------------------------ helpers
+    def _queue_for(self, name: str, kind: str) -> Queue:
+        self.session.check_permission(kind, name)
+        queue = self.vhost.get_queue(name)
+        self.vhost.check_exclusive(queue, self.session)
+        return queue
+
+    def _dispatch_after_settle(self, queues: set[Queue]) -> None:
+        vhost = self.vhost
+        live = vhost.queues
+        if self.global_prefetch:
+            queues |= {q for q, _ in self.consumers.values()}
+        for queue in queues:
+            if live.get(queue.name) is queue:
+                vhost.dispatch(queue)
+
+    # ------------------------------------------------------------------ publish
+    def publish(self, event: ContentReceived) -> None:
+        method = event.method
+        if method.immediate:
+            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
+                                      60, 40)
+        if self.tx:
+            self.tx_publishes.append(event)
+            return
+        exchange = method.exchange
+        ok = self._write_ok.get(exchange)
+        if ok is None:
+            ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
+        if not ok:
+            self.session.check_permission("write", exchange)
+        result = self.vhost.publish(exchange, method.routing_key, event.props_raw, event.body)
+        session = self.session
+        session.published += 1
+        if not result.routed and method.mandatory:
+            self.conn.send_content(self.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
+                                   exchange=exchange, routing_key=method.routing_key),
+                                   event.props_raw, event.body)
+        if self.confirm:
+            self.publish_seq += 1
+            self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
+            session.confirm_channels.add(self)
+
+    def flush_confirms(self, synced: int) -> int:
+        """Send acks for every confirm whose store ticket is synced, as few frames as possible
+        (``multiple=True`` covers a run). Returns how many still wait for the store."""
+        pending = self.pending_confirms
+        last_ack = 0
+        count = 0
+        send = self.conn.send_method
+        while pending and pending[0][1] <= synced:
+            seq, _, nack = pending.popleft()
+            if nack:
+                if last_ack:
+                    send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
+                    last_ack = count = 0
+                send(self.id, m.BasicNack(delivery_tag=seq, multiple=False, requeue=False))
+            else:
+                last_ack = seq
+                count += 1
+        if last_ack:
+            send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
+        return len(pending)
+
+    # ------------------------------------------------------------------ settle
+    def _take(self, tag: int, multiple: bool) -> list[tuple[Queue, QueueEntry]]:
+        unacked = self.unacked
+        if multiple:
+            taken = []
+            if tag == 0:
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
+            if tag >= self.next_tag:
+                raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            while unacked:
+                first = next(iter(unacked))
+                if first > tag:
+                    break
+                taken.append(unacked.popitem(last=False)[1])
+            return taken
+        item = unacked.pop(tag, None)
+        if item is None:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        return [item]
+
+    def ack(self, method: m.BasicAck) -> None:
+        if self.tx:
+            self._take_check(method.delivery_tag, method.multiple)
+            self.tx_acks.append(method)
+            return
+        touched: set[Queue] = set()
+        for queue, entry in self._take(method.delivery_tag, method.multiple):
+            queue.ack(entry)
+            touched.add(queue)
+        self.session.acked += 1
+        self._dispatch_after_settle(touched)
+
+    def _take_check(self, tag: int, multiple: bool) -> None:
+        if not multiple and tag not in self.unacked:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+
+    def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+        items = self._take(tag, multiple)
+        touched: set[Queue] = set()
+        if requeue:
+            by_queue: dict[Queue, list[QueueEntry]] = {}
+            for queue, entry in items:
+                by_queue.setdefault(queue, []).append(entry)
+            for queue, entries in by_queue.items():
+                queue.requeue_many(entries)
+                touched.add(queue)
+        else:
+            for queue, entry in items:
+                queue.reject(entry)
+                touched.add(queue)
+                if self.vhost.queues.get(queue.name) is queue:
+                    self.vhost.drain_dead_letters(queue)
+        self._dispatch_after_settle(touched)
+
+    def requeue_all(self) -> set[Queue]:
+        by_queue: dict[Queue, list[QueueEntry]] = {}
+        for queue, entry in self.unacked.values():
+            by_queue.setdefault(queue, []).append(entry)
+        self.unacked.clear()
+        for queue, entries in by_queue.items():
+            queue.requeue_many(entries)
+        return set(by_queue)
+
+    # ------------------------------------------------------------------ consumers
+    def consume(self, method: m.BasicConsume) -> None:
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+        if tag in self.consumers:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED,
+                                      f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
+        if queue.has_exclusive_consumer or (method.exclusive and queue.consumer_count):
+            raise errors.access_refused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
+        args = method.arguments or {}
+        priority = args.get("x-priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise errors.precondition_failed(f"invalid x-priority '{priority}'")
+        consumer = Consumer(tag, self, no_ack=method.no_ack, prefetch=self.prefetch_count,
+                            exclusive=method.exclusive, priority=priority, channel_id=self.id,
+                            owner=self.session)
+        self.consumers[tag] = (queue, consumer)
+        if not method.nowait:
+            self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
+        self.vhost.add_consumer(queue, consumer)
+
+    def cancel(self, method: m.BasicCancel) -> None:
+        item = self.consumers.pop(method.consumer_tag, None)
+        if item is not None:
+            queue, _ = item
+            if self.vhost.queues.get(queue.name) is queue:
+                self.vhost.remove_consumer(queue, method.consumer_tag)
+        if not method.nowait:
+            self.conn.send_method(self.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+
+    def get(self, method: m.BasicGet) -> None:
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        broker = self.session.broker
+        entry = queue.get(broker.now, no_ack=method.no_ack, owner=self)
+        self.vhost.drain_dead_letters(queue)
+        if entry is None:
+            self.conn.send_method(self.id, m.BasicGetEmpty())
+            return
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not method.no_ack:
+            self.unacked[tag] = (queue, entry)
+        msg = entry.message
+        self.conn.send_content(self.id, m.BasicGetOk(
+            delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
+            routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
+
+    def qos(self, method: m.BasicQos) -> None:
+        if method.prefetch_size:
+            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED,
+                                      "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % method.prefetch_size, 60, 10)
+        if method.global_:
+            self.global_prefetch = method.prefetch_count
+            for queue, _ in list(self.consumers.values()):
+                self.vhost.dispatch(queue)
+        else:
+            self.prefetch_count = method.prefetch_count
+        self.conn.send_method(self.id, m.BasicQosOk())
+
+    def flow(self, active: bool) -> None:
+        self.active = active
+        self.conn.send_method(self.id, m.ChannelFlowOk(active=active))
+        if active:
+            for queue, _ in list(self.consumers.values()):
+                self.vhost.dispatch(queue)
+
+    # ------------------------------------------------------------------ tx
+    def tx_commit(self) -> None:
+        publishes, self.tx_publishes = self.tx_publishes, []
+        acks, self.tx_acks = self.tx_acks, []
+        self.tx = False
+        try:
+            for event in publishes:
+                self.publish(event)
+            for method in acks:
+                if isinstance(method, m.BasicAck):
+                    self.ack(method)
+                elif isinstance(method, m.BasicNack):
+                    self.nack(method.delivery_tag, method.multiple, method.requeue)
+                else:
+                    self.nack(method.delivery_tag, False, method.requeue)
+        finally:
+            self.tx = True
+
+    def tx_rollback(self) -> None:
+        self.tx_publishes.clear()
+        self.tx_acks.clear()
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """The channel is gone: cancel its consumers and return every unacked message."""
+        vhost = self.vhost
+        for tag, (queue, _) in list(self.consumers.items()):
+            if vhost.queues.get(queue.name) is queue:
+                vhost.remove_consumer(queue, tag)
+        self.consumers.clear()
+        for queue in self.requeue_all():
+            if vhost.queues.get(queue.name) is queue:
+                vhost.dispatch(queue)
+        self.pending_confirms.clear()
+        self.session.confirm_channels.discard(self)
+
+
+def channel_error(code: ReplyCode, text: str) -> ChannelException:
+    return ChannelException(code, f"{code.name} - {text}")
