@@ -1,0 +1,119 @@
+"""Shared fixtures: a real broker process on loopback ports chosen by the kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+READY_TIMEOUT = 30.0
+
+
+class BrokerProcess:
+    """``headrace serve`` in a subprocess; ready when it logs its listeners."""
+
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.args = list(args)
+        self.env = env or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+        self.amqp_port = 0
+        self.http_port = 0
+        self._ready = threading.Event()
+
+    def start(self) -> BrokerProcess:
+        ports_file = self.data_dir / "ports.json"
+        ports_file.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        self._ready.clear()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0",
+             "--data-dir", str(self.data_dir), "--ports-file", str(ports_file), *self.args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(READY_TIMEOUT) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("broker did not start:\n" + "".join(self.lines[-40:]))
+        ports = json.loads(ports_file.read_text())
+        self.amqp_port = ports["amqp"]
+        self.http_port = ports.get("http", 0)
+        return self
+
+    def _drain(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.lines.append(line)
+            if "data directory" in line:
+                self._ready.set()
+        self._ready.set()
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker per test module (tests use their own queue names)."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker")).start()
+    yield proc
+    code = proc.stop()
+    assert code == 0, proc.log[-4000:]
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[type]:
+    """Start brokers of one's own (crash/restart tests); all are stopped at the end."""
+    started: list[BrokerProcess] = []
+
+    def make(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> BrokerProcess:
+        proc = BrokerProcess(data_dir or tmp_path / "data", *args, env=env)
+        proc.data_dir.mkdir(parents=True, exist_ok=True)
+        started.append(proc)
+        return proc.start()
+
+    yield make  # type: ignore[misc]
+    for proc in started:
+        proc.kill()
