@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from headrace.persistence.message_store import Ack, DropQueue, Publish, StoreOp
+from headrace.persistence.store_ops import Ack, Deliver, DropQueue, Publish, StoreOp
 from headrace.persistence.mirror_log import MirrorRecord
 from headrace.queues import Message, Queue, QueueEntry
 from headrace.queues.backing import Backing
@@ -156,6 +156,13 @@ class Broker:
         """A message left ``queue`` for good: its store record may go once every queue is done."""
         if self.store_enabled and queue.durable and entry.message.persistent:
             self._store_ops.append(Ack(entry.message.id, queue.vhost, queue.name))
+            if len(self._store_ops) == 1:
+                self.on_store_pending()
+
+    def on_deliver(self, queue: Queue, entry: QueueEntry) -> None:
+        """First delivery of a stored message: recovery then marks it redelivered."""
+        if self.store_enabled and queue.durable and entry.message.persistent and not entry.redelivered:
+            self._store_ops.append(Deliver(entry.message.id, queue.vhost, queue.name))
             if len(self._store_ops) == 1:
                 self.on_store_pending()
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from headrace.persistence.message_store import FsyncMode, MessageStore
+from headrace.persistence import FsyncMode, MessageStore
 from headrace.persistence.mirror_log import MirrorLog
 from headrace.persistence.spill import SpillStore
 from headrace.queues import Message, QueueEntry

@@ -74,9 +74,11 @@ class ChannelSession:
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
+        msg = entry.message
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
-        msg = entry.message
+            if msg.persistent:
+                self.session.broker.on_deliver(queue, entry)
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                                msg.routing_key, msg.props_raw, msg.body)
         self.session.wake()
@@ -258,9 +260,11 @@ class ChannelSession:
             return
         tag = self.next_tag
         self.next_tag = tag + 1
+        msg = entry.message
         if not method.no_ack:
             self.unacked[tag] = (queue, entry)
-        msg = entry.message
+            if msg.persistent:
+                broker.on_deliver(queue, entry)
         self.conn.send_content(self.id, m.BasicGetOk(
             delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
             routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
