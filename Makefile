@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test lint unit e2e spark bench bench-rabbitmq fuzz clean
+.PHONY: run test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,18 @@ e2e: $(VENV)/.dev
 
 spark: $(VENV)/.dev
 	$(PY) -m pytest tests/spark
+
+# side by side with RabbitMQ when rabbitmq-server is installed, headrace alone otherwise
+bench: $(VENV)/.dev
+	$(PY) benchmarks/run.py --scenarios pubsub,confirms,fanout,topic,topic100k,latency,backlog
+
+# installs Debian's rabbitmq-server first (needs root / sudo), then runs the comparison
+bench-rabbitmq: $(VENV)/.dev
+	command -v rabbitmq-server >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q rabbitmq-server && (systemctl stop rabbitmq-server 2>/dev/null || service rabbitmq-server stop 2>/dev/null || true))
+	$(PY) benchmarks/run.py --scenarios pubsub,confirms,fanout,topic,topic100k,latency,backlog
+
+bench-quick: $(VENV)/.dev
+	$(PY) benchmarks/run.py --quick --pairs 1
 
 clean:
 	rm -rf $(VENV) build *.egg-info headrace-data

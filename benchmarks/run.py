@@ -1,0 +1,167 @@
+"""Side-by-side benchmark: headrace vs RabbitMQ (when installed), alternating A B A B in one run.
+
+    .venv/bin/python benchmarks/run.py [--scenarios pubsub,fanout,...] [--pairs 5] [--no-rabbitmq]
+
+Prints per-pair ratios (headrace / RabbitMQ) with median/min/max and one JSON line per scenario.
+Brokers run with their data in temporary directories and are stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import amqp_load  # noqa: E402
+
+RATE_KEYS = {"pubsub": "rate", "confirms": "rate", "fanout": "rate", "topic": "rate", "topic100k": "publish_rate",
+             "latency": "p99_ms", "backlog": "peak_rss_mb"}
+LOWER_IS_BETTER = {"latency", "backlog"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing listening on {port} after {timeout}s")
+
+
+class Headrace:
+    name = "headrace"
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "headrace", "serve", "--amqp-port", str(self.port), "--http-port", "0",
+             "--data-dir", str(tmp / "headrace"), "--log-level", "warning"],
+            env={**os.environ, "HEADRACE_MEMORY_HIGH_WATERMARK": "0.9"},
+        )
+        wait_port(self.port, 30)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class RabbitMQ:
+    name = "rabbitmq"
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        base = tmp / "rabbitmq"
+        base.mkdir()
+        (base / "enabled_plugins").write_text("[].\n")
+        env = {**os.environ, "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_NODENAME": f"bench{self.port}@localhost",
+               "RABBITMQ_MNESIA_BASE": str(base / "mnesia"), "RABBITMQ_LOG_BASE": str(base / "log"),
+               "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+               "RABBITMQ_DIST_PORT": str(free_port()), "HOME": str(base)}
+        self.proc = subprocess.Popen(["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_port(self.port, 90)
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def broker_pid(server: Any) -> int:
+    if isinstance(server, RabbitMQ):
+        out = subprocess.run(["pgrep", "-f", f"bench{server.port}@localhost", "-n"], capture_output=True, text=True)
+        pids = [int(p) for p in out.stdout.split()]
+        return max(pids) if pids else server.proc.pid
+    return server.proc.pid
+
+
+def run_scenario(name: str, server: Any, quick: bool) -> dict[str, Any]:
+    target = amqp_load.Target(server.name, "127.0.0.1", server.port)
+    scale = 0.2 if quick else 1.0
+    if name == "pubsub":
+        return amqp_load.scenario_pubsub(target, count=int(60_000 * scale))
+    if name == "confirms":
+        return amqp_load.scenario_confirms(target, count=int(10_000 * scale))
+    if name == "fanout":
+        return amqp_load.scenario_fanout(target, count=int(10_000 * scale))
+    if name == "topic":
+        return amqp_load.scenario_topic(target, bindings=1000, count=int(20_000 * scale))
+    if name == "topic100k":
+        return amqp_load.scenario_topic(target, bindings=100_000, count=int(20_000 * scale), timeout=300)
+    if name == "latency":
+        return amqp_load.scenario_latency(target, rate=10_000, seconds=3 if quick else 5)
+    if name == "backlog":
+        return amqp_load.scenario_backlog(target, count=int(1_000_000 * scale), broker_pid=broker_pid(server))
+    raise SystemExit(f"unknown scenario {name}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", default="pubsub,confirms,fanout,topic,latency")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--no-rabbitmq", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="small message counts (smoke run)")
+    args = ap.parse_args()
+    use_rabbit = not args.no_rabbitmq and shutil.which("rabbitmq-server") is not None
+    print(f"# machine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if not use_rabbit:
+        print("# RabbitMQ not installed (or --no-rabbitmq): headrace alone")
+    with tempfile.TemporaryDirectory(prefix="headrace-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        servers: list[Any] = [Headrace(tmp)]
+        if use_rabbit:
+            servers.append(RabbitMQ(tmp))
+        try:
+            for scenario in args.scenarios.split(","):
+                key = RATE_KEYS[scenario]
+                runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in servers}
+                for _ in range(args.pairs):
+                    for server in servers:  # A B A B ...
+                        result = run_scenario(scenario, server, args.quick)
+                        runs[server.name].append(result)
+                        print(f"  {scenario:9s} {server.name:9s} {key}={result.get(key)} {result}", flush=True)
+                line: dict[str, Any] = {"scenario": scenario, "metric": key}
+                for name, rs in runs.items():
+                    vals = [r[key] for r in rs if r.get(key) is not None]
+                    if vals:
+                        line[name] = amqp_load.summarize(vals)
+                if use_rabbit:
+                    ratios = [h[key] / r[key] for h, r in zip(runs["headrace"], runs["rabbitmq"])
+                              if h.get(key) and r.get(key)]
+                    if ratios:
+                        line["ratio_headrace_over_rabbitmq"] = amqp_load.summarize(ratios)
+                        better = "lower" if scenario in LOWER_IS_BETTER else "higher"
+                        print(f"{scenario}: ratio median {line['ratio_headrace_over_rabbitmq']['median']:.2f} "
+                              f"({better} is better for headrace)")
+                print(json.dumps(line), flush=True)
+        finally:
+            for server in servers:
+                server.stop()
+
+
+if __name__ == "__main__":
+    main()
