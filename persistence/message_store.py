@@ -27,6 +27,7 @@ publish order. A crash between the copy and the unlink leaves both records; the 
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -35,12 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from .fsync import FsyncMode, fsync_dir
-from .records import Record, iter_records
+from .records import HEADER_SIZE, Record, iter_records
 from .segments import SegmentWriter, list_segments
 from .store_ops import (
     DECODE_ERRORS,
     Ack,
-    DecodedPublish,
     Delay,
     Deliver,
     DropQueue,
@@ -53,6 +53,8 @@ from .store_ops import (
     Undelay,
     decode_delay,
     decode_publish,
+    decode_publish_head,
+    decode_publish_tail,
     decode_queue,
     decode_ref,
     delay_parts,
@@ -97,12 +99,15 @@ class _Segment:
 
 @dataclass(slots=True)
 class _Scanned:
-    """A message as recovery sees it while reading the log."""
+    """A message as recovery sees it while reading the log: its payload stays undecoded past the
+    queue list, since most messages in a log are dead by the end of it."""
 
     seg: int
     size: int
     pos: int  # ordinal of its latest Publish record, to apply DropQueue records after the fact
-    pub: DecodedPublish
+    payload: bytes
+    ts: int
+    tail: int  # offset of the exchange in ``payload``
     queues: dict[QKey, int]  # live queue -> delivery count
 
 
@@ -120,12 +125,12 @@ class _Replay:
         self.pos += 1
         kind = rec.kind
         p = rec.payload
-        size = rec.end - rec.offset
+        size = HEADER_SIZE + len(p)
         if kind == Kind.PUBLISH:
-            pub = decode_publish(p)
-            queues = {(pub.vhost, name): count for name, count in pub.queues}
-            self.messages[pub.mid] = _Scanned(seg, size, self.pos, pub, queues)
-            self._saw(pub.mid)
+            mid, ts, vhost, names, tail = decode_publish_head(p)
+            queues = {(vhost, name): count for name, count in names}
+            self.messages[mid] = _Scanned(seg, size, self.pos, p, ts, tail, queues)
+            self._saw(mid)
         elif kind == Kind.ACK or kind == Kind.DELIVER:
             mid, vhost, queue = decode_ref(p)
             self._saw(mid)
@@ -156,6 +161,10 @@ class _Replay:
         if mid > self.max_id:
             self.max_id = mid
 
+
+# Plain ints for the hot path (an enum member lookup per record is measurable).
+_PUBLISH, _ACK, _DELIVER = int(Kind.PUBLISH), int(Kind.ACK), int(Kind.DELIVER)
+_DROP_QUEUE, _DELAY, _UNDELAY = int(Kind.DROP_QUEUE), int(Kind.DELAY), int(Kind.UNDELAY)
 
 # Index entry of a live message, a flat list to keep per-message memory small (one list instead of
 # an object plus a dict): [segment seq, record bytes, qkey0, count0, qkey1, count1, ...].
@@ -207,6 +216,15 @@ class MessageStore:
         if self._recovered:
             raise StoreNotOpenError("recover() runs once")
         self._recovered = True
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # a bulk load of acyclic objects: collections would only rescan the heap
+        try:
+            return self._recover()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _recover(self) -> Recovered:
         replay = _Replay({}, {}, {})
         segs = list_segments(self._dir)
         damaged = 0
@@ -245,15 +263,18 @@ class MessageStore:
         messages = replay.messages
         for mid in sorted(messages):
             msg = messages[mid]
-            pub = msg.pub
             entry: _Entry = [msg.seg, msg.size]
+            fields: tuple[str, str, bytes, bytes] | None = None
             for key, count in msg.queues.items():
                 if drop_pos.get(key, 0) > msg.pos:
                     continue
                 qkey = self._qkey(key)
                 entry += (qkey, count)
-                rm = RecoveredMessage(mid, pub.exchange, pub.routing_key, pub.props, pub.body,
-                                      count > 0, count, pub.ts)
+                if fields is None:
+                    fields = decode_publish_tail(msg.payload, msg.tail)
+                exchange, routing_key, props, body = fields
+                rm = RecoveredMessage(mid, exchange, routing_key, props, body, count > 0, count,
+                                      msg.ts)
                 bucket = out.get(qkey)
                 if bucket is None:
                     out[qkey] = bucket = []
@@ -309,7 +330,7 @@ class MessageStore:
             self.write(ops)
         self.sync()
 
-    def _append(self, kind: Kind, parts: Sequence[bytes]) -> tuple[_Segment, int]:
+    def _append(self, kind: int, parts: Sequence[bytes]) -> tuple[_Segment, int]:
         w = self._writer
         assert w is not None and self._current is not None
         if w.size >= self._max:
@@ -343,7 +364,7 @@ class MessageStore:
     def _on_publish(self, op: Publish) -> None:
         if not op.queues:
             return
-        seg, n = self._append(Kind.PUBLISH, publish_parts(
+        seg, n = self._append(_PUBLISH, publish_parts(
             op.message_id, op.timestamp_ms, op.vhost, op.queues, None, op.exchange,
             op.routing_key, op.props_raw, op.body))
         entry: _Entry = [seg.seq, n]
@@ -363,7 +384,7 @@ class MessageStore:
         i = _find(entry, (op.vhost, op.queue))
         if i < 0:
             return
-        self._append(Kind.ACK, ref_parts(op.message_id, op.vhost, op.queue))
+        self._append(_ACK, ref_parts(op.message_id, op.vhost, op.queue))
         self._remove_queue(op.message_id, entry, i)
 
     def _on_deliver(self, op: Deliver) -> None:
@@ -373,20 +394,20 @@ class MessageStore:
         i = _find(entry, (op.vhost, op.queue))
         if i < 0:
             return
-        self._append(Kind.DELIVER, ref_parts(op.message_id, op.vhost, op.queue))
+        self._append(_DELIVER, ref_parts(op.message_id, op.vhost, op.queue))
         entry[i + 1] += 1
 
     def _on_drop_queue(self, op: DropQueue) -> None:
         key = (op.vhost, op.queue)
         if key not in self._queue_live:
             return
-        self._append(Kind.DROP_QUEUE, queue_parts(op.vhost, op.queue))
+        self._append(_DROP_QUEUE, queue_parts(op.vhost, op.queue))
         hits = [(mid, entry) for mid, entry in self._live.items() if key in entry]
         for mid, entry in hits:
             self._remove_queue(mid, entry, _find(entry, key))
 
     def _on_delay(self, op: Delay) -> None:
-        seg, n = self._append(Kind.DELAY, delay_parts(op))
+        seg, n = self._append(_DELAY, delay_parts(op))
         old = self._delayed.pop(op.message_id, None)
         if old is not None:
             self._uncount_live(self._segments[old[_SEG]], old[_SIZE])
@@ -397,7 +418,7 @@ class MessageStore:
         old = self._delayed.pop(op.message_id, None)
         if old is None:
             return
-        self._append(Kind.UNDELAY, undelay_parts(op.message_id))
+        self._append(_UNDELAY, undelay_parts(op.message_id))
         self._uncount_live(self._segments[old[_SEG]], old[_SIZE])
 
     # -- index bookkeeping ----------------------------------------------------------------------
@@ -475,14 +496,14 @@ class MessageStore:
                 pub = decode_publish(rec.payload)
                 names = [entry[i][1] for i in range(_FIRST_Q, len(entry), 2)]
                 counts = [entry[i + 1] for i in range(_FIRST_Q, len(entry), 2)]
-                seg, n = self._append(Kind.PUBLISH, publish_parts(
+                seg, n = self._append(_PUBLISH, publish_parts(
                     pub.mid, pub.ts, pub.vhost, names, counts, pub.exchange, pub.routing_key,
                     pub.props, pub.body))
             elif rec.kind == Kind.DELAY:
                 entry = self._delayed.get(message_id_of(rec.payload))
                 if entry is None or entry[_SEG] != head.seq:
                     continue
-                seg, n = self._append(Kind.DELAY, (rec.payload,))
+                seg, n = self._append(_DELAY, (rec.payload,))
             else:
                 continue
             self._uncount_live(head, entry[_SIZE])

@@ -32,6 +32,10 @@ SEGMENT_SUFFIX = ".seg"
 # Python-side write buffer per open segment. 1 MiB turns a group of small records into a few large
 # write() calls; a record larger than this bypasses the buffer (BufferedWriter does that itself).
 WRITE_BUFFER_BYTES = 1 << 20
+# Payloads up to this size are joined and written in one call (cheaper than one call per part);
+# larger ones are written part by part so a big body is never copied into a joined payload.
+_JOIN_MAX_BYTES = 16 << 10
+_KIND_CRC = [zlib.crc32(bytes((k,))) for k in range(256)]  # CRC state after the kind byte
 _SEQ_DIGITS = 20  # u64 fits in 20 decimal digits, so names sort lexically in log order
 
 
@@ -55,7 +59,7 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
 
 def record_header(kind: int, parts: Sequence[bytes]) -> bytes:
     """The 9-byte record header for a payload given as ``parts`` (identical to ``encode_record``)."""
-    crc = zlib.crc32(bytes((kind,)))
+    crc = _KIND_CRC[kind]
     length = 0
     for part in parts:
         crc = zlib.crc32(part, crc)
@@ -82,15 +86,21 @@ class SegmentWriter:
 
     def append(self, kind: int, parts: Sequence[bytes]) -> int:
         """Buffer one record; returns its total size on disk."""
-        crc = zlib.crc32(bytes((kind,)))
         length = 0
         for part in parts:
-            crc = zlib.crc32(part, crc)
             length += len(part)
         write = self._file.write
-        write(HEADER.pack(length, crc, kind))
-        for part in parts:
-            write(part)
+        if length <= _JOIN_MAX_BYTES:
+            payload = b"".join(parts)
+            write(HEADER.pack(length, zlib.crc32(payload, _KIND_CRC[kind]), kind))
+            write(payload)
+        else:
+            crc = _KIND_CRC[kind]
+            for part in parts:
+                crc = zlib.crc32(part, crc)
+            write(HEADER.pack(length, crc, kind))
+            for part in parts:
+                write(part)
         n = HEADER_SIZE + length
         self.size += n
         return n

@@ -1,12 +1,14 @@
 """What the message store writes: the operations, their record payloads, and what recovery returns.
 
-Payloads are big-endian with u16-length UTF-8 strings. A Publish payload ends with the property
-bytes and then the body, so both are written as separate parts and never joined (see
-``SegmentWriter.append``); the body is simply the rest of the record.
+Payloads are big-endian; strings are UTF-8 whose u16 lengths sit in a fixed head, so a decode is
+one ``unpack_from`` and a few slices. A Publish payload ends with the property bytes and then the
+body, written as separate parts and never joined (see ``SegmentWriter.append``); the body is simply
+the rest of the record.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ __all__ = [
     "Undelay",
     "decode_delay",
     "decode_publish",
+    "decode_publish_head",
+    "decode_publish_tail",
     "decode_queue",
     "decode_ref",
     "delay_parts",
@@ -130,27 +134,28 @@ class Kind(IntEnum):
 
 QKey = tuple[str, str]  # (vhost, queue)
 
+# Every variable-length field's size is in the fixed head, so decoding is one unpack and slices.
 _ID = struct.Struct(">Q")
-_PUB_HEAD = struct.Struct(">QQH")  # message id, timestamp ms, queue count
-_DELAY_HEAD = struct.Struct(">QQ")  # message id, due ms
-_STR_LEN = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_ZERO_U32 = _U32.pack(0)
+_PUB_HEAD = struct.Struct(">QQHHHHI")  # id, timestamp ms, queue count, len vhost/exchange/rk/props
+_PUB_QUEUE = struct.Struct(">HI")  # queue name length, delivery count; then the name
+_REF_HEAD = struct.Struct(">QHH")  # id, len vhost, len queue (Ack, Deliver)
+_QUEUE_HEAD = struct.Struct(">HH")  # len vhost, len queue (DropQueue)
+_DELAY_HEAD = struct.Struct(">QQHHHI")  # id, due ms, len vhost/exchange/rk/props
 DECODE_ERRORS = (struct.error, UnicodeDecodeError, ValueError)
+# Encoded (vhost, queue) pairs kept for Ack/Deliver records; the set of durable queues is small,
+# and a miss only costs an encode.
+_QUEUE_CACHE_SIZE = 1024
 
 
-def _pack_str(s: str) -> bytes:
-    b = s.encode()
-    return _STR_LEN.pack(len(b)) + b
+@functools.lru_cache(maxsize=_QUEUE_CACHE_SIZE)
+def _queue_bytes(vhost: str, queue: str) -> bytes:
+    v, q = vhost.encode(), queue.encode()
+    return _QUEUE_HEAD.pack(len(v), len(q)) + v + q
 
 
-def _read_str(p: bytes, off: int) -> tuple[str, int]:
-    (n,) = _STR_LEN.unpack_from(p, off)
-    start = off + 2
-    end = start + n
+def _check(end: int, p: bytes) -> None:
     if end > len(p):
-        raise ValueError("string runs past the record")
-    return p[start:end].decode(), end
+        raise ValueError("field runs past the end of the record")
 
 
 def publish_parts(
@@ -158,16 +163,42 @@ def publish_parts(
     exchange: str, routing_key: str, props: bytes, body: bytes,
 ) -> tuple[bytes, bytes, bytes]:
     """Payload parts of a Publish record: metadata, then the property bytes, then the body.
-    ``counts`` are per-queue delivery counts (compaction copies); None means all zero."""
-    meta = [_PUB_HEAD.pack(mid, ts, len(queues)), _pack_str(vhost)]
-    if counts is None:
-        for name in queues:
-            meta += (_pack_str(name), _ZERO_U32)
-    else:
-        for name, count in zip(queues, counts, strict=True):
-            meta += (_pack_str(name), _U32.pack(count))
-    meta += (_pack_str(exchange), _pack_str(routing_key), _U32.pack(len(props)))
+    ``counts`` are per-queue delivery counts (compaction copies); None means all zero.
+
+    Layout: head, queues (``>HI`` + name each), vhost, exchange, routing key, props, body."""
+    v, e, r = vhost.encode(), exchange.encode(), routing_key.encode()
+    meta = [_PUB_HEAD.pack(mid, ts, len(queues), len(v), len(e), len(r), len(props))]
+    for i, name in enumerate(queues):
+        n = name.encode()
+        meta += (_PUB_QUEUE.pack(len(n), counts[i] if counts is not None else 0), n)
+    meta += (v, e, r)
     return (b"".join(meta), props, body)
+
+
+def decode_publish_head(p: bytes) -> tuple[int, int, str, list[tuple[str, int]], int]:
+    """(id, timestamp ms, vhost, [(queue, delivery count)], offset of the exchange): what
+    recovery needs for every Publish; the rest is decoded only for messages that survive."""
+    mid, ts, nq, vlen, _, _, _ = _PUB_HEAD.unpack_from(p, 0)
+    off = _PUB_HEAD.size
+    queues: list[tuple[str, int]] = []
+    for _ in range(nq):
+        nlen, count = _PUB_QUEUE.unpack_from(p, off)
+        off += _PUB_QUEUE.size
+        _check(off + nlen, p)
+        queues.append((p[off : off + nlen].decode(), count))
+        off += nlen
+    _check(off + vlen, p)
+    return mid, ts, p[off : off + vlen].decode(), queues, off + vlen
+
+
+def decode_publish_tail(p: bytes, off: int) -> tuple[str, str, bytes, bytes]:
+    """(exchange, routing key, props, body) from the offset ``decode_publish_head`` returned."""
+    _, _, _, _, elen, rlen, plen = _PUB_HEAD.unpack_from(p, 0)
+    rk_at = off + elen
+    props_at = rk_at + rlen
+    body_at = props_at + plen
+    _check(body_at, p)
+    return p[off:rk_at].decode(), p[rk_at:props_at].decode(), p[props_at:body_at], p[body_at:]
 
 
 @dataclass(slots=True)
@@ -183,67 +214,51 @@ class DecodedPublish:
 
 
 def decode_publish(p: bytes) -> DecodedPublish:
-    mid, ts, nq = _PUB_HEAD.unpack_from(p, 0)
-    vhost, off = _read_str(p, _PUB_HEAD.size)
-    queues: list[tuple[str, int]] = []
-    for _ in range(nq):
-        name, off = _read_str(p, off)
-        (count,) = _U32.unpack_from(p, off)
-        off += 4
-        queues.append((name, count))
-    exchange, off = _read_str(p, off)
-    routing_key, off = _read_str(p, off)
-    (plen,) = _U32.unpack_from(p, off)
-    off += 4
-    if off + plen > len(p):
-        raise ValueError("properties run past the record")
-    return DecodedPublish(mid, ts, vhost, queues, exchange, routing_key, p[off : off + plen],
-                           p[off + plen :])
+    mid, ts, vhost, queues, off = decode_publish_head(p)
+    return DecodedPublish(mid, ts, vhost, queues, *decode_publish_tail(p, off))
 
 
 def delay_parts(op: Delay) -> tuple[bytes, bytes, bytes]:
-    meta = b"".join((
-        _DELAY_HEAD.pack(op.message_id, op.due_ms), _pack_str(op.vhost), _pack_str(op.exchange),
-        _pack_str(op.routing_key), _U32.pack(len(op.props_raw)),
-    ))
-    return (meta, op.props_raw, op.body)
+    v, e, r = op.vhost.encode(), op.exchange.encode(), op.routing_key.encode()
+    head = _DELAY_HEAD.pack(op.message_id, op.due_ms, len(v), len(e), len(r), len(op.props_raw))
+    return (b"".join((head, v, e, r)), op.props_raw, op.body)
 
 
 def decode_delay(p: bytes) -> Delay:
-    mid, due = _DELAY_HEAD.unpack_from(p, 0)
-    vhost, off = _read_str(p, _DELAY_HEAD.size)
-    exchange, off = _read_str(p, off)
-    routing_key, off = _read_str(p, off)
-    (plen,) = _U32.unpack_from(p, off)
-    off += 4
-    if off + plen > len(p):
-        raise ValueError("properties run past the record")
-    return Delay(mid, vhost, exchange, routing_key, p[off : off + plen], p[off + plen :], due)
+    mid, due, vlen, elen, rlen, plen = _DELAY_HEAD.unpack_from(p, 0)
+    e_at = _DELAY_HEAD.size + vlen
+    r_at = e_at + elen
+    props_at = r_at + rlen
+    body_at = props_at + plen
+    _check(body_at, p)
+    return Delay(mid, p[_DELAY_HEAD.size : e_at].decode(), p[e_at:r_at].decode(),
+                 p[r_at:props_at].decode(), p[props_at:body_at], p[body_at:], due)
 
 
 def decode_ref(p: bytes) -> tuple[int, str, str]:
-    (mid,) = _ID.unpack_from(p, 0)
-    vhost, off = _read_str(p, _ID.size)
-    queue, _ = _read_str(p, off)
-    return mid, vhost, queue
+    """(id, vhost, queue) of an Ack or Deliver record."""
+    mid, vlen, qlen = _REF_HEAD.unpack_from(p, 0)
+    v_end = _REF_HEAD.size + vlen
+    _check(v_end + qlen, p)
+    return mid, p[_REF_HEAD.size : v_end].decode(), p[v_end : v_end + qlen].decode()
 
 
 def decode_queue(p: bytes) -> tuple[str, str]:
-    vhost, off = _read_str(p, 0)
-    queue, _ = _read_str(p, off)
-    return vhost, queue
+    """(vhost, queue) of a DropQueue record."""
+    vlen, qlen = _QUEUE_HEAD.unpack_from(p, 0)
+    v_end = _QUEUE_HEAD.size + vlen
+    _check(v_end + qlen, p)
+    return p[_QUEUE_HEAD.size : v_end].decode(), p[v_end : v_end + qlen].decode()
 
 
-
-
-def ref_parts(mid: int, vhost: str, queue: str) -> tuple[bytes]:
+def ref_parts(mid: int, vhost: str, queue: str) -> tuple[bytes, bytes]:
     """Payload of an Ack or Deliver record."""
-    return (_ID.pack(mid) + _pack_str(vhost) + _pack_str(queue),)
+    return (_ID.pack(mid), _queue_bytes(vhost, queue))
 
 
 def queue_parts(vhost: str, queue: str) -> tuple[bytes]:
     """Payload of a DropQueue record."""
-    return (_pack_str(vhost) + _pack_str(queue),)
+    return (_queue_bytes(vhost, queue),)
 
 
 def undelay_parts(mid: int) -> tuple[bytes]:
