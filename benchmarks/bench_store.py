@@ -40,7 +40,8 @@ def bench_group_commit(root: Path, batch: int, total: int, mode: FsyncMode) -> N
     elapsed = time.perf_counter() - start
     n = commits * batch
     emit(scenario="publish_group_commit", batch=batch, fsync=mode.value, messages=n,
-         seconds=round(elapsed, 4), msgs_per_s=round(n / elapsed), commits_per_s=round(commits / elapsed),
+         seconds=round(elapsed, 4), msgs_per_s=round(n / elapsed),
+         commits_per_s=round(commits / elapsed),
          mb_per_s=round(n * len(BODY) / elapsed / 1e6, 2))
 
     start = time.perf_counter()
@@ -94,7 +95,8 @@ def bench_spill(root: Path, total: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="parent of the work dir (default: system temp)")
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--fsync", choices=[m.value for m in FsyncMode], default="batch")
     args = parser.parse_args()

@@ -43,7 +43,8 @@ class DefinitionsStore:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DefinitionsError(f"{self._path}: not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise DefinitionsError(f"{self._path}: expected a JSON object, got {type(data).__name__}")
+            kind = type(data).__name__
+            raise DefinitionsError(f"{self._path}: expected a JSON object, got {kind}")
         return data
 
     def save(self, definitions: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .fsync import FsyncMode, fsync_dir
-from .records import HEADER_SIZE, Record, iter_records
+from .records import iter_records
 from .segments import SegmentWriter, list_segments
 from .store_ops import (
     DECODE_ERRORS,
@@ -49,14 +49,11 @@ from .store_ops import (
     QKey,
     Recovered,
     RecoveredMessage,
+    Replay,
     StoreOp,
     Undelay,
-    decode_delay,
     decode_publish,
-    decode_publish_head,
     decode_publish_tail,
-    decode_queue,
-    decode_ref,
     delay_parts,
     message_id_of,
     publish_parts,
@@ -95,71 +92,6 @@ class _Segment:
     size: int  # bytes in the file (plus buffered bytes for the current segment)
     live_count: int = 0  # live Publish/Delay records whose latest copy is here
     live_bytes: int = 0
-
-
-@dataclass(slots=True)
-class _Scanned:
-    """A message as recovery sees it while reading the log: its payload stays undecoded past the
-    queue list, since most messages in a log are dead by the end of it."""
-
-    seg: int
-    size: int
-    pos: int  # ordinal of its latest Publish record, to apply DropQueue records after the fact
-    payload: bytes
-    ts: int
-    tail: int  # offset of the exchange in ``payload``
-    queues: dict[QKey, int]  # live queue -> delivery count
-
-
-@dataclass(slots=True)
-class _Replay:
-    """Recovery state: applies records in log order (the semantics in the module docstring)."""
-
-    messages: dict[int, _Scanned]
-    delayed: dict[int, tuple[Delay, int, int]]  # id -> (record, segment, record bytes)
-    drop_pos: dict[QKey, int]  # queue -> ordinal of its last DropQueue record
-    pos: int = 0
-    max_id: int = 0
-
-    def apply(self, rec: Record, seg: int) -> None:
-        self.pos += 1
-        kind = rec.kind
-        p = rec.payload
-        size = HEADER_SIZE + len(p)
-        if kind == Kind.PUBLISH:
-            mid, ts, vhost, names, tail = decode_publish_head(p)
-            queues = {(vhost, name): count for name, count in names}
-            self.messages[mid] = _Scanned(seg, size, self.pos, p, ts, tail, queues)
-            self._saw(mid)
-        elif kind == Kind.ACK or kind == Kind.DELIVER:
-            mid, vhost, queue = decode_ref(p)
-            self._saw(mid)
-            msg = self.messages.get(mid)
-            key = (vhost, queue)
-            if msg is None or key not in msg.queues:
-                return
-            if kind == Kind.DELIVER:
-                msg.queues[key] += 1
-                return
-            del msg.queues[key]
-            if not msg.queues:
-                del self.messages[mid]
-        elif kind == Kind.DROP_QUEUE:
-            self.drop_pos[decode_queue(p)] = self.pos
-        elif kind == Kind.DELAY:
-            delay = decode_delay(p)
-            self.delayed[delay.message_id] = (delay, seg, size)
-            self._saw(delay.message_id)
-        elif kind == Kind.UNDELAY:
-            mid = message_id_of(p)
-            self.delayed.pop(mid, None)
-            self._saw(mid)
-        else:
-            log.warning("skipping record of unknown kind %d in segment %d", kind, seg)
-
-    def _saw(self, mid: int) -> None:
-        if mid > self.max_id:
-            self.max_id = mid
 
 
 # Plain ints for the hot path (an enum member lookup per record is measurable).
@@ -225,7 +157,7 @@ class MessageStore:
                 gc.enable()
 
     def _recover(self) -> Recovered:
-        replay = _Replay({}, {}, {})
+        replay = Replay({}, {}, {})
         segs = list_segments(self._dir)
         damaged = 0
         for index, (seq, path) in enumerate(segs):
@@ -257,7 +189,7 @@ class MessageStore:
             self._open_segment(1)
         return Recovered(queues, delayed, replay.max_id + 1, damaged)
 
-    def _index_recovered(self, replay: _Replay) -> dict[QKey, list[RecoveredMessage]]:
+    def _index_recovered(self, replay: Replay) -> dict[QKey, list[RecoveredMessage]]:
         out: dict[QKey, list[RecoveredMessage]] = {}
         drop_pos = replay.drop_pos
         messages = replay.messages
@@ -284,7 +216,7 @@ class MessageStore:
                 self._count_live(self._segments[msg.seg], msg.size)
         return out
 
-    def _index_delayed(self, replay: _Replay) -> list[Delay]:
+    def _index_delayed(self, replay: Replay) -> list[Delay]:
         out: list[Delay] = []
         for mid in sorted(replay.delayed):
             delay, seg, size = replay.delayed[mid]

@@ -58,7 +58,7 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
 
 
 def record_header(kind: int, parts: Sequence[bytes]) -> bytes:
-    """The 9-byte record header for a payload given as ``parts`` (identical to ``encode_record``)."""
+    """The 9-byte record header for a payload given as ``parts`` (same bytes as encode_record)."""
     crc = _KIND_CRC[kind]
     length = 0
     for part in parts:

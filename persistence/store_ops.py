@@ -1,4 +1,5 @@
-"""What the message store writes: the operations, their record payloads, and what recovery returns.
+"""What the message store writes: the operations, their record payloads, how recovery replays
+them, and what it returns.
 
 Payloads are big-endian; strings are UTF-8 whose u16 lengths sit in a fixed head, so a decode is
 one ``unpack_from`` and a few slices. A Publish payload ends with the property bytes and then the
@@ -9,10 +10,13 @@ the rest of the record.
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+
+from .records import HEADER_SIZE, Record
 
 __all__ = [
     "DECODE_ERRORS",
@@ -26,6 +30,8 @@ __all__ = [
     "QKey",
     "Recovered",
     "RecoveredMessage",
+    "Replay",
+    "ScannedMessage",
     "StoreOp",
     "Undelay",
     "decode_delay",
@@ -41,6 +47,8 @@ __all__ = [
     "ref_parts",
     "undelay_parts",
 ]
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Publish:
@@ -117,7 +125,7 @@ class RecoveredMessage:
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    queues: dict[tuple[str, str], list[RecoveredMessage]]  # (vhost, queue) -> live, in publish order
+    queues: dict[tuple[str, str], list[RecoveredMessage]]  # (vhost, queue) -> live, publish order
     delayed: list[Delay]  # in id order
     next_message_id: int  # > every id seen in any record
     truncated_bytes: int  # bytes after the last good record of any segment (0 if clean)
@@ -268,3 +276,68 @@ def undelay_parts(mid: int) -> tuple[bytes]:
 def message_id_of(p: bytes) -> int:
     """The id that starts every Publish, Delay, Ack, Deliver and Undelay payload."""
     return int(_ID.unpack_from(p, 0)[0])
+
+
+@dataclass(slots=True)
+class ScannedMessage:
+    """A message as recovery sees it while reading the log: its payload stays undecoded past the
+    queue list, since most messages in a log are dead by the end of it."""
+
+    seg: int
+    size: int
+    pos: int  # ordinal of its latest Publish record, to apply DropQueue records after the fact
+    payload: bytes
+    ts: int
+    tail: int  # offset of the exchange in ``payload``
+    queues: dict[QKey, int]  # live queue -> delivery count
+
+
+@dataclass(slots=True)
+class Replay:
+    """Recovery state: applies records in log order, as the ``message_store`` docstring says."""
+
+    messages: dict[int, ScannedMessage]
+    delayed: dict[int, tuple[Delay, int, int]]  # id -> (record, segment, record bytes)
+    drop_pos: dict[QKey, int]  # queue -> ordinal of its last DropQueue record
+    pos: int = 0
+    max_id: int = 0
+
+    def apply(self, rec: Record, seg: int) -> None:
+        self.pos += 1
+        kind = rec.kind
+        p = rec.payload
+        size = HEADER_SIZE + len(p)
+        if kind == Kind.PUBLISH:
+            mid, ts, vhost, names, tail = decode_publish_head(p)
+            queues = {(vhost, name): count for name, count in names}
+            self.messages[mid] = ScannedMessage(seg, size, self.pos, p, ts, tail, queues)
+            self._saw(mid)
+        elif kind == Kind.ACK or kind == Kind.DELIVER:
+            mid, vhost, queue = decode_ref(p)
+            self._saw(mid)
+            msg = self.messages.get(mid)
+            key = (vhost, queue)
+            if msg is None or key not in msg.queues:
+                return
+            if kind == Kind.DELIVER:
+                msg.queues[key] += 1
+                return
+            del msg.queues[key]
+            if not msg.queues:
+                del self.messages[mid]
+        elif kind == Kind.DROP_QUEUE:
+            self.drop_pos[decode_queue(p)] = self.pos
+        elif kind == Kind.DELAY:
+            delay = decode_delay(p)
+            self.delayed[delay.message_id] = (delay, seg, size)
+            self._saw(delay.message_id)
+        elif kind == Kind.UNDELAY:
+            mid = message_id_of(p)
+            self.delayed.pop(mid, None)
+            self._saw(mid)
+        else:
+            log.warning("skipping record of unknown kind %d in segment %d", kind, seg)
+
+    def _saw(self, mid: int) -> None:
+        if mid > self.max_id:
+            self.max_id = mid

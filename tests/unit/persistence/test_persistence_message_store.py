@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.persistence import (
@@ -338,7 +338,7 @@ def _expected_after_damage(ops: Sequence[StoreOp], store_dir: Path, keep_records
     return model
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None)
 @given(data=st.data(), corrupt=st.booleans())
 def test_torn_or_corrupt_last_segment_keeps_everything_before_the_damage(
     data: st.DataObject, corrupt: bool

@@ -23,7 +23,8 @@ def test_listing_is_in_numeric_order_and_ignores_other_files(tmp_path: Path) -> 
     "parts",
     [(), (b"",), (b"abc",), (b"meta", b"", b"body" * 100), (bytes(range(256)), b"\x00")],
 )
-def test_parts_are_framed_exactly_like_encode_record(tmp_path: Path, parts: tuple[bytes, ...]) -> None:
+def test_parts_are_framed_exactly_like_encode_record(tmp_path: Path,
+                                                     parts: tuple[bytes, ...]) -> None:
     payload = b"".join(parts)
     expected = encode_record(7, payload)
     assert record_header(7, parts) + payload == expected

@@ -1,4 +1,4 @@
-"""SpillStore / SpillBacking: FIFO on disk, bounded reads, cleanup, and a writer and reader racing."""
+"""SpillStore / SpillBacking: FIFO on disk, bounded reads, cleanup, a writer and a reader racing."""
 
 from __future__ import annotations
 
