@@ -301,7 +301,9 @@ class MessageStore:
             op.routing_key, op.props_raw, op.body))
         entry: _Entry = [seg.seq, n]
         vhost = op.vhost
-        for name in op.queues:
+        # Recovery keeps each queue once, so the index does too.
+        names = op.queues if len(op.queues) == 1 else dict.fromkeys(op.queues)
+        for name in names:
             entry += (self._qkey((vhost, name)), 0)
         old = self._live.get(op.message_id)
         if old is not None:

@@ -138,6 +138,15 @@ def test_deliver_records_give_redelivered_and_count_per_queue(store_dir: Path) -
     assert (mb.redelivered, mb.delivery_count) == (False, 0)
 
 
+def test_a_queue_listed_twice_is_held_once(store_dir: Path) -> None:
+    store, _ = open_store(store_dir)
+    store.write([pub(1, "q", "q", "r"), Ack(1, VH, "q")])
+    store.write([Ack(1, VH, "r")])
+    assert store.live_messages() == 0
+    store.close()
+    assert summary(reopen(store_dir)) == {}
+
+
 def test_vhosts_keep_queues_apart(store_dir: Path) -> None:
     store, _ = open_store(store_dir)
     store.write([pub(1, "q", vhost="v1"), pub(2, "q", vhost="v2"), Ack(1, "v2", "q")])
@@ -476,6 +485,9 @@ def test_long_random_walk_matches_the_model(seed: int, store_dir: Path) -> None:
             first = list_segments(store_dir)[0][0]
             store.maybe_compact()
             rewrites_seen += list_segments(store_dir)[0][0] != first
+            store.sync()
+            on_disk = [p.stat().st_size for _, p in list_segments(store_dir)]
+            assert (store.disk_bytes(), store.segment_count()) == (sum(on_disk), len(on_disk))
         if step % 700 == 699:
             store.close()
             store, rec = open_store(store_dir, segment_max_bytes=SEG * 4)
