@@ -29,6 +29,7 @@ from headrace.server.broker import Broker, Limits
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
+from headrace.server.net.alarms import run_alarms
 from headrace.server.net.clock import run_clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.storage import Storage
@@ -105,6 +106,8 @@ class App:
         self.broker.now = time.time()
         async with trio.open_nursery() as root:
             root.start_soon(run_clock, self.broker, self.after_batch)
+            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.data_dir,
+                            s.disk_free_limit)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:

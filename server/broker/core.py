@@ -77,6 +77,8 @@ class Broker:
         self.on_mirror_pending: Callable[[], None] = _noop
         self.on_definitions_changed: Callable[[], None] = _noop
         self.alarms: frozenset[str] = frozenset()
+        self.memory_used = 0  # bytes, sampled by the shell
+        self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
 
