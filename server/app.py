@@ -85,6 +85,14 @@ class App:
         if self._definitions_dirty:
             self.save_definitions()
 
+    def _on_tick(self) -> None:
+        timeout = self.settings.consumer_timeout_ms
+        if timeout:
+            now = self.broker.now
+            for handler in list(self.amqp_handlers):
+                handler.session.check_consumer_timeout(now, timeout)
+        self.after_batch()
+
     # ------------------------------------------------------------------ connections
     async def handle_amqp(self, stream: trio.SocketStream) -> None:
         try:
@@ -105,7 +113,7 @@ class App:
         self.load()
         self.broker.now = time.time()
         async with trio.open_nursery() as root:
-            root.start_soon(run_clock, self.broker, self.after_batch)
+            root.start_soon(run_clock, self.broker, self._on_tick)
             root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.data_dir,
                             s.disk_free_limit)
             await self.storage.start(root, self.broker, self.gate)

@@ -17,6 +17,7 @@ from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.events import ContentReceived
+from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import errors
 
@@ -36,7 +37,7 @@ class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "tx_publishes", "tx_acks", "_write_ok",
+        "tx_publishes", "tx_acks", "_write_ok", "delivered_at",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -59,6 +60,9 @@ class ChannelSession:
         self.tx_publishes: list[ContentReceived] = []
         self.tx_acks: list[m.BasicAck | m.BasicNack | m.BasicReject] = []
         self._write_ok: dict[str, bool] = {}
+        # (tag, broker time) per delivery needing an ack, oldest first: the consumer timeout looks
+        # at the oldest one still unacked (entries already settled are skipped lazily)
+        self.delivered_at: deque[tuple[int, float]] = deque()
 
     # ------------------------------------------------------------------ ConsumerSink
     def has_capacity(self) -> bool:
@@ -77,11 +81,22 @@ class ChannelSession:
         msg = entry.message
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
+            self.delivered_at.append((tag, self.session.broker.now))
             if msg.persistent:
                 self.session.broker.on_deliver(queue, entry)
+        props_raw = msg.props_raw
+        if entry.delivery_count and queue.args.delivery_limit is not None:
+            props_raw = with_delivery_count(props_raw, entry.delivery_count)
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
-                               msg.routing_key, msg.props_raw, msg.body)
+                               msg.routing_key, props_raw, msg.body)
         self.session.wake()
+
+    def oldest_unacked_since(self) -> float | None:
+        times = self.delivered_at
+        unacked = self.unacked
+        while times and times[0][0] not in unacked:
+            times.popleft()
+        return times[0][1] if times else None
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         """The queue went away under the consumer: tell clients that asked to be told."""
@@ -263,6 +278,7 @@ class ChannelSession:
         msg = entry.message
         if not method.no_ack:
             self.unacked[tag] = (queue, entry)
+            self.delivered_at.append((tag, broker.now))
             if msg.persistent:
                 broker.on_deliver(queue, entry)
         self.conn.send_content(self.id, m.BasicGetOk(
@@ -325,5 +341,8 @@ class ChannelSession:
         self.session.confirm_channels.discard(self)
 
 
-def channel_error(code: ReplyCode, text: str) -> ChannelException:
-    return ChannelException(code, f"{code.name} - {text}")
+def with_delivery_count(props_raw: bytes, count: int) -> bytes:
+    """Queues with a delivery limit tell consumers how often a message was returned."""
+    headers = dict(decode_properties(props_raw).headers or {})
+    headers["x-delivery-count"] = count
+    return replace_headers(props_raw, headers)

@@ -146,6 +146,23 @@ class Session:
         if self.conn.bytes_pending:
             self.wake()
 
+    def check_consumer_timeout(self, now: float, timeout_ms: int) -> None:
+        """Close channels that hold a delivery unacked for longer than the consumer timeout; the
+        message goes back to its queue (RabbitMQ's consumer_timeout)."""
+        limit = timeout_ms / 1000
+        for channel in list(self.channels.values()):
+            since = channel.oldest_unacked_since()
+            if since is not None and now - since > limit:
+                exc = ChannelException(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"PRECONDITION_FAILED - delivery acknowledgement on channel {channel.id} timed out. "
+                    f"Timeout value used: {timeout_ms} ms. This timeout value can be configured, see "
+                    "consumers doc guide to learn more")
+                log.warning("consumer timeout on channel %d of connection %d", channel.id, self.id)
+                self.conn.close_channel(channel.id, exc)
+                self._drop_channel(channel.id)
+                self.wake()
+
     # ------------------------------------------------------------------ BrokerObserver
     def store_synced(self, ticket: int) -> None:
         if self.confirm_channels:
