@@ -47,6 +47,7 @@ WRITE_BUFFER_BYTES = 256 << 10
 # Bytes read from disk per read() call when paging in; a larger record is read on its own.
 READ_CHUNK_BYTES = 1 << 20
 _KIND_ENTRY = 1
+_KIND_CRC = zlib.crc32(bytes((_KIND_ENTRY,)))  # CRC state after the kind byte
 _ENTRY = struct.Struct(">qqIBBddqHHI")
 # seq, message id, delivery_count, flags, priority, expires_at, timestamp, expiration_ms,
 # then the lengths of exchange, routing key and properties; the body is the rest of the record.
@@ -83,7 +84,7 @@ def _encode(entry: QueueEntry, out: bytearray) -> int:
         len(exchange), len(routing_key), len(props),
     )
     crc = zlib.crc32(body, zlib.crc32(props, zlib.crc32(
-        routing_key, zlib.crc32(exchange, zlib.crc32(meta, zlib.crc32(b"\x01"))))))
+        routing_key, zlib.crc32(exchange, zlib.crc32(meta, _KIND_CRC)))))
     length = len(meta) + len(exchange) + len(routing_key) + len(props) + len(body)
     out += HEADER.pack(length, crc, _KIND_ENTRY)
     out += meta
@@ -229,7 +230,7 @@ class SpillBacking:
                 if len(chunk) < rec_end:
                     raise SpillCorruptError(f"short record at {off} in {self._dir}")
             body_start = pos + HEADER_SIZE
-            if zlib.crc32(memoryview(chunk)[body_start:rec_end], zlib.crc32(b"\x01")) != crc:
+            if zlib.crc32(memoryview(chunk)[body_start:rec_end], _KIND_CRC) != crc:
                 raise SpillCorruptError(f"checksum mismatch at {off + pos} in {self._dir}")
             entry = _decode(chunk, body_start, rec_end)
             size = len(entry.message.body)

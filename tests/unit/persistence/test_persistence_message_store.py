@@ -496,3 +496,22 @@ def test_long_random_walk_matches_the_model(seed: int, store_dir: Path) -> None:
     store.close()
     assert rewrites_seen > 0
     assert summary(reopen(store_dir)) == model.summary()
+
+
+def test_always_mode_puts_each_write_on_disk_without_a_sync_call(store_dir: Path) -> None:
+    store = MessageStore(store_dir, fsync=FsyncMode.ALWAYS)
+    store.recover()
+    store.write([pub(1, "q")])
+    (_, path), = list_segments(store_dir)
+    assert len(list(iter_records(path.read_bytes()))) == 1
+    store.close()
+
+
+def test_a_fully_live_store_is_not_rewritten(store_dir: Path) -> None:
+    store, _ = open_store(store_dir, segment_max_bytes=300)
+    store.write([pub(i, "q") for i in range(1, 40)])
+    store.sync()
+    before = [(p.name, p.stat().st_size) for _, p in list_segments(store_dir)]
+    assert store.maybe_compact() == 0
+    assert [(p.name, p.stat().st_size) for _, p in list_segments(store_dir)] == before
+    store.close()
