@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from headrace.persistence.store_ops import Ack, Deliver, DropQueue, Publish, StoreOp
+from headrace.persistence.store_ops import Ack, Delay, Deliver, DropQueue, Publish, StoreOp, Undelay
 from headrace.persistence.mirror_log import MirrorRecord
 from headrace.queues import Message, Queue, QueueEntry
 from headrace.queues.backing import Backing
@@ -153,6 +153,22 @@ class Broker:
         if len(self._store_ops) == 1:
             self.on_store_pending()
         return self.store_ticket
+
+    def store_delay(self, message_id: int, vhost: str, exchange: str, routing_key: str, props_raw: bytes,
+                    body: bytes, due: float) -> int:
+        if not self.store_enabled:
+            return 0
+        self._store_ops.append(Delay(message_id, vhost, exchange, routing_key, props_raw, body, int(due * 1000)))
+        self.store_ticket += 1
+        if len(self._store_ops) == 1:
+            self.on_store_pending()
+        return self.store_ticket
+
+    def store_undelay(self, message_id: int) -> None:
+        if self.store_enabled:
+            self._store_ops.append(Undelay(message_id))
+            if len(self._store_ops) == 1:
+                self.on_store_pending()
 
     def on_discard(self, queue: Queue, entry: QueueEntry) -> None:
         """A message left ``queue`` for good: its store record may go once every queue is done."""

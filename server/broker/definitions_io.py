@@ -43,7 +43,7 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
             if ename in _PREDECLARED_NAMES or not ex.durable:
                 continue
             out["exchanges"].append({
-                "name": ename, "vhost": vname, "type": ex.TYPE, "durable": True,
+                "name": ename, "vhost": vname, "type": vhost.exchange_type(ename), "durable": True,
                 "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": dict(ex.arguments),
             })
         for qname, q in vhost.queues.items():

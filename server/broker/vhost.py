@@ -28,6 +28,7 @@ from headrace.server.amqp.properties import quick_props, decode_properties, repl
 
 from . import errors
 from .dead_letters import dead_letter_message
+from .delayed import DELAYED_TYPE, DelayedMessages
 
 if TYPE_CHECKING:
     from .core import Broker
@@ -61,6 +62,9 @@ class VHost:
         for ex_name, ex_type in PREDECLARED:
             self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True)
         self.mirrored: set[str] = set()
+        # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
+        self.delayed_exchanges: set[str] = set()
+        self.delayed = DelayedMessages()
         self._exchange_get = self.exchanges.get
         # queues that ever had a consumer: auto-delete applies only after the first one left
         self._had_consumer: set[str] = set()
@@ -78,9 +82,17 @@ class VHost:
         if name == "" or (existing is None and name.startswith("amq.")):
             raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(arguments or {})
+        routing_type = type_
+        if type_ == DELAYED_TYPE:
+            routing_type = arguments.get("x-delayed-type")
+            if not isinstance(routing_type, str) or routing_type == DELAYED_TYPE:
+                raise errors.precondition_failed(
+                    "Invalid argument, 'x-delayed-type' must be an existing exchange type")
         if existing is not None:
-            if existing.TYPE != type_:
-                raise errors.inequivalent("type", "exchange", name, self.name, type_, existing.TYPE)
+            current = DELAYED_TYPE if name in self.delayed_exchanges else existing.TYPE
+            if current != type_:
+                raise errors.inequivalent("type", "exchange", name, self.name, type_, current)
+            type_ = existing.TYPE
             if not existing.equivalent(type_, durable, auto_delete, internal, arguments):
                 for arg, got, cur in (("durable", durable, existing.durable),
                                       ("auto_delete", auto_delete, existing.auto_delete),
@@ -90,7 +102,7 @@ class VHost:
                 raise errors.inequivalent("arguments", "exchange", name, self.name, arguments, existing.arguments)
             return existing
         try:
-            exchange = make_exchange(type_, name, durable=durable, auto_delete=auto_delete,
+            exchange = make_exchange(routing_type, name, durable=durable, auto_delete=auto_delete,
                                      internal=internal, arguments=arguments)
         except UnknownExchangeType:
             raise errors.command_invalid(f"unknown exchange type '{type_}'") from None
@@ -100,6 +112,8 @@ class VHost:
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
+        if type_ == DELAYED_TYPE:
+            self.delayed_exchanges.add(name)
         if durable:
             self.broker.definitions_changed()
         return exchange
@@ -114,6 +128,11 @@ class VHost:
             raise errors.in_use("exchange", name, self.name)
         del self.exchanges[name]
         self.mirrored.discard(name)
+        if name in self.delayed_exchanges:
+            self.delayed_exchanges.discard(name)
+            for item in self.delayed.drop_exchange(name):
+                if item.message_id:
+                    self.broker.store_undelay(item.message_id)
         for other in list(self.exchanges.values()):
             if other.unbind_destination(name, EXCHANGE):
                 self._maybe_auto_delete_exchange(other)
@@ -300,8 +319,12 @@ class VHost:
         return out
 
     # ------------------------------------------------------------------ publish
+    def exchange_type(self, name: str) -> str:
+        return DELAYED_TYPE if name in self.delayed_exchanges else self.exchanges[name].TYPE
+
     def publish(self, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes, *,
-                check_internal: bool = True, cycle_guard: str | None = None) -> PublishResult:
+                check_internal: bool = True, cycle_guard: str | None = None,
+                delayed: bool = True) -> PublishResult:
         exchange = self._exchange_get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, self.name)
@@ -319,6 +342,10 @@ class VHost:
                     raise ValueError
             except ValueError:
                 raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
+        if delayed and headers and exchange_name in self.delayed_exchanges:
+            delay = headers.get("x-delay")
+            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+                return self._hold(exchange_name, routing_key, props_raw, body, delay, delivery_mode == 2)
         result = exchange.route(routing_key, headers, self._exchange_get)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
@@ -353,6 +380,25 @@ class VHost:
                 self.drain_dead_letters(queue)
         return PublishResult(True, rejected, ticket)
 
+    def _hold(self, exchange: str, routing_key: str, props_raw: bytes, body: bytes, delay_ms: int,
+              persistent: bool) -> PublishResult:
+        broker = self.broker
+        due = broker.now + delay_ms / 1000
+        message_id = broker.next_message_id() if persistent else 0
+        ticket = 0
+        if persistent:
+            ticket = broker.store_delay(message_id, self.name, exchange, routing_key, props_raw, body, due)
+        self.delayed.add(due, exchange, routing_key, props_raw, body, message_id)
+        return PublishResult(True, False, ticket)
+
+    def release_delayed(self, now: float) -> None:
+        for item in self.delayed.pop_due(now):
+            if item.exchange in self.exchanges:
+                self.publish(item.exchange, item.routing_key, item.props_raw, item.body,
+                             check_internal=False, delayed=False)
+            if item.message_id:
+                self.broker.store_undelay(item.message_id)
+
     def drain_dead_letters(self, queue: Queue) -> None:
         letters = queue.take_dead_letters()
         dlx = queue.args.dead_letter_exchange
@@ -365,6 +411,8 @@ class VHost:
 
     # ------------------------------------------------------------------ time
     def tick(self, now: float) -> None:
+        if len(self.delayed):
+            self.release_delayed(now)
         for queue in list(self.queues.values()):
             if queue.args.message_ttl_ms is not None or queue.messages_ready:
                 if queue.expire(now):

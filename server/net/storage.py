@@ -81,6 +81,13 @@ class Storage:
                                   None, rm.timestamp_ms / 1000)
                 queue.add_recovered(message, redelivered=rm.redelivered, delivery_count=rm.delivery_count)
                 count += 1
+        for delay in recovered.delayed:
+            vhost = broker.vhosts.get(delay.vhost)
+            if vhost is None or delay.exchange not in vhost.delayed_exchanges:
+                continue
+            vhost.delayed.add(delay.due_ms / 1000, delay.exchange, delay.routing_key, delay.props_raw,
+                              delay.body, delay.message_id)
+            count += 1
         if count:
             log.info("message store: recovered %d messages", count)
 
