@@ -171,5 +171,6 @@ class Storage:
 
     def close(self) -> None:
         self.store.close()
+        self.spill.close()
         for mirror in self.mirrors.values():
             mirror.close()
