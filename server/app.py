@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -50,7 +52,12 @@ class App:
             resident_max_bytes=settings.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
             store_enabled=True,
-            limits=Limits(),
+            limits=Limits(
+                max_queues_per_vhost=settings.max_queues_per_vhost,
+                max_exchanges_per_vhost=settings.max_exchanges_per_vhost,
+                max_connections=settings.max_connections,
+                max_connections_per_user=settings.max_connections_per_user,
+            ),
         )
         self.gate = Gate()
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
@@ -68,6 +75,8 @@ class App:
         s = self.settings
         if doc is None:
             broker.ensure_default(s.default_vhost, s.default_user, s.default_pass)
+            if s.admin_user:
+                broker.ensure_default(s.default_vhost, s.admin_user, s.admin_pass or "")
         self.storage.recover(broker)
         broker.on_definitions_changed = self._mark_definitions
         self.save_definitions()
@@ -94,10 +103,16 @@ class App:
         self.after_batch()
 
     # ------------------------------------------------------------------ connections
-    async def handle_amqp(self, stream: trio.SocketStream) -> None:
+    async def handle_amqp(self, stream: trio.abc.Stream) -> None:
         try:
-            peer = stream.socket.getpeername()[:2]
+            peer = _socket_of(stream).getpeername()[:2]
         except OSError:
+            return
+        unauthenticated = sum(1 for h in self.amqp_handlers if h.session.user is None)
+        if unauthenticated >= self.settings.max_unauthenticated:
+            log.warning("dropping connection from %s: %d connections are still in their handshake",
+                        peer[0], unauthenticated)
+            await trio.aclose_forcefully(stream)
             return
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, after_batch=self.after_batch)
@@ -122,6 +137,11 @@ class App:
                     amqp = await trio.open_tcp_listeners(s.amqp_port, host=s.amqp_host)
                     self.bound["amqp"] = amqp[0].socket.getsockname()[:2]
                     listeners.start_soon(_serve, amqp, self.handle_amqp, conns)
+                    tls = self._tls_context()
+                    if tls is not None and s.amqps_port is not None:
+                        amqps = await trio.open_tcp_listeners(s.amqps_port, host=s.amqp_host)
+                        self.bound["amqps"] = amqps[0].socket.getsockname()[:2]
+                        listeners.start_soon(_serve, _tls(amqps, tls), self.handle_amqp, conns)
                     if s.http_enabled:
                         await self._start_http(listeners, conns)
                     self._write_ports()
@@ -152,6 +172,17 @@ class App:
         self.http_server = HTTPServer(self)
         listeners.start_soon(_serve, http, self.http_server.handle, conns)
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if s.tls_certfile is None or s.tls_keyfile is None:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=s.tls_cafile)
+        ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if s.tls_verify_peer:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
     def http_shutdown(self) -> None:
         server = getattr(self, "http_server", None)
         if server is not None:
@@ -173,7 +204,18 @@ class App:
                 return
 
 
-async def _serve(listeners: list[trio.SocketListener], handler: Callable[[trio.SocketStream], Awaitable[None]],
+def _tls(listeners: list[trio.SocketListener], ctx: ssl.SSLContext) -> list[trio.SSLListener[trio.SocketStream]]:
+    return [trio.SSLListener(listener, ctx, https_compatible=False) for listener in listeners]
+
+
+def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    assert isinstance(stream, trio.SocketStream)
+    return stream.socket
+
+
+async def _serve(listeners: list[Any], handler: Callable[[Any], Awaitable[None]],
                  nursery: trio.Nursery) -> None:
     await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
 

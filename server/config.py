@@ -70,6 +70,27 @@ class Settings(BaseSettings):
     memory_high_watermark: float = Field(0.4, gt=0)  # <= 1: fraction of RAM; > 1: bytes
     disk_free_limit: int = Field(50 * MiB, ge=0)
 
+    # limits (issue: hostile clients); each refusal is reported with an AMQP/HTTP error
+    max_connections: int = Field(10_000, ge=1)
+    max_connections_per_user: int | None = Field(None, ge=1)
+    # sockets that have not finished the AMQP handshake; beyond this new ones are dropped at once
+    max_unauthenticated: int = Field(512, ge=1)
+    max_queues_per_vhost: int = Field(100_000, ge=1)
+    max_exchanges_per_vhost: int = Field(100_000, ge=1)
+    http_max_body: int = Field(16 * MiB, ge=1024)
+
+    # TLS (amqps and https); enabled when a certificate and key are given
+    amqps_port: int | None = Field(None, ge=0, le=65535)  # RabbitMQ's default is 5671
+    https_port: int | None = Field(None, ge=0, le=65535)
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    tls_cafile: Path | None = None  # CA bundle for client certificates
+    tls_verify_peer: bool = False  # require a client certificate signed by tls_cafile
+
+    # first run: an administrator besides (or instead of) guest
+    admin_user: str | None = None
+    admin_pass: str | None = None
+
     # shutdown
     shutdown_grace: float = Field(5.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

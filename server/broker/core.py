@@ -39,6 +39,8 @@ class BrokerObserver(Protocol):
 class Limits:
     max_queues_per_vhost: int = 100_000
     max_exchanges_per_vhost: int = 100_000
+    max_connections: int = 10_000
+    max_connections_per_user: int | None = None
 
 
 @dataclass(slots=True)

@@ -274,6 +274,16 @@ class Session:
             raise ConnectionException(
                 ReplyCode.NOT_ALLOWED,
                 f"NOT_ALLOWED - access to vhost '{name}' refused for user '{self.user.name}'", 10, 40)
+        limits = self.broker.limits
+        connections = self.broker.connections
+        if len(connections) >= limits.max_connections:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED,
+                                      f"NOT_ALLOWED - connection limit ({limits.max_connections}) is reached", 10, 40)
+        per_user = limits.max_connections_per_user
+        if per_user is not None and sum(1 for s in connections.values() if s.user is self.user) >= per_user:
+            raise ConnectionException(
+                ReplyCode.NOT_ALLOWED,
+                f"NOT_ALLOWED - connection limit ({per_user}) for user '{self.user.name}' is reached", 10, 40)
         self.vhost = vhost
         self.conn.send_method(0, m.ConnectionOpenOk())
         self.broker.observers.add(self)
