@@ -171,6 +171,12 @@ class App:
         self.bound["http"] = http[0].socket.getsockname()[:2]
         self.http_server = HTTPServer(self)
         listeners.start_soon(_serve, http, self.http_server.handle, conns)
+        tls = self._tls_context()
+        if tls is not None and s.https_port is not None:
+            https = await trio.open_tcp_listeners(s.https_port, host=s.http_host)
+            self.bound["https"] = https[0].socket.getsockname()[:2]
+            wrapped = [trio.SSLListener(lst, tls, https_compatible=True) for lst in https]
+            listeners.start_soon(_serve, wrapped, self.http_server.handle, conns)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         s = self.settings
