@@ -37,6 +37,8 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         "exchanges": [],
         "queues": [],
         "bindings": [],
+        # headrace's own: exchanges mirrored into the replay log (RabbitMQ ignores unknown keys)
+        "mirrors": [],
     }
     for vname, vhost in broker.vhosts.items():
         for ename, ex in vhost.exchanges.items():
@@ -51,6 +53,12 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
                 continue
             out["queues"].append({"name": qname, "vhost": vname, "durable": True,
                                   "auto_delete": q.auto_delete, "arguments": dict(q.arguments)})
+        for ename in sorted(vhost.mirrored):
+            ex = vhost.exchanges.get(ename)
+            if ex is None or not ex.durable or ex.arguments.get("x-mirror"):
+                continue  # x-mirror in the exchange's arguments restores it already
+            age, size = vhost.mirror_retention.get(ename, (None, None))
+            out["mirrors"].append({"vhost": vname, "exchange": ename, "max_age_ms": age, "max_bytes": size})
         for b in vhost.bindings():
             if vhost._binding_durable(b):
                 out["bindings"].append({
@@ -97,6 +105,10 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
         kind = DestinationKind(b.get("destination_type", "queue"))
         vhost.bind(_field(b, "source"), _field(b, "destination"), kind, b.get("routing_key", ""),
                    b.get("arguments") or {})
+    for mirror in doc.get("mirrors", []):
+        vhost = broker.add_vhost(mirror.get("vhost", "/"))
+        vhost.set_mirror(_field(mirror, "exchange"), True, max_age_ms=mirror.get("max_age_ms"),
+                         max_bytes=mirror.get("max_bytes"))
     broker.definitions_changed()
 
 

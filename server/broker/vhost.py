@@ -62,6 +62,8 @@ class VHost:
         for ex_name, ex_type in PREDECLARED:
             self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True)
         self.mirrored: set[str] = set()
+        # mirror retention per exchange: (max_age_ms, max_bytes), None meaning unbounded
+        self.mirror_retention: dict[str, tuple[int | None, int | None]] = {}
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages()
@@ -112,6 +114,9 @@ class VHost:
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
+            age, size = arguments.get("x-mirror-max-age-ms"), arguments.get("x-mirror-max-bytes")
+            self.mirror_retention[name] = (age if isinstance(age, int) else None,
+                                           size if isinstance(size, int) else None)
         if type_ == DELAYED_TYPE:
             self.delayed_exchanges.add(name)
         if durable:
@@ -128,6 +133,7 @@ class VHost:
             raise errors.in_use("exchange", name, self.name)
         del self.exchanges[name]
         self.mirrored.discard(name)
+        self.mirror_retention.pop(name, None)
         if name in self.delayed_exchanges:
             self.delayed_exchanges.discard(name)
             for item in self.delayed.drop_exchange(name):
@@ -138,6 +144,20 @@ class VHost:
                 self._maybe_auto_delete_exchange(other)
         if exchange.durable:
             self.broker.definitions_changed()
+
+    def set_mirror(self, name: str, enabled: bool, *, max_age_ms: int | None = None,
+                   max_bytes: int | None = None) -> None:
+        """Switch mirroring of an exchange into its append-only log on or off (a durable setting)."""
+        if name == "":
+            raise errors.access_refused("the default exchange cannot be mirrored")
+        self.get_exchange(name)
+        if enabled:
+            self.mirrored.add(name)
+            self.mirror_retention[name] = (max_age_ms, max_bytes)
+        else:
+            self.mirrored.discard(name)
+            self.mirror_retention.pop(name, None)
+        self.broker.definitions_changed()
 
     def _is_destination(self, name: str) -> bool:
         return any(b.destination == name and b.kind is EXCHANGE for ex in self.exchanges.values() for b in ex.bindings())

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from headrace.persistence import FsyncMode, MessageStore
-from headrace.persistence.mirror_log import MirrorLog
+from headrace.persistence.mirror_log import MirrorLog, Retention
 from headrace.persistence.spill import SpillStore
 from headrace.queues import Message, QueueEntry
 from headrace.queues.backing import Backing
@@ -41,6 +41,8 @@ PAGE_IN_BYTES = 8 << 20
 PAGER_POLL = 0.05
 # Compaction runs between groups at most this often (seconds).
 COMPACT_INTERVAL = 5.0
+# Mirror retention (whole old segments dropped) is enforced at most this often (seconds).
+RETENTION_INTERVAL = 10.0
 
 
 class Storage:
@@ -55,6 +57,7 @@ class Storage:
         self._mirror_kick = trio.Event()
         self._pager_kick = trio.Event()
         self._last_compact = 0.0
+        self._last_retention = 0.0
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         self._pager_kick.set()
@@ -133,14 +136,29 @@ class Storage:
         for vhost, exchange, record in records:
             groups[(vhost, exchange)].append(record)
 
+        retention: dict[tuple[str, str], Retention] = {}
+        for key in groups:
+            vhost = broker.vhosts.get(key[0])
+            age, size = vhost.mirror_retention.get(key[1], (None, None)) if vhost else (None, None)
+            retention[key] = Retention(max_age_ms=age, max_bytes=size)
+        now_ms = int(broker.now * 1000)
+        enforce = trio.current_time() - self._last_retention > RETENTION_INTERVAL
+        if enforce:
+            self._last_retention = trio.current_time()
+
         def write() -> None:
             for key, recs in groups.items():
                 log_ = self.mirrors.get(key)
-                if log_ is None:
-                    log_ = self.mirrors[key] = MirrorLog(self.mirror_root, key[0], key[1])
+                if log_ is None or log_.retention != retention[key]:
+                    if log_ is not None:
+                        log_.close()
+                    log_ = self.mirrors[key] = MirrorLog(self.mirror_root, key[0], key[1],
+                                                         retention=retention[key])
                     log_.recover()
                 log_.append_many(recs)
                 log_.flush(fsync=self.settings.fsync != "off")
+                if enforce:
+                    log_.enforce_retention(now_ms)
 
         await trio.to_thread.run_sync(write)
 
