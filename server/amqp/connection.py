@@ -1,0 +1,427 @@
+"""The server side of one AMQP 0-9-1 connection, sans-IO (h2's shape).
+
+Rule 1: ``AMQPConnection`` owns the wire state: handshake stage, negotiated limits, which channels
+are open or being closed by us, content being assembled per channel, and the outgoing bytes.
+Rule 2: it knows nothing of brokers, time or sockets. ``receive_data`` parses every complete frame
+in the buffer and returns events; it never raises on bad input but answers it the way the spec says
+(channel.close or connection.close with a reply code) and reports that as an event. Outbound calls
+append to a list that ``data_to_send`` joins once per writer wake-up.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+from . import methods as m
+from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_content, encode_deliver, encode_method_frame
+from .errors import AMQPError, ChannelException, ConnectionException
+from .events import (
+    BadProtocolHeader,
+    ChannelClosed,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionCloseOk,
+    ContentReceived,
+    MethodReceived,
+)
+from .spec import FRAME_END, FRAME_MIN_SIZE, PROTOCOL_HEADER, ReplyCode
+
+__all__ = ["AMQPConnection", "ConnectionState"]
+
+_HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+_CONTENT_HEADER = struct.Struct(">HHQ")
+_unpack_frame = FRAME_HEADER.unpack_from
+_PUBLISH = (60, 40)
+
+
+class ConnectionState(Enum):
+    AWAIT_HEADER = "await-header"
+    AWAIT_START_OK = "await-start-ok"
+    AWAIT_TUNE_OK = "await-tune-ok"
+    AWAIT_OPEN = "await-open"
+    OPEN = "open"
+    CLOSING = "closing"  # we sent connection.close and wait for close-ok
+    CLOSED = "closed"
+
+
+# connection-class methods a client may send, by handshake stage
+_EXPECTED: dict[ConnectionState, type] = {
+    ConnectionState.AWAIT_START_OK: m.ConnectionStartOk,
+    ConnectionState.AWAIT_TUNE_OK: m.ConnectionTuneOk,
+    ConnectionState.AWAIT_OPEN: m.ConnectionOpen,
+}
+_NEXT: dict[ConnectionState, ConnectionState] = {
+    ConnectionState.AWAIT_START_OK: ConnectionState.AWAIT_TUNE_OK,
+    ConnectionState.AWAIT_TUNE_OK: ConnectionState.AWAIT_OPEN,
+    ConnectionState.AWAIT_OPEN: ConnectionState.OPEN,
+}
+
+
+class _Content:
+    """A basic.publish waiting for its header and body frames."""
+
+    __slots__ = ("method", "props_raw", "size", "parts", "received")
+
+    def __init__(self, method: m.BasicPublish) -> None:
+        self.method = method
+        self.props_raw = b""
+        self.size = -1  # unknown until the header frame
+        self.parts: list[bytes] = []
+        self.received = 0
+
+
+class AMQPConnection:
+    def __init__(self, *, server_properties: Mapping[str, Any], channel_max: int = 2047,
+                 frame_max: int = 131072, heartbeat: int = 60, max_message_size: int = 128 << 20,
+                 mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")) -> None:
+        self.server_properties = dict(server_properties)
+        self.channel_max = channel_max
+        self.frame_max = frame_max
+        self.heartbeat = heartbeat
+        self.max_message_size = max_message_size
+        self.mechanisms = mechanisms
+        self.state = ConnectionState.AWAIT_HEADER
+        self.client_properties: dict[str, Any] = {}
+        self.vhost: str | None = None
+        self.open_channels: set[int] = set()
+        self.closing_channels: set[int] = set()  # we sent channel.close, waiting for close-ok
+        self._content: dict[int, _Content] = {}
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self.bytes_pending = 0
+        self._received = False
+        self._sent = False
+        self._last_seen: float | None = None
+
+    # ------------------------------------------------------------------ outbound
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self.bytes_pending += len(data)
+
+    def send_method(self, channel: int, method: Any) -> None:
+        data = encode_method_frame(channel, method)
+        self._out.append(data)
+        self.bytes_pending += len(data)
+
+    def send_content(self, channel: int, method: Any, props_raw: bytes, body: bytes) -> None:
+        data = encode_method_frame(channel, method) + encode_content(channel, method.CLASS_ID, props_raw, body,
+                                                                     self.frame_max)
+        self._out.append(data)
+        self.bytes_pending += len(data)
+
+    def send_deliver(self, channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+                     routing_key: str, props_raw: bytes, body: bytes) -> None:
+        data = encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key, props_raw,
+                              body, self.frame_max)
+        self._out.append(data)
+        self.bytes_pending += len(data)
+
+    def send_heartbeat(self) -> None:
+        self._queue(_HEARTBEAT_FRAME)
+
+    def data_to_send(self) -> bytes:
+        if not self._out:
+            return b""
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out = []
+        self.bytes_pending = 0
+        self._sent = True
+        return data
+
+    def close_channel(self, channel: int, exc: ChannelException) -> None:
+        if channel not in self.open_channels:
+            return
+        self.open_channels.discard(channel)
+        self._content.pop(channel, None)
+        self.closing_channels.add(channel)
+        self.send_method(channel, m.ChannelClose(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id))
+
+    def close(self, exc: AMQPError | None = None, *, reply_code: int = 200, reply_text: str = "") -> None:
+        if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return
+        if exc is not None:
+            reply_code, reply_text = exc.reply_code, exc.reply_text
+            class_id, method_id = exc.class_id, exc.method_id
+        else:
+            class_id = method_id = 0
+        if self.state is ConnectionState.AWAIT_HEADER:
+            self.state = ConnectionState.CLOSED
+            return
+        self.send_method(0, m.ConnectionClose(reply_code, reply_text, class_id, method_id))
+        self.state = ConnectionState.CLOSING
+        self.open_channels.clear()
+        self._content.clear()
+
+    def tick(self, now: float) -> bool:
+        """Heartbeat bookkeeping, called every heartbeat/2 seconds: False when the peer has been
+        silent for more than two heartbeat intervals; queues a heartbeat if we sent nothing."""
+        if self._received or self._last_seen is None:
+            self._last_seen = now
+            self._received = False
+        if self.heartbeat and now - self._last_seen > 2 * self.heartbeat:
+            return False
+        if self.heartbeat and not self._sent and not self._out and self.state is ConnectionState.OPEN:
+            self.send_heartbeat()
+        self._sent = False
+        return True
+
+    def is_channel_open(self, channel: int) -> bool:
+        return channel in self.open_channels
+
+    # ------------------------------------------------------------------ inbound
+    def receive_data(self, data: bytes) -> list[Any]:
+        events: list[Any] = []
+        if not data or self.state is ConnectionState.CLOSED:
+            return events
+        self._received = True
+        buf = self._buf
+        buf += data
+        if self.state is ConnectionState.AWAIT_HEADER:
+            if len(buf) < 8:
+                if not PROTOCOL_HEADER.startswith(bytes(buf)):
+                    return self._bad_header(events)
+                return events
+            if bytes(buf[:8]) != PROTOCOL_HEADER:
+                return self._bad_header(events)
+            del buf[:8]
+            self.send_method(0, m.ConnectionStart(0, 9, self.server_properties, " ".join(self.mechanisms).encode(),
+                                                  b"en_US"))
+            self.state = ConnectionState.AWAIT_START_OK
+        pos = 0
+        end = len(buf)
+        limit = self.frame_max if self.frame_max else 1 << 31
+        try:
+            while end - pos >= 7:
+                frame_type, channel, size = _unpack_frame(buf, pos)
+                if size + 8 > limit:
+                    raise ConnectionException(ReplyCode.FRAME_ERROR,
+                                              f"FRAME_ERROR - frame size {size + 8} exceeds frame_max {limit}")
+                frame_end = pos + 7 + size
+                if frame_end >= end:
+                    break
+                if buf[frame_end] != FRAME_END:
+                    raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - bad frame end marker")
+                payload = bytes(buf[pos + 7:frame_end])
+                pos = frame_end + 1
+                if self.state is ConnectionState.CLOSING:
+                    self._closing_frame(frame_type, channel, payload, events)
+                    if self.state is ConnectionState.CLOSED:
+                        break
+                    continue
+                if frame_type == 1:
+                    self._method_frame(channel, payload, events)
+                elif frame_type == 3:
+                    self._body_frame(channel, payload, events)
+                elif frame_type == 2:
+                    self._header_frame(channel, payload, events)
+                elif frame_type == 8:
+                    if channel != 0:
+                        raise ConnectionException(ReplyCode.FRAME_ERROR,
+                                                  "FRAME_ERROR - heartbeat frame on a non-zero channel")
+                else:
+                    raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - unknown frame type {frame_type}")
+                if self.state is ConnectionState.CLOSED:
+                    break
+        except ConnectionException as exc:
+            self._fail(exc, events)
+            buf.clear()
+            return events
+        if pos:
+            del buf[:pos]
+        return events
+
+    def _bad_header(self, events: list[Any]) -> list[Any]:
+        self._queue(PROTOCOL_HEADER)
+        self.state = ConnectionState.CLOSED
+        self._buf.clear()
+        events.append(BadProtocolHeader())
+        return events
+
+    def _fail(self, exc: ConnectionException, events: list[Any]) -> None:
+        if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return
+        self.close(exc)
+        events.append(ConnectionClosed(exc.reply_code, exc.reply_text, False))
+
+    def _closing_frame(self, frame_type: int, channel: int, payload: bytes, events: list[Any]) -> None:
+        """After our connection.close only close/close-ok matter."""
+        if frame_type != 1 or channel != 0 or len(payload) < 4:
+            return
+        ids = (payload[0] << 8 | payload[1], payload[2] << 8 | payload[3])
+        if ids == (10, 51):
+            self.state = ConnectionState.CLOSED
+            events.append(ConnectionCloseOk())
+        elif ids == (10, 50):
+            self.send_method(0, m.ConnectionCloseOk())
+            self.state = ConnectionState.CLOSED
+            events.append(ConnectionCloseOk())
+
+    def _method_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
+        if len(payload) < 4:
+            raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - method frame too short")
+        class_id = payload[0] << 8 | payload[1]
+        method_id = payload[2] << 8 | payload[3]
+        if channel:
+            if channel in self._content:
+                raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
+                                          f"UNEXPECTED_FRAME - expected content header for class 60, got "
+                                          f"method {class_id}.{method_id}", class_id, method_id)
+            if channel in self.open_channels:
+                try:
+                    if class_id == 60 and method_id == 40:
+                        self._content[channel] = _Content(decode_publish(payload))
+                        return
+                    if class_id == 60 and method_id == 80:
+                        events.append(MethodReceived(channel, decode_ack(payload)))
+                        return
+                except (IndexError, struct.error, UnicodeDecodeError):
+                    raise ConnectionException(ReplyCode.SYNTAX_ERROR, "SYNTAX_ERROR - malformed method",
+                                              class_id, method_id) from None
+        method = m.decode_method(payload)
+        if channel == 0:
+            self._connection_method(method, events)
+        else:
+            self._channel_method(channel, method, events)
+
+    def _connection_method(self, method: Any, events: list[Any]) -> None:
+        kind = type(method)
+        if kind is m.ConnectionClose:
+            self.send_method(0, m.ConnectionCloseOk())
+            self.state = ConnectionState.CLOSED
+            events.append(ConnectionClosed(method.reply_code, method.reply_text, True))
+            return
+        expected = _EXPECTED.get(self.state)
+        if expected is not None:
+            if kind is not expected:
+                raise ConnectionException(ReplyCode.COMMAND_INVALID,
+                                          f"COMMAND_INVALID - expected {expected.NAME}, got {method.NAME}",
+                                          method.CLASS_ID, method.METHOD_ID)
+            if kind is m.ConnectionStartOk:
+                if method.mechanism not in self.mechanisms:
+                    raise ConnectionException(
+                        ReplyCode.ACCESS_REFUSED,
+                        f"ACCESS_REFUSED - unsupported authentication mechanism {method.mechanism!r}", 10, 11)
+                self.client_properties = dict(method.client_properties)
+            elif kind is m.ConnectionTuneOk:
+                self._apply_tune(method)
+            else:
+                self.vhost = method.virtual_host
+            self.state = _NEXT[self.state]
+            events.append(MethodReceived(0, method))
+            return
+        if kind is m.ConnectionUpdateSecret and self.state is ConnectionState.OPEN:
+            events.append(MethodReceived(0, method))
+            return
+        if kind in (m.ConnectionBlocked, m.ConnectionUnblocked):
+            return  # a client telling us it is blocked: nothing to do
+        raise ConnectionException(ReplyCode.COMMAND_INVALID, f"COMMAND_INVALID - unexpected {method.NAME}",
+                                  method.CLASS_ID, method.METHOD_ID)
+
+    def _apply_tune(self, method: m.ConnectionTuneOk) -> None:
+        frame_max = method.frame_max or self.frame_max
+        if frame_max < FRAME_MIN_SIZE:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED,
+                                      f"NOT_ALLOWED - frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31)
+        if self.frame_max and frame_max > self.frame_max:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED,
+                                      f"NOT_ALLOWED - frame_max={frame_max} > {self.frame_max} max size", 10, 31)
+        self.frame_max = frame_max
+        channel_max = method.channel_max or 65535
+        self.channel_max = min(channel_max, self.channel_max) if self.channel_max else channel_max
+        self.heartbeat = method.heartbeat
+
+    def _channel_method(self, channel: int, method: Any, events: list[Any]) -> None:
+        if self.state is not ConnectionState.OPEN:
+            raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - connection is not open yet",
+                                      method.CLASS_ID, method.METHOD_ID)
+        kind = type(method)
+        if method.CLASS_ID == 10:
+            raise ConnectionException(ReplyCode.COMMAND_INVALID,
+                                      f"COMMAND_INVALID - {method.NAME} on channel {channel}",
+                                      method.CLASS_ID, method.METHOD_ID)
+        if channel in self.closing_channels:
+            if kind is m.ChannelCloseOk:
+                self.closing_channels.discard(channel)
+            elif kind is m.ChannelClose:
+                self.send_method(channel, m.ChannelCloseOk())
+            return  # everything else on a channel we are closing is discarded (spec)
+        if kind is m.ChannelOpen:
+            if channel in self.open_channels:
+                raise ConnectionException(ReplyCode.CHANNEL_ERROR,
+                                          "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)
+            if channel > self.channel_max:
+                raise ConnectionException(ReplyCode.CHANNEL_ERROR,
+                                          f"CHANNEL_ERROR - channel id {channel} above channel_max "
+                                          f"{self.channel_max}", 20, 10)
+            self.open_channels.add(channel)
+            self.send_method(channel, m.ChannelOpenOk())
+            events.append(ChannelOpened(channel))
+            return
+        if channel not in self.open_channels:
+            raise ConnectionException(ReplyCode.CHANNEL_ERROR,
+                                      f"CHANNEL_ERROR - expected 'channel.open' on channel {channel}",
+                                      method.CLASS_ID, method.METHOD_ID)
+        if kind is m.ChannelClose:
+            self.open_channels.discard(channel)
+            self._content.pop(channel, None)
+            self.send_method(channel, m.ChannelCloseOk())
+            events.append(ChannelClosed(channel, method.reply_code, method.reply_text, True))
+            return
+        if kind is m.ChannelCloseOk:
+            raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - unexpected channel.close-ok", 20, 41)
+        if method.HAS_CONTENT:
+            if kind is not m.BasicPublish:
+                raise ConnectionException(ReplyCode.COMMAND_INVALID,
+                                          f"COMMAND_INVALID - {method.NAME} is sent by servers only",
+                                          method.CLASS_ID, method.METHOD_ID)
+            self._content[channel] = _Content(method)
+            return
+        events.append(MethodReceived(channel, method))
+
+    def _header_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
+        content = self._content.get(channel)
+        if content is None or content.size >= 0:
+            if channel in self.closing_channels:
+                return
+            raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
+                                      f"UNEXPECTED_FRAME - content header on channel {channel} without a method")
+        if len(payload) < 14:
+            raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - content header too short")
+        class_id, _weight, size = _CONTENT_HEADER.unpack_from(payload, 0)
+        if class_id != 60:
+            raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
+        if size > self.max_message_size:
+            del self._content[channel]
+            exc = ChannelException(ReplyCode.PRECONDITION_FAILED,
+                                   f"PRECONDITION_FAILED - message size {size} is larger than configured max size "
+                                   f"{self.max_message_size}", 60, 40)
+            self.close_channel(channel, exc)
+            events.append(ChannelClosed(channel, exc.reply_code, exc.reply_text, False))
+            return
+        content.props_raw = payload[12:]
+        content.size = size
+        if size == 0:
+            del self._content[channel]
+            events.append(ContentReceived(channel, content.method, content.props_raw, b"", 0))
+
+    def _body_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
+        content = self._content.get(channel)
+        if content is None or content.size < 0:
+            if channel in self.closing_channels:
+                return
+            raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
+                                      f"UNEXPECTED_FRAME - content body on channel {channel} without a header")
+        content.parts.append(payload)
+        content.received += len(payload)
+        if content.received >= content.size:
+            if content.received > content.size:
+                raise ConnectionException(ReplyCode.FRAME_ERROR,
+                                          "FRAME_ERROR - content body longer than announced in its header")
+            del self._content[channel]
+            parts = content.parts
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            events.append(ContentReceived(channel, content.method, content.props_raw, body, content.size))
+

@@ -1,0 +1,73 @@
+"""What ``AMQPConnection.receive_data`` hands the session: one small frozen object per thing that
+happened on the wire."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BadProtocolHeader",
+    "ChannelClosed",
+    "ChannelOpened",
+    "ConnectionCloseOk",
+    "ConnectionClosed",
+    "ContentReceived",
+    "Event",
+    "MethodReceived",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodReceived:
+    channel: int
+    method: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ContentReceived:
+    """A complete basic.publish: method, the publisher's property bytes, and the body."""
+
+    channel: int
+    method: Any
+    props_raw: bytes
+    body: bytes
+    body_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelOpened:
+    channel: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelClosed:
+    """The peer closed the channel (close-ok already queued), or the protocol closed it on a
+    channel-level fault (by_peer False). Either way its state is gone."""
+
+    channel: int
+    reply_code: int
+    reply_text: str
+    by_peer: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The peer sent connection.close (close-ok queued), or we closed on a protocol fault."""
+
+    reply_code: int
+    reply_text: str
+    by_peer: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionCloseOk:
+    """The peer answered our connection.close: the socket may go."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadProtocolHeader:
+    """Not AMQP 0-9-1: our header is queued as the answer; flush and close."""
+
+
+Event = MethodReceived | ContentReceived | ChannelOpened | ChannelClosed | ConnectionClosed | ConnectionCloseOk | BadProtocolHeader

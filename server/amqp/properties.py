@@ -1,0 +1,175 @@
+"""Basic-class content properties.
+
+The broker keeps the publisher's property bytes (``props_raw``: the 16-bit flag word(s) then the
+property list) and hands them to consumers untouched. It only looks inside when it must:
+``quick_props`` reads delivery mode, priority and expiration without building anything, full
+``decode_properties`` runs when there are headers to route on, and ``replace_headers`` re-encodes
+when the broker itself changes headers (BCC removal, x-death, x-delivery-count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .tables import FrameSyntaxError, decode_table, encode_table
+
+__all__ = [
+    "BasicProperties",
+    "decode_properties",
+    "encode_properties",
+    "quick_props",
+    "replace_headers",
+]
+
+_H = struct.Struct(">H")
+_Q = struct.Struct(">Q")
+
+# (field, type, flag bit) in wire order
+_FIELDS: tuple[tuple[str, str, int], ...] = (
+    ("content_type", "shortstr", 15),
+    ("content_encoding", "shortstr", 14),
+    ("headers", "table", 13),
+    ("delivery_mode", "octet", 12),
+    ("priority", "octet", 11),
+    ("correlation_id", "shortstr", 10),
+    ("reply_to", "shortstr", 9),
+    ("expiration", "shortstr", 8),
+    ("message_id", "shortstr", 7),
+    ("timestamp", "timestamp", 6),
+    ("type", "shortstr", 5),
+    ("user_id", "shortstr", 4),
+    ("app_id", "shortstr", 3),
+    ("cluster_id", "shortstr", 2),
+)
+_HEADERS = 1 << 13
+_DELIVERY_MODE = 1 << 12
+_PRIORITY = 1 << 11
+
+
+@dataclass(frozen=True, slots=True)
+class BasicProperties:
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: int | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
+
+
+def _flags(raw: bytes) -> tuple[int, int]:
+    """First flag word and the offset of the property list (extra flag words are skipped: no
+    property is defined in them)."""
+    if len(raw) < 2:
+        return 0, len(raw)
+    flags = (raw[0] << 8) | raw[1]
+    offset = 2
+    word = flags
+    while word & 1:
+        if offset + 2 > len(raw):
+            raise FrameSyntaxError("truncated property flags")
+        word = (raw[offset] << 8) | raw[offset + 1]
+        offset += 2
+    return flags, offset
+
+
+def decode_properties(raw: bytes) -> BasicProperties:
+    if not raw:
+        return BasicProperties()
+    flags, offset = _flags(raw)
+    values: dict[str, Any] = {}
+    try:
+        for name, kind, bit in _FIELDS:
+            if not flags & (1 << bit):
+                continue
+            if kind == "shortstr":
+                n = raw[offset]
+                end = offset + 1 + n
+                if end > len(raw):
+                    raise FrameSyntaxError("property string past the end")
+                values[name] = raw[offset + 1:end].decode("utf-8", "replace")
+                offset = end
+            elif kind == "octet":
+                values[name] = raw[offset]
+                offset += 1
+            elif kind == "table":
+                values[name], offset = decode_table(raw, offset)
+            else:
+                values[name] = _Q.unpack_from(raw, offset)[0]
+                offset += 8
+    except (IndexError, struct.error):
+        raise FrameSyntaxError("truncated content properties") from None
+    return BasicProperties(**values)
+
+
+def encode_properties(props: BasicProperties) -> bytes:
+    flags = 0
+    parts: list[bytes] = []
+    for name, kind, bit in _FIELDS:
+        value = getattr(props, name)
+        if value is None:
+            continue
+        flags |= 1 << bit
+        if kind == "shortstr":
+            raw = value.encode() if isinstance(value, str) else bytes(value)
+            parts.append(bytes((min(len(raw), 255),)) + raw[:255])
+        elif kind == "octet":
+            parts.append(bytes((value & 0xFF,)))
+        elif kind == "table":
+            parts.append(encode_table(value))
+        else:
+            parts.append(_Q.pack(int(value)))
+    return _H.pack(flags) + b"".join(parts)
+
+
+def quick_props(raw: bytes) -> tuple[int | None, int | None, str | None, bool]:
+    """(delivery_mode, priority, expiration, has_headers) read straight from the bytes."""
+    if len(raw) < 2:
+        return None, None, None, False
+    flags = (raw[0] << 8) | raw[1]
+    if not flags & 0xFFFE:
+        return None, None, None, False
+    if flags & 1:
+        flags, offset = _flags(raw)
+    else:
+        offset = 2
+    try:
+        if flags & 0x8000:
+            offset += 1 + raw[offset]
+        if flags & 0x4000:
+            offset += 1 + raw[offset]
+        has_headers = bool(flags & _HEADERS)
+        if has_headers:
+            offset += 4 + ((raw[offset] << 24) | (raw[offset + 1] << 16) | (raw[offset + 2] << 8) | raw[offset + 3])
+        delivery_mode = priority = None
+        if flags & _DELIVERY_MODE:
+            delivery_mode = raw[offset]
+            offset += 1
+        if flags & _PRIORITY:
+            priority = raw[offset]
+            offset += 1
+        expiration = None
+        if flags & 0x0100:
+            if flags & 0x0400:
+                offset += 1 + raw[offset]
+            if flags & 0x0200:
+                offset += 1 + raw[offset]
+            n = raw[offset]
+            expiration = raw[offset + 1:offset + 1 + n].decode("utf-8", "replace")
+    except IndexError:
+        raise FrameSyntaxError("truncated content properties") from None
+    return delivery_mode, priority, expiration, has_headers
+
+
+def replace_headers(raw: bytes, headers: dict[str, Any] | None) -> bytes:
+    return encode_properties(dataclasses.replace(decode_properties(raw), headers=headers or None))
