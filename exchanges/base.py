@@ -1,0 +1,152 @@
+"""The ``Exchange`` base: bindings are kept by subclasses; ``route`` is written once here.
+
+Rule 1: an exchange owns its bindings; only ``bind``/``unbind``/``unbind_destination`` change them.
+Rule 2: ``route`` follows exchange-to-exchange bindings with a visited set (loops end), adds the
+routing keys of CC/BCC headers, and falls back to the alternate exchange when no queue matched
+(first exchange only, then through the alternate's own bindings and alternates, loop-protected).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .binding import Binding, DestinationKind
+
+__all__ = ["Exchange", "RouteResult", "Destination"]
+
+Destination = tuple[DestinationKind, str]
+QUEUE = DestinationKind.QUEUE
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResult:
+    queues: tuple[str, ...]
+    used_alternate: bool = False
+
+
+def _extra_keys(headers: Mapping[str, Any]) -> list[str]:
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, bytes):
+                    item = item.decode("utf-8", "replace")
+                if isinstance(item, str):
+                    keys.append(item)
+    return keys
+
+
+class Exchange(ABC):
+    TYPE: ClassVar[str]
+    USES_HEADERS: ClassVar[bool] = False
+
+    def __init__(self, name: str, *, durable: bool = False, auto_delete: bool = False, internal: bool = False,
+                 arguments: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments: dict[str, Any] = dict(arguments or {})
+        alternate = self.arguments.get("alternate-exchange")
+        if isinstance(alternate, bytes):
+            alternate = alternate.decode()
+        self.alternate: str | None = alternate if isinstance(alternate, str) and alternate else None
+        self._bindings: dict[Binding, None] = {}
+        self._exchange_destinations = 0  # bindings to exchanges: route() only walks when > 0
+        self.cache_hits = 0
+        self.cache_misses = 0
+
+    # ------------------------------------------------------------------ bindings
+    def bind(self, b: Binding) -> bool:
+        if b in self._bindings:
+            return False
+        self._add(b)
+        self._bindings[b] = None
+        if b.kind is DestinationKind.EXCHANGE:
+            self._exchange_destinations += 1
+        return True
+
+    def unbind(self, b: Binding) -> bool:
+        if b not in self._bindings:
+            return False
+        del self._bindings[b]
+        self._remove(b)
+        if b.kind is DestinationKind.EXCHANGE:
+            self._exchange_destinations -= 1
+        return True
+
+    def bindings(self) -> list[Binding]:
+        return list(self._bindings)
+
+    def unbind_destination(self, destination: str, kind: DestinationKind) -> list[Binding]:
+        removed = [b for b in self._bindings if b.destination == destination and b.kind is kind]
+        for b in removed:
+            self.unbind(b)
+        return removed
+
+    def has_bindings(self) -> bool:
+        return bool(self._bindings)
+
+    @abstractmethod
+    def _add(self, b: Binding) -> None: ...
+
+    @abstractmethod
+    def _remove(self, b: Binding) -> None: ...
+
+    @abstractmethod
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]: ...
+
+    # ------------------------------------------------------------------ routing
+    def route(self, routing_key: str, headers: Mapping[str, Any] | None,
+              lookup: Callable[[str], Exchange | None]) -> RouteResult:
+        keys = [routing_key]
+        if headers and ("CC" in headers or "BCC" in headers):
+            keys += _extra_keys(headers)
+        if len(keys) == 1 and not self._exchange_destinations:
+            found = self.destinations(routing_key, headers)  # fast path: one key, queues only
+            if found:
+                return RouteResult(tuple(name for _, name in found))
+            if self.alternate is None:
+                return RouteResult(())
+        visited = {self.name}
+        queues = self._walk(self, keys, headers, lookup, visited)
+        if queues or self.alternate is None:
+            return RouteResult(tuple(queues))
+        alternate = self.alternate
+        while alternate is not None and alternate not in visited:
+            visited.add(alternate)
+            ex = lookup(alternate)
+            if ex is None:
+                break
+            queues = self._walk(ex, keys, headers, lookup, visited)
+            if queues:
+                return RouteResult(tuple(queues), True)
+            alternate = ex.alternate
+        return RouteResult((), False)
+
+    @staticmethod
+    def _walk(start: Exchange, keys: list[str], headers: Mapping[str, Any] | None,
+              lookup: Callable[[str], Exchange | None], visited: set[str]) -> dict[str, None]:
+        queues: dict[str, None] = {}
+        stack = [start]
+        while stack:
+            ex = stack.pop()
+            for key in keys:
+                for kind, dest in ex.destinations(key, headers):
+                    if kind is QUEUE:
+                        queues[dest] = None
+                    elif dest not in visited:
+                        visited.add(dest)
+                        nxt = lookup(dest)
+                        if nxt is not None:
+                            stack.append(nxt)
+        return queues
+
+    def equivalent(self, type_: str, durable: bool, auto_delete: bool, internal: bool,
+                   arguments: Mapping[str, Any] | None) -> bool:
+        return (type_ == self.TYPE and durable == self.durable and auto_delete == self.auto_delete
+                and internal == self.internal and dict(arguments or {}) == self.arguments)

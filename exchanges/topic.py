@@ -1,0 +1,56 @@
+"""Topic exchange: a trie of patterns plus a bounded per-exchange cache of routing results."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from .base import Destination, Exchange
+from .binding import Binding
+from .topic_trie import TopicTrie
+
+__all__ = ["ROUTE_CACHE_MAX", "TopicExchange"]
+
+# Distinct routing keys remembered per exchange. Publishers usually reuse a small set of keys, so
+# 4096 covers them; a publisher cycling through unique keys only costs a cleared dict now and then.
+ROUTE_CACHE_MAX = 4096
+
+
+class TopicExchange(Exchange):
+    TYPE = "topic"
+
+    def __init__(self, name: str, **kw: Any) -> None:
+        super().__init__(name, **kw)
+        self._trie = TopicTrie()
+        self._refs: dict[tuple[str, Destination], int] = {}
+        self._cache: dict[str, tuple[Destination, ...]] = {}
+
+    def _add(self, b: Binding) -> None:
+        key = (b.routing_key, (b.kind, b.destination))
+        count = self._refs.get(key, 0)
+        self._refs[key] = count + 1
+        if not count:
+            self._trie.add(b.routing_key, key[1])
+        self._cache.clear()
+
+    def _remove(self, b: Binding) -> None:
+        key = (b.routing_key, (b.kind, b.destination))
+        count = self._refs.get(key, 0) - 1
+        if count > 0:
+            self._refs[key] = count
+        else:
+            self._refs.pop(key, None)
+            self._trie.remove(b.routing_key, key[1])
+        self._cache.clear()
+
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+        cached = self._cache.get(routing_key)
+        if cached is not None:
+            self.cache_hits += 1
+            return cached
+        self.cache_misses += 1
+        found = tuple(self._trie.match(routing_key))  # type: ignore[arg-type]
+        if len(self._cache) >= ROUTE_CACHE_MAX:
+            self._cache.clear()
+        self._cache[routing_key] = found
+        return found
