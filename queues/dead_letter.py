@@ -1,0 +1,48 @@
+"""Dead letters and the ``x-death`` header RabbitMQ writes on them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from .message import Message
+
+__all__ = ["DeadLetter", "x_death_headers"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    message: Message
+    reason: str  # rejected | expired | maxlen | delivery_limit
+    queue: str
+    delivery_count: int = 0
+
+
+def x_death_headers(headers: Mapping[str, Any] | None, *, queue: str, reason: str, exchange: str,
+                    routing_keys: list[str], now: float) -> dict[str, Any]:
+    """New headers for a dead-lettered message: the ``x-death`` list (latest first, one entry per
+    queue and reason with a count), ``x-first-death-*`` once, ``x-last-death-*`` every time."""
+    out = dict(headers or {})
+    out.pop("BCC", None)
+    deaths = [dict(d) for d in out.get("x-death") or [] if isinstance(d, Mapping)]
+    when = datetime.fromtimestamp(int(now), timezone.utc)
+    for i, death in enumerate(deaths):
+        if death.get("queue") == queue and death.get("reason") == reason:
+            death["count"] = int(death.get("count", 1)) + 1
+            death["time"] = when
+            deaths.insert(0, deaths.pop(i))
+            break
+    else:
+        deaths.insert(0, {"count": 1, "reason": reason, "queue": queue, "time": when, "exchange": exchange,
+                          "routing-keys": list(routing_keys)})
+    out["x-death"] = deaths
+    if "x-first-death-reason" not in out:
+        out["x-first-death-reason"] = reason
+        out["x-first-death-queue"] = queue
+        out["x-first-death-exchange"] = exchange
+    out["x-last-death-reason"] = reason
+    out["x-last-death-queue"] = queue
+    out["x-last-death-exchange"] = exchange
+    return out

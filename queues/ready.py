@@ -1,0 +1,114 @@
+"""The ready list of one queue: FIFO by sequence number, requeued entries back in their place.
+
+Rule 1: a ``ReadyList`` owns the resident ready entries. New entries are appended to a deque (O(1));
+entries that come back (nack/reject with requeue, channel close) go into a list sorted by ``seq``,
+and ``pop`` takes whichever head is older, so a requeued message is delivered again from its
+original position. Priority queues keep one such pair per priority and serve the highest first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from sortedcontainers import SortedKeyList
+
+from .message import QueueEntry
+
+__all__ = ["ReadyList"]
+
+
+def _seq(entry: QueueEntry) -> int:
+    return entry.seq
+
+
+class _Lane:
+    __slots__ = ("fresh", "returned")
+
+    def __init__(self) -> None:
+        self.fresh: deque[QueueEntry] = deque()
+        self.returned: SortedKeyList = SortedKeyList(key=_seq)
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.returned)
+
+    def peek(self) -> QueueEntry | None:
+        fresh, returned = self.fresh, self.returned
+        if returned and (not fresh or returned[0].seq < fresh[0].seq):
+            return returned[0]  # type: ignore[no-any-return]
+        return fresh[0] if fresh else None
+
+    def pop(self) -> QueueEntry:
+        fresh, returned = self.fresh, self.returned
+        if returned and (not fresh or returned[0].seq < fresh[0].seq):
+            return returned.pop(0)  # type: ignore[no-any-return]
+        return fresh.popleft()
+
+
+class ReadyList:
+    def __init__(self, max_priority: int | None = None) -> None:
+        self._lanes = [_Lane() for _ in range((max_priority or 0) + 1)]
+        self._max = max_priority or 0
+        self.count = 0
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def _lane(self, entry: QueueEntry) -> _Lane:
+        if not self._max:
+            return self._lanes[0]
+        return self._lanes[min(entry.message.priority, self._max)]
+
+    def append(self, entry: QueueEntry) -> None:
+        self._lane(entry).fresh.append(entry)
+        self.count += 1
+        self.bytes += len(entry.message.body)
+
+    def extend(self, entries: Iterable[QueueEntry]) -> None:
+        for entry in entries:
+            self.append(entry)
+
+    def requeue(self, entry: QueueEntry) -> None:
+        self._lane(entry).returned.add(entry)
+        self.count += 1
+        self.bytes += len(entry.message.body)
+
+    def _head_lane(self) -> _Lane | None:
+        if not self._max:
+            lane = self._lanes[0]
+            return lane if len(lane) else None
+        for lane in reversed(self._lanes):
+            if len(lane):
+                return lane
+        return None
+
+    def peek(self) -> QueueEntry | None:
+        lane = self._head_lane()
+        return lane.peek() if lane is not None else None
+
+    def pop(self) -> QueueEntry | None:
+        lane = self._head_lane()
+        if lane is None:
+            return None
+        entry = lane.pop()
+        self.count -= 1
+        self.bytes -= len(entry.message.body)
+        return entry
+
+    def clear(self) -> list[QueueEntry]:
+        out = [e for e in self]
+        for lane in self._lanes:
+            lane.fresh.clear()
+            lane.returned.clear()
+        self.count = 0
+        self.bytes = 0
+        return out
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        for lane in reversed(self._lanes):
+            yield from lane.returned
+            yield from lane.fresh
