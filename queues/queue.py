@@ -216,13 +216,14 @@ class Queue:
         stats = self.stats
         while idle < n:
             consumer = consumers[idx]
-            idx = idx + 1 if idx + 1 < n else 0
             if not consumer.can_take():
                 idle += 1
+                idx = idx + 1 if idx + 1 < n else 0
                 continue
             entry = self._pop_live(now)
             if entry is None:
-                break
+                break  # this consumer is first in line next time
+            idx = idx + 1 if idx + 1 < n else 0
             idle = 0
             delivered += 1
             entry.owner = consumer

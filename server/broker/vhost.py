@@ -181,11 +181,11 @@ class VHost:
             queue = self.get_queue(name)
             self.check_exclusive(queue, owner)
             return queue
-        if not name:
-            name = "amq.gen-" + secrets.token_urlsafe(16)
-        existing = self.queues.get(name)
+        existing = self.queues.get(name) if name else None
         if existing is None and name.startswith("amq."):
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        if not name:
+            name = "amq.gen-" + secrets.token_urlsafe(16)
         arguments = dict(arguments or {})
         if existing is not None:
             self.check_exclusive(existing, owner)
