@@ -159,6 +159,8 @@ class AMQPConnectionHandler:
                 await self._wake_event.wait()
                 self._wake_event = trio.Event()
                 self._woken = False
+                if session.deferred:
+                    session.flush_deferred()
                 data = conn.data_to_send()
                 if data:
                     await send_all(data)

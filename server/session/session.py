@@ -69,6 +69,8 @@ class Session:
         self._perm_cache: dict[tuple[str, str], bool] = {}
         self.connected_at = broker.now
         self.blocked_sent = False
+        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
+        self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
 
     # ------------------------------------------------------------------ shell interface
     @property
@@ -114,10 +116,18 @@ class Session:
             except ConnectionException as exc:
                 self._fill_ids(exc, event)
                 self._close_connection(exc)
+            if self.deferred:
+                self.flush_deferred()
         if self.confirm_channels:
             self.release_confirms()
         if self.conn.bytes_pending:
             self.wake()
+
+    def flush_deferred(self) -> None:
+        deferred, self.deferred = self.deferred, []
+        for channel_id, method in deferred:
+            if self.conn.is_channel_open(channel_id):
+                self.conn.send_method(channel_id, method)
 
     def _fill_ids(self, exc: AMQPError, event: Any) -> None:
         method = getattr(event, "method", None)
@@ -189,6 +199,8 @@ class Session:
         elif not alarms and self.blocked_sent:
             self.conn.send_method(0, m.ConnectionUnblocked())
             self.blocked_sent = False
+        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
+        self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
         self.wake()
 
     # ------------------------------------------------------------------ permissions
@@ -364,7 +376,12 @@ class Session:
     def _queue_delete(self, ch: ChannelSession, method: m.QueueDelete) -> None:
         queue = method.queue or self.last_queue
         self._check("configure", "queue", queue)
-        count = self.vhost.delete_queue(queue, owner=self, if_unused=method.if_unused, if_empty=method.if_empty)
+        self.deleting_channel = ch.id
+        try:
+            count = self.vhost.delete_queue(queue, owner=self, if_unused=method.if_unused,
+                                            if_empty=method.if_empty)
+        finally:
+            self.deleting_channel = 0
         if not method.nowait:
             self.conn.send_method(ch.id, m.QueueDeleteOk(message_count=count))
 

@@ -96,19 +96,33 @@ def test_kombu_simple_queue_get_put(broker):
         q.close()
 
 
-def test_celery_task_roundtrip_with_rpc_results(broker):
-    from celery import Celery
-    from celery.contrib.testing.worker import start_worker
+def test_celery_worker_subprocess_runs_tasks_with_rpc_results(broker, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
 
     queue = unique("celery")
-    app = Celery("headrace_e2e", broker=broker.url.replace("amqp://", "pyamqp://"), backend="rpc://")
-    app.conf.update(task_default_queue=queue, broker_connection_retry_on_startup=False,
-                    worker_hijack_root_logger=False, result_expires=60)
+    env = {**os.environ, "E2E_BROKER_URL": broker.url.replace("amqp://", "pyamqp://"), "E2E_QUEUE": queue,
+           "PYTHONPATH": str(Path(__file__).parent)}
+    os.environ.update({"E2E_BROKER_URL": env["E2E_BROKER_URL"], "E2E_QUEUE": queue})
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_tasks", "worker", "--pool=solo", "--concurrency=1",
+         "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import celery_tasks
 
-    @app.task(name="e2e.add")
-    def add(x: int, y: int) -> int:
-        return x + y
-
-    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10):
-        results = [add.delay(i, i) for i in range(5)]
-        assert [r.get(timeout=20) for r in results] == [0, 2, 4, 6, 8]
+        celery_tasks.app.conf.update(broker_url=env["E2E_BROKER_URL"], task_default_queue=queue)
+        results = [celery_tasks.add.delay(i, i) for i in range(5)]
+        assert [r.get(timeout=30) for r in results] == [0, 2, 4, 6, 8]
+    finally:
+        worker.send_signal(signal.SIGTERM)  # warm shutdown, by PID
+        try:
+            out, _ = worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, _ = worker.communicate()
+    assert worker.returncode == 0, out
