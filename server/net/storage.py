@@ -60,7 +60,6 @@ class Storage:
         self._last_retention = 0.0
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
-        self._pager_kick.set()
         return self.spill.backing(f"{vhost}\x00{queue}")
 
     # ------------------------------------------------------------------ recovery
@@ -96,8 +95,8 @@ class Storage:
 
     # ------------------------------------------------------------------ tasks
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
-        broker.on_store_pending = self._store_kick.set
-        broker.on_mirror_pending = self._mirror_kick.set
+        broker.on_store_pending = lambda: self._store_kick.set()
+        broker.on_mirror_pending = lambda: self._mirror_kick.set()
         nursery.start_soon(self._flusher, broker, gate)
         nursery.start_soon(self._mirror_writer, broker)
         nursery.start_soon(self._pager, broker)
