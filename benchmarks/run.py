@@ -67,18 +67,37 @@ class Headrace:
             self.proc.kill()
 
 
+def free_port_pair(low: int = 25000, high: int = 40000) -> int:
+    """A port P with P + 20000 free too: RabbitMQ puts its distribution port there (< 65536)."""
+    for port in range(low, high):
+        try:
+            for p in (port, port + 20000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for RabbitMQ")
+
+
 class RabbitMQ:
     name = "rabbitmq"
 
     def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
+        self.port = free_port_pair()
         base = tmp / "rabbitmq"
-        base.mkdir()
+        (base / "mnesia").mkdir(parents=True)
+        (base / "log").mkdir()
         (base / "enabled_plugins").write_text("[].\n")
+        if os.geteuid() == 0:  # Debian's rabbitmq-server drops to the rabbitmq user
+            os.chmod(tmp, 0o755)
+            for path in [base, *base.rglob("*")]:
+                shutil.chown(path, "rabbitmq")
         env = {**os.environ, "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_NODENAME": f"bench{self.port}@localhost",
                "RABBITMQ_MNESIA_BASE": str(base / "mnesia"), "RABBITMQ_LOG_BASE": str(base / "log"),
                "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-               "RABBITMQ_DIST_PORT": str(free_port()), "HOME": str(base)}
+               "RABBITMQ_FEATURE_FLAGS_FILE": str(base / "feature_flags"),
+               "HOME": str(base)}
         self.proc = subprocess.Popen(["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         wait_port(self.port, 90)
@@ -127,7 +146,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small message counts (smoke run)")
     args = ap.parse_args()
     use_rabbit = not args.no_rabbitmq and shutil.which("rabbitmq-server") is not None
-    print(f"# machine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"# machine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+          flush=True)
     if not use_rabbit:
         print("# RabbitMQ not installed (or --no-rabbitmq): headrace alone")
     with tempfile.TemporaryDirectory(prefix="headrace-bench-") as tmpdir:
