@@ -1,0 +1,196 @@
+"""Routing semantics per exchange type, the topic trie against a reference matcher, e2e loops."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headrace.exchanges import (
+    ArgumentError,
+    Binding,
+    DefaultExchange,
+    DestinationKind,
+    OperationNotPermitted,
+    TopicExchange,
+    TopicTrie,
+    UnknownExchangeType,
+    make_exchange,
+)
+
+Q = DestinationKind.QUEUE
+E = DestinationKind.EXCHANGE
+
+
+def bind(ex, dest, key="", args=None, kind=Q):
+    return ex.bind(Binding.make(ex.name, dest, kind, key, args))
+
+
+def routed(ex, key="", headers=None, lookup=lambda name: None):
+    return sorted(ex.route(key, headers, lookup).queues)
+
+
+def reference_match(pattern: str, key: str) -> bool:
+    """Topic matching by regular expression over the word lists (RabbitMQ's rules)."""
+    p_words = pattern.split(".") if pattern else []
+    k_words = key.split(".") if key else []
+    regex = ""
+    for w in p_words:
+        if w == "#":
+            regex += r"(?:[^.\x00]*\x00)*"
+        elif w == "*":
+            regex += r"[^.\x00]*\x00"
+        else:
+            regex += re.escape(w) + r"\x00"
+    return re.fullmatch(regex, "".join(w + "\x00" for w in k_words)) is not None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "key", "expected"),
+    [
+        ("a.b", "a.b", True), ("a.*", "a.b", True), ("a.*", "a", False), ("a.*", "a.", True),
+        ("a.#", "a", True), ("a.#", "a.b.c", True), ("#", "", True), ("*", "", False),
+        ("", "", True), ("", "a", False), ("#.b", "b", True), ("*.b.#", "x.b", True),
+        ("a.#.c", "a.c", True), ("a.#.c", "a.x.y.c", True), ("a.#.c", "a.x.y", False), ("*.*", "a.", True),
+    ],
+)
+def test_topic_semantics_table(pattern, key, expected):
+    ex = TopicExchange("t")
+    bind(ex, "q", pattern)
+    assert (routed(ex, key) == ["q"]) is expected
+    assert reference_match(pattern, key) is expected
+
+
+words = st.sampled_from(["a", "b", "", "*", "#"])
+key_words = st.sampled_from(["a", "b", "", "c"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(patterns=st.lists(st.lists(words, min_size=0, max_size=4).map(".".join), min_size=1, max_size=8),
+       keys=st.lists(st.lists(key_words, min_size=0, max_size=4).map(".".join), min_size=1, max_size=8))
+def test_trie_agrees_with_reference_matcher(patterns, keys):
+    trie = TopicTrie()
+    for i, p in enumerate(patterns):
+        trie.add(p, i)
+    for key in keys:
+        expected = {i for i, p in enumerate(patterns) if reference_match(p, key)}
+        assert set(trie.match(key)) == expected, (patterns, key)
+
+
+def test_trie_remove_prunes_and_keeps_others():
+    trie = TopicTrie()
+    trie.add("a.*.c", 1)
+    trie.add("a.#", 2)
+    assert trie.remove("a.*.c", 1) and not trie.remove("a.*.c", 1)
+    assert set(trie.match("a.b.c")) == {2} and len(trie) == 1
+
+
+def test_topic_cache_invalidated_on_bind_and_unbind():
+    ex = TopicExchange("t")
+    bind(ex, "q1", "x.*")
+    assert routed(ex, "x.y") == ["q1"] and routed(ex, "x.y") == ["q1"]
+    assert ex.cache_hits == 1 and ex.cache_misses == 1
+    bind(ex, "q2", "#")
+    assert routed(ex, "x.y") == ["q1", "q2"]
+    ex.unbind(Binding.make("t", "q1", Q, "x.*"))
+    assert routed(ex, "x.y") == ["q2"]
+
+
+def test_topic_routing_with_100k_bindings_is_exact():
+    ex = TopicExchange("t")
+    for i in range(100_000):
+        bind(ex, f"q{i % 97}", f"svc{i}.*.created")
+    assert routed(ex, "svc4242.eu.created") == [f"q{4242 % 97}"]
+    assert routed(ex, "svc4242.eu.deleted") == []
+
+
+def test_direct_and_fanout():
+    d = make_exchange("direct", "d")
+    bind(d, "q1", "k")
+    bind(d, "q2", "k")
+    bind(d, "q3", "other")
+    assert routed(d, "k") == ["q1", "q2"]
+    f = make_exchange("fanout", "f")
+    bind(f, "a")
+    bind(f, "b", "ignored")
+    assert routed(f, "anything") == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("binding_args", "headers", "expected"),
+    [
+        ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1, "b": "x", "c": 0}, True),
+        ({"x-match": "all", "a": 1, "b": "x"}, {"a": 1}, False),
+        ({"x-match": "any", "a": 1, "b": "x"}, {"b": "x"}, True),
+        ({"x-match": "any", "a": 1}, {"a": 2}, False),
+        ({"a": 1}, {"a": 1}, True),  # all is the default
+        ({"x-match": "all", "a": None}, {"a": "anything"}, True),  # void: presence only
+        ({"x-match": "all", "x-k": 1}, {}, True),  # x- keys ignored
+        ({"x-match": "all-with-x", "x-k": 1}, {}, False),
+        ({"x-match": "any-with-x", "x-k": 1}, {"x-k": 1}, True),
+        ({"x-match": "all", "a": 1}, {"a": True}, False),  # a bool is not an int
+    ],
+)
+def test_headers_matching(binding_args, headers, expected):
+    ex = make_exchange("headers", "h")
+    bind(ex, "q", "", binding_args)
+    assert (routed(ex, "", headers) == ["q"]) is expected
+
+
+def test_headers_invalid_x_match_is_refused():
+    ex = make_exchange("headers", "h")
+    with pytest.raises(ArgumentError):
+        bind(ex, "q", "", {"x-match": "some"})
+
+
+def test_exchange_to_exchange_loop_terminates():
+    exchanges = {name: make_exchange("fanout", name) for name in ("a", "b", "c")}
+    bind(exchanges["a"], "b", kind=E)
+    bind(exchanges["b"], "c", kind=E)
+    bind(exchanges["c"], "a", kind=E)
+    bind(exchanges["c"], "q")
+    assert routed(exchanges["a"], "", None, exchanges.get) == ["q"]
+
+
+def test_alternate_exchange_when_nothing_matched():
+    main = make_exchange("direct", "main", arguments={"alternate-exchange": "ae"})
+    ae = make_exchange("fanout", "ae")
+    bind(main, "q", "k")
+    bind(ae, "unrouted")
+    lookup = {"main": main, "ae": ae}.get
+    assert main.route("k", None, lookup).queues == ("q",)
+    result = main.route("nope", None, lookup)
+    assert result.queues == ("unrouted",) and result.used_alternate
+
+
+def test_cc_and_bcc_add_routing_keys():
+    d = make_exchange("direct", "d")
+    for key in ("k1", "k2", "k3"):
+        bind(d, key, key)
+    assert routed(d, "k1", {"CC": ["k2"], "BCC": [b"k3"]}) == ["k1", "k2", "k3"]
+
+
+def test_default_exchange_routes_by_queue_name_and_refuses_binds():
+    existing = {"q"}
+    ex = DefaultExchange(existing.__contains__)
+    assert routed(ex, "q") == ["q"] and routed(ex, "missing") == []
+    with pytest.raises(OperationNotPermitted):
+        bind(ex, "q", "q")
+
+
+def test_unknown_type_and_equivalence():
+    with pytest.raises(UnknownExchangeType):
+        make_exchange("bogus", "x")
+    ex = make_exchange("topic", "t", durable=True)
+    assert ex.equivalent("topic", True, False, False, {})
+    assert not ex.equivalent("topic", False, False, False, {})
+
+
+def test_binding_identity_includes_arguments():
+    ex = make_exchange("direct", "d")
+    assert bind(ex, "q", "k", {"a": 1}) and bind(ex, "q", "k", {"a": 2}) and not bind(ex, "q", "k", {"a": 1})
+    ex.unbind(Binding.make("d", "q", Q, "k", {"a": 1}))
+    assert routed(ex, "k") == ["q"]  # still bound through the other arguments
+    assert ex.unbind_destination("q", Q) and routed(ex, "k") == []
