@@ -80,7 +80,9 @@ def producer(target: Target, exchange: str, keys: list[str], body: bytes, count:
 
 
 def consumer(target: Target, queues: list[str], expected: int, prefetch: int, deadline: float,
-             out: mp.Queue, latency: bool = False) -> None:
+             out: mp.Queue, latency: bool = False, shared: Any = None) -> None:
+    """Consume until ``expected`` messages arrived here, or, with ``shared`` (a counter shared by
+    competing consumers of one queue), until all consumers together received ``expected``."""
     conn = pika.BlockingConnection(target.params)
     ch = conn.channel()
     ch.basic_qos(prefetch_count=prefetch)
@@ -97,16 +99,24 @@ def consumer(target: Target, queues: list[str], expected: int, prefetch: int, de
         last = now
         got += 1
         pending += 1
+        if shared is not None:
+            with shared.get_lock():
+                shared.value += 1
         if latency:
             lat.append(time.time() - float(body[:20]))
-        if pending >= ACK_EVERY or got >= expected:
+        if pending >= ACK_EVERY or done():
             channel.basic_ack(method.delivery_tag, multiple=True)
             pending = 0
 
+    def done() -> bool:
+        return (shared.value if shared is not None else got) >= expected
+
     for q in queues:
         ch.basic_consume(q, on_message)
-    while got < expected and time.time() < deadline:
-        conn.process_data_events(time_limit=0.2)
+    while not done() and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    if pending:
+        ch.basic_ack(0, multiple=True)
     ch.close()
     conn.close()
     out.put(("consumed", got, max(last - first, 1e-9), lat))
@@ -152,8 +162,9 @@ def scenario_pubsub(target: Target, *, producers: int = 2, consumers: int = 2, c
     per = count // producers
     total = per * producers
     deadline = time.time() + timeout
-    cons = [mp.Process(target=consumer, args=(target, [qname], total // consumers + (i < total % consumers),
-                                              prefetch, deadline, out)) for i in range(consumers)]
+    shared = mp.Value("q", 0)
+    cons = [mp.Process(target=consumer, args=(target, [qname], total, prefetch, deadline, out, False, shared))
+            for _ in range(consumers)]
     prods = [mp.Process(target=producer, args=(target, "", [qname], b"x" * size, per, persistent, confirms, 0, out))
              for _ in range(producers)]
     _run(cons)
