@@ -127,12 +127,13 @@ class AMQPConnectionHandler:
             broker.now = time.time()
             session.handle(conn.receive_data(data))
             self.after_batch()
-        # we sent connection.close: read until close-ok (or the timeout in run())
-        while not session.finished:
-            data = await receive(READ_SIZE)
-            if not data:
-                return
-            session.handle(conn.receive_data(data))
+        # we sent connection.close: read until close-ok, for a bounded time
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            while not session.finished:
+                data = await receive(READ_SIZE)
+                if not data:
+                    return
+                session.handle(conn.receive_data(data))
 
     async def _read_until_open(self) -> None:
         session = self.session
