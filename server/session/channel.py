@@ -144,6 +144,8 @@ class ChannelSession:
         result = self.vhost.publish(exchange, method.routing_key, event.props_raw, event.body)
         session = self.session
         session.published += 1
+        if session.broker.alarms and not session.blocked_sent:
+            session.alarms_changed(session.broker.alarms)
         if not result.routed and method.mandatory:
             self.conn.send_content(self.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
                                    exchange=exchange, routing_key=method.routing_key),

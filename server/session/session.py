@@ -190,9 +190,10 @@ class Session:
         self.unconfirmed = waiting
 
     def alarms_changed(self, alarms: frozenset[str]) -> None:
+        """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
         if self.vhost is None or not self.capabilities.get("connection.blocked"):
             return
-        if alarms and not self.blocked_sent:
+        if alarms and not self.blocked_sent and self.published:
             reason = "low on " + " and ".join(sorted(alarms))
             self.conn.send_method(0, m.ConnectionBlocked(reason=reason))
             self.blocked_sent = True
@@ -300,8 +301,6 @@ class Session:
         self.conn.send_method(0, m.ConnectionOpenOk())
         self.broker.observers.add(self)
         self.broker.connections[self.id] = self
-        if self.broker.alarms:
-            self.alarms_changed(self.broker.alarms)
 
     def _update_secret(self, method: m.ConnectionUpdateSecret) -> None:
         self.conn.send_method(0, m.ConnectionUpdateSecretOk())
