@@ -1,0 +1,569 @@
+"""Management API handlers, following RabbitMQ's paths and JSON shapes (sync, no I/O).
+
+Each handler takes the context (``broker`` and ``version``), the ``Request`` and the path
+parameters, checks the user's tags/permissions, calls the broker and returns a ``Response``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Protocol
+from urllib.parse import unquote
+
+from pydantic import BaseModel, Field
+
+from headrace.exchanges import DestinationKind
+from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
+from headrace.server.auth import Permission, User
+from headrace.server.broker import Broker, VHost
+from headrace.server.broker.definitions_io import export_definitions, import_definitions
+
+from .metrics import render_metrics
+from .routes import HTTPError, Request, Response, Router, json_response
+
+__all__ = ["Context", "router"]
+
+
+class Context(Protocol):
+    broker: Broker
+    version: str
+
+
+# ---------------------------------------------------------------------- request bodies
+class ExchangeBody(BaseModel):
+    type: str = "direct"
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueueBody(BaseModel):
+    durable: bool = True
+    auto_delete: bool = False
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class BindingBody(BaseModel):
+    routing_key: str = ""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class PublishBody(BaseModel):
+    routing_key: str = ""
+    payload: str = ""
+    payload_encoding: str = "string"  # or base64
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+
+class GetBody(BaseModel):
+    count: int = Field(1, ge=1, le=10_000)
+    ackmode: str = "ack_requeue_true"
+    encoding: str = "auto"
+    truncate: int | None = Field(None, ge=0)
+
+
+class UserBody(BaseModel):
+    password: str | None = None
+    password_hash: str | None = None
+    tags: str | list[str] = ""
+
+
+class PermissionBody(BaseModel):
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+class MirrorBody(BaseModel):
+    max_age_ms: int | None = Field(None, ge=1)
+    max_bytes: int | None = Field(None, ge=1)
+
+
+# ---------------------------------------------------------------------- helpers
+def _user(req: Request) -> User:
+    assert req.user is not None
+    return req.user
+
+
+def _require(req: Request, *, admin: bool = False, monitor: bool = False) -> None:
+    user = _user(req)
+    if admin and not user.is_administrator:
+        raise HTTPError(403, "not_authorised", "Not administrator user")
+    if monitor and not user.can_monitor:
+        raise HTTPError(403, "not_authorised", "Not monitor user")
+    if not user.can_manage:
+        raise HTTPError(403, "not_authorised", "Not management user")
+
+
+def _vhost(ctx: Context, req: Request, name: str) -> VHost:
+    vhost = ctx.broker.vhost(name)
+    if vhost is None:
+        raise HTTPError(404, "not_found", f"vhost '{name}' not found")
+    if not _user(req).is_administrator and ctx.broker.users.permission(_user(req).name, name) is None:
+        raise HTTPError(403, "not_authorised", f"access to vhost '{name}' refused")
+    return vhost
+
+
+def _perm(ctx: Context, req: Request, vhost: str, kind: str, name: str) -> None:
+    if not ctx.broker.users.allowed(_user(req).name, vhost, kind, name):
+        raise HTTPError(403, "access_refused", f"{kind} access to '{name}' in vhost '{vhost}' refused for "
+                                               f"user '{_user(req).name}'")
+
+
+def _page(req: Request, items: list[Any]) -> Response:
+    page = req.arg("page")
+    if page is None:
+        return json_response(200, items)
+    try:
+        number = max(1, int(page))
+        size = max(1, min(500, int(req.arg("page_size", "100") or 100)))
+    except ValueError:
+        raise HTTPError(400, "bad_request", "page and page_size must be integers") from None
+    chunk = items[(number - 1) * size:number * size]
+    return json_response(200, {"items": chunk, "page": number, "page_size": size,
+                               "page_count": (len(items) + size - 1) // size, "total_count": len(items),
+                               "item_count": len(chunk), "filtered_count": len(items)})
+
+
+def _queue_json(vhost: VHost, name: str) -> dict[str, Any]:
+    q = vhost.queues[name]
+    s = q.stats
+    return {
+        "name": name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": "classic",
+        "messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,
+        "messages_unacknowledged": q.messages_unacked, "consumers": q.consumer_count,
+        "message_bytes_ready": q.message_bytes_ready, "memory": q.resident_count * 200 + q.message_bytes_ready,
+        "spilled": q.spilled_count(),
+        "message_stats": {"publish": s.published, "deliver_get": s.delivered, "ack": s.acked,
+                          "redeliver": s.redelivered},
+        "state": "running",
+    }
+
+
+def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
+    ex = vhost.exchanges[name]
+    return {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
+            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
+            "mirrored": name in vhost.mirrored}
+
+
+def _visible_vhosts(ctx: Context, req: Request) -> list[VHost]:
+    user = _user(req)
+    return [v for n, v in ctx.broker.vhosts.items()
+            if user.is_administrator or ctx.broker.users.permission(user.name, n) is not None]
+
+
+# ---------------------------------------------------------------------- overview and listings
+def overview(ctx: Context, req: Request) -> Response:
+    b = ctx.broker
+    queues = b.queues()
+    return json_response(200, {
+        "product_name": "headrace", "product_version": ctx.version, "management_version": ctx.version,
+        "node": "headrace@localhost",
+        "object_totals": {"connections": len(b.connections), "channels": sum(len(s.channels) for s in b.connections.values()),
+                          "exchanges": sum(len(v.exchanges) for v in b.vhosts.values()), "queues": len(queues),
+                          "consumers": sum(q.consumer_count for q in queues)},
+        "queue_totals": {"messages": sum(q.messages_ready + q.messages_unacked for q in queues),
+                         "messages_ready": sum(q.messages_ready for q in queues),
+                         "messages_unacknowledged": sum(q.messages_unacked for q in queues)},
+        "message_stats": {"publish": sum(q.stats.published for q in queues),
+                          "deliver_get": sum(q.stats.delivered for q in queues),
+                          "ack": sum(q.stats.acked for q in queues)},
+        "alarms": sorted(b.alarms), "mem_used": b.memory_used, "disk_free": b.disk_free,
+    })
+
+
+def whoami(ctx: Context, req: Request) -> Response:
+    user = _user(req)
+    return json_response(200, {"name": user.name, "tags": list(user.tags)})
+
+
+def list_vhosts(ctx: Context, req: Request) -> Response:
+    return _page(req, [{"name": v.name, "messages": sum(q.messages_ready for q in v.queues.values())}
+                       for v in _visible_vhosts(ctx, req)])
+
+
+def put_vhost(ctx: Context, req: Request, name: str) -> Response:
+    _require(req, admin=True)
+    existed = name in ctx.broker.vhosts
+    ctx.broker.add_vhost(name)
+    return Response(204 if existed else 201)
+
+
+def delete_vhost(ctx: Context, req: Request, name: str) -> Response:
+    _require(req, admin=True)
+    if not ctx.broker.delete_vhost(name):
+        raise HTTPError(404, "not_found", f"vhost '{name}' not found")
+    return Response(204)
+
+
+def list_queues(ctx: Context, req: Request, vhost: str | None = None) -> Response:
+    _require(req)
+    vhosts = [_vhost(ctx, req, vhost)] if vhost is not None else _visible_vhosts(ctx, req)
+    return _page(req, [_queue_json(v, n) for v in vhosts for n in sorted(v.queues)])
+
+
+def get_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    v.get_queue(name)
+    return json_response(200, _queue_json(v, name))
+
+
+def put_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "configure", name)
+    body = QueueBody.model_validate(req.json())
+    existed = name in v.queues
+    v.declare_queue(name, owner=None, durable=body.durable, auto_delete=body.auto_delete, arguments=body.arguments)
+    return Response(204 if existed else 201)
+
+
+def delete_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "configure", name)
+    v.get_queue(name)
+    v.delete_queue(name, if_unused=req.arg("if-unused") == "true", if_empty=req.arg("if-empty") == "true")
+    return Response(204)
+
+
+def purge_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "read", name)
+    v.purge_queue(name, None)
+    return Response(204)
+
+
+def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "read", name)
+    if _user(req).tags == ("monitoring",):
+        raise HTTPError(403, "not_authorised", "monitoring users cannot read messages")
+    body = GetBody.model_validate(req.json())
+    queue = v.get_queue(name)
+    v.check_exclusive(queue, None)
+    if body.ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"):
+        raise HTTPError(400, "bad_request", f"invalid ackmode '{body.ackmode}'")
+    owner = object()
+    taken = []
+    out = []
+    for _ in range(body.count):
+        entry = queue.get(ctx.broker.now, no_ack=False, owner=owner)
+        if entry is None:
+            break
+        taken.append(entry)
+        msg = entry.message
+        payload = msg.body if body.truncate is None else msg.body[:body.truncate]
+        if body.encoding == "base64":
+            text, encoding = base64.b64encode(payload).decode(), "base64"
+        else:
+            try:
+                text, encoding = payload.decode(), "string"
+            except UnicodeDecodeError:
+                text, encoding = base64.b64encode(payload).decode(), "base64"
+        props = decode_properties(msg.props_raw)
+        out.append({"payload": text, "payload_encoding": encoding, "payload_bytes": len(msg.body),
+                    "redelivered": entry.redelivered, "exchange": msg.exchange, "routing_key": msg.routing_key,
+                    "message_count": queue.messages_ready,
+                    "properties": {k: v2 for k, v2 in _props_dict(props).items() if v2 is not None}})
+    for entry in taken:
+        if body.ackmode.endswith("requeue_true"):
+            queue.requeue(entry)
+        elif body.ackmode.startswith("reject"):
+            queue.reject(entry)
+        else:
+            queue.ack(entry)
+    v.drain_dead_letters(queue)
+    v.dispatch(queue)
+    return json_response(200, out)
+
+
+def _props_dict(props: BasicProperties) -> dict[str, Any]:
+    return {f: getattr(props, f) for f in props.__dataclass_fields__}
+
+
+def list_exchanges(ctx: Context, req: Request, vhost: str | None = None) -> Response:
+    _require(req)
+    vhosts = [_vhost(ctx, req, vhost)] if vhost is not None else _visible_vhosts(ctx, req)
+    return _page(req, [_exchange_json(v, n) for v in vhosts for n in sorted(v.exchanges)])
+
+
+def get_exchange(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    v.get_exchange(name)
+    return json_response(200, _exchange_json(v, name))
+
+
+def put_exchange(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "configure", name)
+    body = ExchangeBody.model_validate(req.json())
+    existed = name in v.exchanges
+    v.declare_exchange(name, body.type, durable=body.durable, auto_delete=body.auto_delete,
+                       internal=body.internal, arguments=body.arguments)
+    return Response(204 if existed else 201)
+
+
+def delete_exchange(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "configure", name)
+    v.get_exchange(name)
+    v.delete_exchange(name, if_unused=req.arg("if-unused") == "true")
+    return Response(204)
+
+
+def publish(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "write", "" if name == "amq.default" else name)
+    if ctx.broker.alarms:
+        raise HTTPError(503, "service_unavailable", f"publishing blocked: {', '.join(sorted(ctx.broker.alarms))} alarm",
+                        [("retry-after", "1")])
+    body = PublishBody.model_validate(req.json())
+    if name == "amq.default":  # the management API's name for the default exchange
+        name = ""
+    if body.payload_encoding == "base64":
+        try:
+            payload = base64.b64decode(body.payload, validate=True)
+        except binascii.Error:
+            raise HTTPError(400, "bad_request", "payload is not valid base64") from None
+    elif body.payload_encoding == "string":
+        payload = body.payload.encode()
+    else:
+        raise HTTPError(400, "bad_request", f"invalid payload_encoding '{body.payload_encoding}'")
+    fields = set(BasicProperties.__dataclass_fields__)
+    unknown = set(body.properties) - fields
+    if unknown:
+        raise HTTPError(400, "bad_request", f"unknown properties: {', '.join(sorted(unknown))}")
+    props = BasicProperties(**body.properties)
+    result = v.publish(name, body.routing_key, encode_properties(props), payload)
+    response = json_response(200, {"routed": result.routed})
+    response.wait_ticket = result.ticket
+    return response
+
+
+def list_bindings(ctx: Context, req: Request, vhost: str | None = None) -> Response:
+    _require(req)
+    vhosts = [_vhost(ctx, req, vhost)] if vhost is not None else _visible_vhosts(ctx, req)
+    return _page(req, [{"source": b.source, "vhost": v.name, "destination": b.destination,
+                        "destination_type": b.kind.value, "routing_key": b.routing_key,
+                        "arguments": b.arguments_dict(), "properties_key": b.properties_key}
+                       for v in vhosts for b in v.bindings()])
+
+
+def _bind(ctx: Context, req: Request, vhost: str, source: str, dest: str, kind: DestinationKind) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "write", dest)
+    _perm(ctx, req, vhost, "read", source)
+    body = BindingBody.model_validate(req.json())
+    v.bind(source, dest, kind, body.routing_key, body.arguments)
+    from headrace.exchanges import Binding
+
+    key = Binding.make(source, dest, kind, body.routing_key, body.arguments).properties_key
+    letter = "q" if kind is DestinationKind.QUEUE else "e"
+    return Response(201, headers=[("location", f"/api/bindings/{_q(vhost)}/e/{_q(source)}/{letter}/{_q(dest)}/{key}")])
+
+
+def _unbind(ctx: Context, req: Request, vhost: str, source: str, dest: str, props: str,
+            kind: DestinationKind) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "write", dest)
+    for b in v.exchanges.get(source, None).bindings() if source in v.exchanges else []:
+        if b.destination == dest and b.kind is kind and unquote(b.properties_key) == props:
+            v.unbind(source, dest, kind, b.routing_key, b.arguments_dict())
+            return Response(204)
+    raise HTTPError(404, "not_found", "binding not found")
+
+
+def _q(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="")
+
+
+def get_definitions(ctx: Context, req: Request) -> Response:
+    _require(req, admin=True)
+    return json_response(200, export_definitions(ctx.broker, version=ctx.version))
+
+
+def post_definitions(ctx: Context, req: Request) -> Response:
+    _require(req, admin=True)
+    import_definitions(ctx.broker, req.json())
+    return Response(204)
+
+
+def list_users(ctx: Context, req: Request) -> Response:
+    _require(req, admin=True)
+    return _page(req, [{"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256"}
+                       for u in ctx.broker.users.users.values()])
+
+
+def put_user(ctx: Context, req: Request, name: str) -> Response:
+    _require(req, admin=True)
+    body = UserBody.model_validate(req.json())
+    tags = body.tags.split(",") if isinstance(body.tags, str) else body.tags
+    existed = name in ctx.broker.users.users
+    ctx.broker.users.add_user(name, body.password, [t for t in tags if t], password_hash=body.password_hash)
+    ctx.broker.definitions_changed()
+    return Response(204 if existed else 201)
+
+
+def delete_user(ctx: Context, req: Request, name: str) -> Response:
+    _require(req, admin=True)
+    if not ctx.broker.users.delete_user(name):
+        raise HTTPError(404, "not_found", f"user '{name}' not found")
+    ctx.broker.definitions_changed()
+    return Response(204)
+
+
+def list_permissions(ctx: Context, req: Request) -> Response:
+    _require(req, admin=True)
+    return _page(req, [{"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
+                       for (u, v), p in ctx.broker.users.permissions.items()])
+
+
+def put_permission(ctx: Context, req: Request, vhost: str, user: str) -> Response:
+    _require(req, admin=True)
+    if vhost not in ctx.broker.vhosts:
+        raise HTTPError(404, "not_found", f"vhost '{vhost}' not found")
+    if user not in ctx.broker.users.users:
+        raise HTTPError(404, "not_found", f"user '{user}' not found")
+    body = PermissionBody.model_validate(req.json())
+    ctx.broker.users.set_permission(user, vhost, Permission(body.configure, body.write, body.read))
+    ctx.broker.definitions_changed()
+    return Response(201)
+
+
+def delete_permission(ctx: Context, req: Request, vhost: str, user: str) -> Response:
+    _require(req, admin=True)
+    if not ctx.broker.users.clear_permission(user, vhost):
+        raise HTTPError(404, "not_found", "permission not found")
+    ctx.broker.definitions_changed()
+    return Response(204)
+
+
+def list_connections(ctx: Context, req: Request) -> Response:
+    _require(req)
+    user = _user(req)
+    return _page(req, [{"name": f"{s.peer[0]}:{s.peer[1]} -> headrace ({s.id})", "id": s.id, "user": s.user.name,
+                        "vhost": s.vhost.name, "peer_host": s.peer[0], "peer_port": s.peer[1],
+                        "channels": len(s.channels), "client_properties": _safe(s.client_properties)}
+                       for s in ctx.broker.connections.values()
+                       if s.user is not None and (user.can_monitor or s.user.name == user.name)])
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def alarms(ctx: Context, req: Request) -> Response:
+    if ctx.broker.alarms:
+        return json_response(503, {"status": "failed", "reason": f"alarms in effect: {', '.join(sorted(ctx.broker.alarms))}"})
+    return json_response(200, {"status": "ok"})
+
+
+def aliveness(ctx: Context, req: Request, vhost: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    v.declare_queue("aliveness-test", owner=None, durable=False)
+    v.publish("", "aliveness-test", encode_properties(BasicProperties()), b"test")
+    entry = v.queues["aliveness-test"].get(ctx.broker.now, no_ack=True, owner=None)
+    return json_response(200 if entry is not None else 500, {"status": "ok" if entry is not None else "failed"})
+
+
+def list_mirrors(ctx: Context, req: Request) -> Response:
+    _require(req)
+    out = []
+    for v in _visible_vhosts(ctx, req):
+        for name in sorted(v.mirrored):
+            age, size = v.mirror_retention.get(name, (None, None))
+            out.append({"vhost": v.name, "exchange": name, "max_age_ms": age, "max_bytes": size})
+    return json_response(200, out)
+
+
+def put_mirror(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "configure", name)
+    body = MirrorBody.model_validate(req.json())
+    v.set_mirror(name, True, max_age_ms=body.max_age_ms, max_bytes=body.max_bytes)
+    return Response(204)
+
+
+def delete_mirror(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "configure", name)
+    v.set_mirror(name, False)
+    return Response(204)
+
+
+def metrics(ctx: Context, req: Request) -> Response:
+    return Response(200, render_metrics(ctx.broker).encode(), content_type="text/plain; version=0.0.4")
+
+
+router = Router()
+_r = router.add
+_r("GET", "/api/overview", overview)
+_r("GET", "/api/whoami", whoami)
+_r("GET", "/api/vhosts", list_vhosts)
+_r("PUT", "/api/vhosts/{name}", put_vhost)
+_r("DELETE", "/api/vhosts/{name}", delete_vhost)
+_r("GET", "/api/queues", list_queues)
+_r("GET", "/api/queues/{vhost}", list_queues)
+_r("GET", "/api/queues/{vhost}/{name}", get_queue)
+_r("PUT", "/api/queues/{vhost}/{name}", put_queue)
+_r("DELETE", "/api/queues/{vhost}/{name}", delete_queue)
+_r("DELETE", "/api/queues/{vhost}/{name}/contents", purge_queue)
+_r("POST", "/api/queues/{vhost}/{name}/get", get_messages)
+_r("GET", "/api/exchanges", list_exchanges)
+_r("GET", "/api/exchanges/{vhost}", list_exchanges)
+_r("GET", "/api/exchanges/{vhost}/{name}", get_exchange)
+_r("PUT", "/api/exchanges/{vhost}/{name}", put_exchange)
+_r("DELETE", "/api/exchanges/{vhost}/{name}", delete_exchange)
+_r("POST", "/api/exchanges/{vhost}/{name}/publish", publish)
+_r("GET", "/api/bindings", list_bindings)
+_r("GET", "/api/bindings/{vhost}", list_bindings)
+router.add("POST", "/api/bindings/{vhost}/e/{source}/q/{dest}",
+           lambda ctx, req, vhost, source, dest: _bind(ctx, req, vhost, source, dest, DestinationKind.QUEUE))
+router.add("POST", "/api/bindings/{vhost}/e/{source}/e/{dest}",
+           lambda ctx, req, vhost, source, dest: _bind(ctx, req, vhost, source, dest, DestinationKind.EXCHANGE))
+router.add("DELETE", "/api/bindings/{vhost}/e/{source}/q/{dest}/{props}",
+           lambda ctx, req, vhost, source, dest, props: _unbind(ctx, req, vhost, source, dest, props,
+                                                               DestinationKind.QUEUE))
+router.add("DELETE", "/api/bindings/{vhost}/e/{source}/e/{dest}/{props}",
+           lambda ctx, req, vhost, source, dest, props: _unbind(ctx, req, vhost, source, dest, props,
+                                                               DestinationKind.EXCHANGE))
+_r("GET", "/api/definitions", get_definitions)
+_r("POST", "/api/definitions", post_definitions)
+_r("GET", "/api/users", list_users)
+_r("PUT", "/api/users/{name}", put_user)
+_r("DELETE", "/api/users/{name}", delete_user)
+_r("GET", "/api/permissions", list_permissions)
+_r("PUT", "/api/permissions/{vhost}/{user}", put_permission)
+_r("DELETE", "/api/permissions/{vhost}/{user}", delete_permission)
+_r("GET", "/api/connections", list_connections)
+_r("GET", "/api/health/checks/alarms", alarms)
+_r("GET", "/api/aliveness-test/{vhost}", aliveness)
+_r("GET", "/api/mirrors", list_mirrors)
+_r("PUT", "/api/mirrors/{vhost}/{name}", put_mirror)
+_r("DELETE", "/api/mirrors/{vhost}/{name}", delete_mirror)
+_r("GET", "/metrics", metrics)

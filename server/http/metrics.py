@@ -1,0 +1,49 @@
+"""Prometheus text exposition (format 0.0.4) of the broker's state, written by hand: the format is
+a few lines per family and the core package stays free of a client library."""
+
+from __future__ import annotations
+
+from headrace.server.broker import Broker
+
+__all__ = ["render_metrics"]
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render_metrics(broker: Broker) -> str:
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            lines.append(f"{name}{labels} {value}")
+
+    per_queue = [(f'{{vhost="{_esc(q.vhost)}",queue="{_esc(q.name)}"}}', q) for q in broker.queues()]
+    family("headrace_queue_messages_ready", "gauge", "Messages ready for delivery.",
+           [(lbl, q.messages_ready) for lbl, q in per_queue])
+    family("headrace_queue_messages_unacked", "gauge", "Messages delivered and not yet acknowledged.",
+           [(lbl, q.messages_unacked) for lbl, q in per_queue])
+    family("headrace_queue_messages_spilled", "gauge", "Ready messages kept on disk.",
+           [(lbl, q.spilled_count()) for lbl, q in per_queue])
+    family("headrace_queue_consumers", "gauge", "Consumers.", [(lbl, q.consumer_count) for lbl, q in per_queue])
+    for field, help_text in (("published", "Messages enqueued."), ("delivered", "Deliveries and gets."),
+                             ("acked", "Acknowledgements."), ("redelivered", "Redeliveries.")):
+        family(f"headrace_queue_messages_{field}_total", "counter", help_text,
+               [(lbl, getattr(q.stats, field)) for lbl, q in per_queue])
+    family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])
+    family("headrace_channels", "gauge", "Open AMQP channels.",
+           [("", sum(len(s.channels) for s in broker.connections.values()))])
+    family("headrace_memory_used_bytes", "gauge", "Resident memory of the broker.", [("", broker.memory_used)])
+    family("headrace_disk_free_bytes", "gauge", "Free disk in the data directory.", [("", broker.disk_free)])
+    family("headrace_alarm", "gauge", "1 while the alarm is raised.",
+           [(f'{{resource="{r}"}}', int(r in broker.alarms)) for r in ("memory", "disk")])
+    hits = sum(ex.cache_hits for v in broker.vhosts.values() for ex in v.exchanges.values())
+    misses = sum(ex.cache_misses for v in broker.vhosts.values() for ex in v.exchanges.values())
+    family("headrace_routing_cache_hits_total", "counter", "Topic routing cache hits.", [("", hits)])
+    family("headrace_routing_cache_misses_total", "counter", "Topic routing cache misses.", [("", misses)])
+    family("headrace_store_synced_ticket", "counter", "Persistent publishes made durable.",
+           [("", broker.synced_ticket)])
+    return "\n".join(lines) + "\n"

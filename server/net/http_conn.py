@@ -1,0 +1,151 @@
+"""One task per HTTP connection: h11 as the protocol, the sync API in ``server/http`` as handlers.
+
+Keep-alive, a bound on header and body size (413), and timeouts for slow or silent clients
+(``move_on_after``), so a broken client never holds the event loop or grows memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from typing import Any
+
+import h11
+import trio
+
+import headrace
+from headrace.server.http import router
+from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
+
+__all__ = ["HTTPServer"]
+
+log = logging.getLogger("headrace.http")
+
+READ_SIZE = 64 * 1024
+# A request must arrive completely within this time; an idle keep-alive connection is closed after it.
+REQUEST_TIMEOUT = 15.0
+MAX_HEADER_BYTES = 16 * 1024  # h11's bound on an incomplete request head
+PUBLIC_PATHS = {"/metrics"}
+
+
+class HTTPServer:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.broker = app.broker
+        self.version = headrace.__version__
+        self.max_body = app.settings.http_max_body
+        self._closing = False
+
+    def shutdown(self) -> None:
+        self._closing = True
+
+    async def handle(self, stream: trio.abc.Stream) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        try:
+            while not self._closing:
+                with trio.move_on_after(REQUEST_TIMEOUT):
+                    request = await self._read_request(stream, conn)
+                    if request is None:
+                        return
+                    response = self._respond(request)
+                    if response.wait_ticket:
+                        await self._wait_synced(response.wait_ticket)
+                    await self._send(stream, conn, response)
+                    if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                        return
+                    conn.start_next_cycle()
+                    continue
+                return  # timed out: slow or idle client
+        except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            if isinstance(exc, h11.RemoteProtocolError) and conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                status = exc.error_status_hint
+                try:
+                    await self._send(stream, conn, json_response(status, {"error": "bad_request", "reason": str(exc)}))
+                except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+        except h11.LocalProtocolError:
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(1):
+                    await stream.aclose()
+
+    async def _read_request(self, stream: trio.abc.Stream, conn: h11.Connection) -> Request | None:
+        head: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(READ_SIZE)
+                conn.receive_data(data)
+                if not data and conn.their_state is not h11.DONE:
+                    return None
+                continue
+            if isinstance(event, h11.Request):
+                head = event
+                length = _content_length(event)
+                if length is not None and length > self.max_body:
+                    await self._send(stream, conn, error_response(HTTPError(
+                        413, "payload_too_large", f"body of {length} bytes exceeds {self.max_body}")))
+                    return None
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self.max_body:
+                    await self._send(stream, conn, error_response(HTTPError(
+                        413, "payload_too_large", f"body exceeds {self.max_body} bytes")))
+                    return None
+            elif isinstance(event, h11.EndOfMessage):
+                assert head is not None
+                path, query = parse_target(head.target)
+                headers = {k.decode().lower(): v.decode("latin-1") for k, v in head.headers}
+                return Request(head.method.decode(), path, query, headers, bytes(body))
+            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return None
+
+    def _respond(self, request: Request) -> Response:
+        self.broker.now = time.time()
+        if request.path not in PUBLIC_PATHS:
+            user = self._authenticate(request.headers.get("authorization"))
+            if user is None:
+                return error_response(HTTPError(401, "not_authorised", "Login failed",
+                                                [("www-authenticate", 'Basic realm="headrace"')]))
+            request.user = user
+        response = router.dispatch(self, request)
+        self.app.after_batch()
+        return response
+
+    def _authenticate(self, header: str | None) -> Any:
+        if not header or not header.lower().startswith("basic "):
+            return None
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return self.broker.users.authenticate(user, password)
+
+    async def _wait_synced(self, ticket: int) -> None:
+        with trio.move_on_after(REQUEST_TIMEOUT):
+            while self.broker.synced_ticket < ticket:
+                await self.app.gate.wait_changed()
+
+    async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, response: Response) -> None:
+        headers = [("content-type", response.content_type), ("content-length", str(len(response.body))),
+                   ("server", f"headrace/{self.version}"), *response.headers]
+        if self._closing:
+            headers.append(("connection", "close"))
+        data = conn.send(h11.Response(status_code=response.status, headers=headers))
+        data += conn.send(h11.Data(data=response.body)) if response.body else b""
+        data += conn.send(h11.EndOfMessage())
+        await stream.send_all(data)
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

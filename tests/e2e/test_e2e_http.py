@@ -1,0 +1,119 @@
+"""The HTTP management API against a real broker, together with pika."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pika
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def http(broker):
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as client:
+        yield client
+
+
+def test_auth_required_and_errors_are_json(broker, http):
+    assert httpx.get(broker.http_url + "/api/overview").status_code == 401
+    assert httpx.get(broker.http_url + "/api/overview", auth=("guest", "bad")).status_code == 401
+    r = http.get("/api/queues/%2F/" + unique("missing"))
+    assert r.status_code == 404 and set(r.json()) == {"error", "reason"}
+    assert http.get("/api/nothing-here").status_code == 404
+    assert http.post("/api/overview").status_code == 405
+    r = http.put("/api/queues/%2F/" + unique("q"), content=b"{not json")
+    assert r.status_code == 400 and "invalid JSON" in r.json()["reason"]
+
+
+def test_queue_exchange_binding_publish_get_cycle(broker, http):
+    q, x = unique("hq"), unique("hx")
+    assert http.put(f"/api/queues/%2F/{q}", json={"durable": False}).status_code == 201
+    assert http.put(f"/api/queues/%2F/{q}", json={"durable": False}).status_code == 204
+    assert http.put(f"/api/exchanges/%2F/{x}", json={"type": "topic", "durable": False}).status_code == 201
+    r = http.post(f"/api/bindings/%2F/e/{x}/q/{q}", json={"routing_key": "a.#"})
+    assert r.status_code == 201 and r.headers["location"].startswith("/api/bindings/")
+    assert http.post(f"/api/exchanges/%2F/{x}/publish", json={"routing_key": "a.b", "payload": "hi",
+                                                             "properties": {"headers": {"k": "v"}}}).json() == {"routed": True}
+    assert http.post(f"/api/exchanges/%2F/{x}/publish", json={"routing_key": "zzz", "payload": ""}).json() == {"routed": False}
+    info = http.get(f"/api/queues/%2F/{q}").json()
+    assert info["messages_ready"] == 1 and info["message_stats"]["publish"] == 1
+    got = http.post(f"/api/queues/%2F/{q}/get", json={"count": 5, "ackmode": "ack_requeue_true"}).json()
+    assert [m["payload"] for m in got] == ["hi"] and got[0]["properties"]["headers"] == {"k": "v"}
+    # requeued: an AMQP consumer sees it, redelivered
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    method, _, body = conn.channel().basic_get(q, auto_ack=True)
+    assert body == b"hi" and method.redelivered
+    conn.close()
+    binding = next(b for b in http.get("/api/bindings/%2F").json() if b["destination"] == q)
+    assert http.delete(f"/api/bindings/%2F/e/{x}/q/{q}/{binding['properties_key']}").status_code == 204
+    assert http.delete(f"/api/queues/%2F/{q}/contents").status_code == 204
+    assert http.delete(f"/api/queues/%2F/{q}").status_code == 204
+    assert http.delete(f"/api/exchanges/%2F/{x}").status_code == 204
+
+
+def test_inequivalent_declare_is_400_and_pagination(http):
+    q = unique("hq")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    r = http.put(f"/api/queues/%2F/{q}", json={"durable": True})
+    assert r.status_code == 400 and "inequivalent" in r.json()["reason"]
+    page = http.get("/api/exchanges/%2F", params={"page": 1, "page_size": 2}).json()
+    assert page["page_size"] == 2 and len(page["items"]) == 2 and page["total_count"] >= 6
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_users_permissions_and_definitions(broker, http):
+    name = unique("user")
+    assert http.put(f"/api/users/{name}", json={"password": "pw", "tags": "management"}).status_code == 201
+    assert http.put(f"/api/permissions/%2F/{name}", json={"configure": "^own-", "write": ".*", "read": ".*"}).status_code == 201
+    with httpx.Client(base_url=broker.http_url, auth=(name, "pw")) as user_client:
+        assert user_client.get("/api/whoami").json()["tags"] == ["management"]
+        assert user_client.put("/api/queues/%2F/own-q", json={"durable": False}).status_code == 201
+        assert user_client.put("/api/queues/%2F/other-q", json={"durable": False}).status_code == 403
+        assert user_client.get("/api/definitions").status_code == 403
+    defs = http.get("/api/definitions").json()
+    assert any(u["name"] == name for u in defs["users"])
+    assert all("password" not in u for u in defs["users"])
+    assert http.delete(f"/api/users/{name}").status_code == 204
+    http.delete("/api/queues/%2F/own-q")
+
+
+def test_health_aliveness_and_metrics(broker, http):
+    assert http.get("/api/health/checks/alarms").json() == {"status": "ok"}
+    assert http.get("/api/aliveness-test/%2F").json() == {"status": "ok"}
+    text = httpx.get(broker.http_url + "/metrics").text
+    assert "# TYPE headrace_queue_messages_ready gauge" in text
+    assert 'headrace_alarm{resource="memory"} 0' in text
+
+
+def test_persistent_http_publish_answers_after_fsync(broker, http):
+    q = unique("durable")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": True})
+    r = http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": "p",
+                                                                  "properties": {"delivery_mode": 2}})
+    assert r.status_code == 200 and r.json() == {"routed": True}
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 1
+    metrics = httpx.get(broker.http_url + "/metrics").text
+    synced = [line for line in metrics.splitlines() if line.startswith("headrace_store_synced_ticket ")]
+    assert synced and int(synced[0].split()[1]) >= 1  # the answer came after the fsync of that ticket
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_mirror_endpoints(http):
+    x = unique("mx")
+    http.put(f"/api/exchanges/%2F/{x}", json={"type": "fanout", "durable": True})
+    assert http.put(f"/api/mirrors/%2F/{x}", json={"max_age_ms": 60000}).status_code == 204
+    assert any(m["exchange"] == x for m in http.get("/api/mirrors").json())
+    assert http.delete(f"/api/mirrors/%2F/{x}").status_code == 204
+    http.delete(f"/api/exchanges/%2F/{x}")
+
+
+def test_oversized_body_is_413(broker, http):
+    r = http.post("/api/exchanges/%2F/amq.direct/publish", content=b"x" * (17 * 2**20))
+    assert r.status_code == 413
