@@ -381,7 +381,7 @@ def _unbind(ctx: Context, req: Request, vhost: str, source: str, dest: str, prop
     v = _vhost(ctx, req, vhost)
     _perm(ctx, req, vhost, "write", dest)
     for b in v.exchanges.get(source, None).bindings() if source in v.exchanges else []:
-        if b.destination == dest and b.kind is kind and unquote(b.properties_key) == props:
+        if b.destination == dest and b.kind is kind and props in (b.properties_key, unquote(b.properties_key)):
             v.unbind(source, dest, kind, b.routing_key, b.arguments_dict())
             return Response(204)
     raise HTTPError(404, "not_found", "binding not found")
