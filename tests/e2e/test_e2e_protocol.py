@@ -235,3 +235,38 @@ def test_sigterm_sends_connection_forced_and_exits_zero(broker_factory):
         conn.channel()
     assert info.value.reply_code == 320
     assert proc.wait(15) == 0
+
+
+def test_consumer_timeout_closes_channel_and_requeues(broker_factory):
+    proc = broker_factory(env={"HEADRACE_CONSUMER_TIMEOUT_MS": "300"})
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    q = ch.queue_declare("slow-consumer").method.queue
+    ch.basic_publish("", q, b"held")
+    reasons = []
+    ch._impl.add_on_close_callback(lambda channel, reason: reasons.append(reason))
+    assert ch.basic_get(q)[2] == b"held"  # never acked
+    for _ in range(50):
+        conn.process_data_events(time_limit=0.1)
+        if reasons:
+            break
+    assert reasons and reasons[0].reply_code == 406 and "timed out" in reasons[0].reply_text
+    method, _, body = conn.channel().basic_get(q, auto_ack=True)
+    assert body == b"held" and method.redelivered
+    conn.close()
+
+
+def test_queue_expires_when_unused(broker):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    q = ch.queue_declare(unique("expiring"), arguments={"x-expires": 200}).method.queue
+    gone = False
+    for _ in range(50):  # the broker's clock runs every 100 ms; poll the declare result, not a timer
+        conn.process_data_events(time_limit=0.1)
+        try:
+            conn.channel().queue_declare(q, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            gone = exc.reply_code == 404
+            break
+    assert gone
+    conn.close()
