@@ -54,5 +54,9 @@ bench-rabbitmq: $(VENV)/.dev
 bench-quick: $(VENV)/.dev
 	$(PY) benchmarks/run.py --quick --pairs 1
 
+# a long fuzz run of the protocol core (the bounded one runs in `make test`)
+fuzz: $(VENV)/.dev
+	HEADRACE_FUZZ_EXAMPLES=50000 $(PY) -m pytest tests/amqp -k fuzz -q
+
 clean:
 	rm -rf $(VENV) build *.egg-info headrace-data

@@ -117,3 +117,33 @@ def test_mirror_endpoints(http):
 def test_oversized_body_is_413(broker, http):
     r = http.post("/api/exchanges/%2F/amq.direct/publish", content=b"x" * (17 * 2**20))
     assert r.status_code == 413
+
+
+def test_amqp_operations_respect_permissions(broker, http):
+    name = unique("limited")
+    http.put(f"/api/users/{name}", json={"password": "pw", "tags": ""})
+    http.put(f"/api/permissions/%2F/{name}", json={"configure": "^mine-", "write": "^mine-", "read": "^mine-"})
+    url = f"amqp://{name}:pw@127.0.0.1:{broker.amqp_port}/%2F"
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.queue_declare("mine-q", exclusive=True)
+    ch.exchange_declare("mine-x", "fanout", auto_delete=True)
+    ch.queue_bind("mine-q", "mine-x")
+    denied = [
+        lambda c: c.queue_declare("theirs-q"),
+        lambda c: c.exchange_declare("theirs-x", "fanout"),
+        lambda c: c.basic_publish("amq.fanout", "", b"x"),
+        lambda c: c.basic_get("theirs-q"),
+        lambda c: c.queue_bind("mine-q", "amq.direct", "k"),
+    ]
+    for op in denied:
+        c = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            op(c)
+            c.queue_declare("mine-q", passive=True)  # forces a round trip after async publishes
+        assert info.value.reply_code == 403, op
+    conn.close()
+    other = f"amqp://{name}:pw@127.0.0.1:{broker.amqp_port}/nope"
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        pika.BlockingConnection(pika.URLParameters(other))
+    http.delete(f"/api/users/{name}")
