@@ -25,7 +25,12 @@ from headrace.server.auth import Permission, UserRegistry
 
 from .vhost import VHost
 
-__all__ = ["Broker", "BrokerObserver", "Limits"]
+__all__ = ["MIRROR_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
+
+# Mirror records waiting for the writer task. Beyond this, connections that publish stop being
+# read until the writer catches up: ~50k records of a few hundred bytes bound the backlog to tens
+# of MB while absorbing a disk hiccup of a second or two at full publish rate.
+MIRROR_BACKLOG_MAX = 50_000
 
 
 class BrokerObserver(Protocol):

@@ -98,7 +98,7 @@ class Storage:
         broker.on_store_pending = lambda: self._store_kick.set()
         broker.on_mirror_pending = lambda: self._mirror_kick.set()
         nursery.start_soon(self._flusher, broker, gate)
-        nursery.start_soon(self._mirror_writer, broker)
+        nursery.start_soon(self._mirror_writer, broker, gate)
         nursery.start_soon(self._pager, broker)
 
     async def _flusher(self, broker: Broker, gate: Gate) -> None:
@@ -121,11 +121,12 @@ class Storage:
             if reclaimed:
                 log.debug("message store: compaction reclaimed %d bytes", reclaimed)
 
-    async def _mirror_writer(self, broker: Broker) -> None:
+    async def _mirror_writer(self, broker: Broker, gate: Gate) -> None:
         while True:
             await self._mirror_kick.wait()
             self._mirror_kick = trio.Event()
             await self._write_mirrors(broker)
+            gate.notify()  # publishers paused on a full mirror backlog may read again
 
     async def _write_mirrors(self, broker: Broker) -> None:
         records = broker.take_mirror_records()

@@ -32,6 +32,7 @@ from headrace.server.amqp.sasl import parse_response
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import User
 from headrace.server.broker import Broker, VHost, errors
+from headrace.server.broker.core import MIRROR_BACKLOG_MAX
 
 from .channel import ChannelSession
 
@@ -78,6 +79,8 @@ class Session:
         """Stop reading this socket: broker alarm (for connections that publish) or too many
         publishes waiting for fsync."""
         if self.unconfirmed >= self.max_unconfirmed:
+            return True
+        if self.published and self.broker.mirror_backlog >= MIRROR_BACKLOG_MAX:
             return True
         return bool(self.broker.alarms) and self.published > 0
 

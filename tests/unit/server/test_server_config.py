@@ -1,0 +1,31 @@
+"""Settings precedence: CLI flags > HEADRACE_* environment > TOML file > defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.server.config import Settings, load_settings
+
+
+def test_defaults_match_rabbitmq_conventions():
+    s = Settings()
+    assert (s.amqp_host, s.amqp_port, s.http_port, s.default_user, s.default_vhost) == (
+        "127.0.0.1", 5672, 15672, "guest", "/")
+    assert s.loopback_users == ["guest"] and s.fsync == "batch"
+
+
+def test_toml_env_and_flags_precedence(tmp_path, monkeypatch):
+    toml = tmp_path / "headrace.toml"
+    toml.write_text('amqp_port = 6000\nhttp_port = 6001\nheartbeat = 30\n')
+    monkeypatch.setenv("HEADRACE_HTTP_PORT", "7001")
+    s = load_settings(toml, amqp_port=None, heartbeat=10)
+    assert s.amqp_port == 6000  # from the file
+    assert s.http_port == 7001  # env beats the file
+    assert s.heartbeat == 10  # a flag beats everything
+
+
+def test_bad_values_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        Settings(amqp_port=70000)
+    with pytest.raises(FileNotFoundError):
+        load_settings(tmp_path / "missing.toml")
