@@ -210,7 +210,9 @@ class Broker:
 
     def mirror(self, vhost: str, exchange: str, message: Message) -> None:
         headers = message.headers
-        props = decode_properties(message.props_raw) if message.props_raw else None
+        raw = message.props_raw
+        # decode only when content-type (flag bit 15) or message-id (bit 7) is present
+        props = decode_properties(raw) if len(raw) >= 2 and (raw[0] & 0x80 or raw[1] & 0x80) else None
         record = MirrorRecord(
             timestamp_ms=int(message.timestamp * 1000),
             routing_key=message.routing_key,
