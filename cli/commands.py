@@ -20,6 +20,7 @@ from rich.table import Table
 __all__ = ["register"]
 
 console = Console()
+BATCH = 1000  # messages per publish-batch request
 err = Console(stderr=True)
 
 
@@ -75,8 +76,8 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def register(cli: click.Group) -> None:
-    for command in (overview, exchange, queue, bind, unbind, publish, get, definitions, connections, user, vhost,
-                    permissions, mirror):
+    for command in (overview, exchange, queue, bind, unbind, publish, get, consume, definitions, connections, user,
+                    vhost, permissions, mirror):
         _add_connection_options(command)
         cli.add_command(command)
 
@@ -265,11 +266,23 @@ def publish(c: Client, exchange_name: str, body: str | None, routing_key: str, p
     routed = 0
     with Progress(console=err, transient=True, disable=len(messages) < 100) as progress:
         task = progress.add_task("publishing", total=len(messages))
-        for message in messages:
-            message.setdefault("routing_key", routing_key)
-            message.setdefault("properties", properties)
-            routed += bool(c.call("POST", f"/api/exchanges/{c.v}/{name}/publish", message)["routed"])
-            progress.advance(task)
+        for start in range(0, len(messages), BATCH):  # publish-batch: one request per BATCH messages
+            chunk = messages[start:start + BATCH]
+            for message in chunk:
+                message.setdefault("routing_key", routing_key)
+                message.setdefault("properties", properties)
+            body = "\n".join(json.dumps(m) for m in chunk)
+            try:
+                r = c.http.post(f"/api/exchanges/{c.v}/{name}/publish-batch", content=body,
+                                headers={"content-type": "application/x-ndjson"})
+            except httpx.TransportError as exc:
+                err.print(f"Error: cannot reach the broker at {c.http.base_url}: {exc}")
+                sys.exit(3)
+            if r.status_code >= 400:
+                err.print(f"Error: {r.json().get('reason', r.text)} (HTTP {r.status_code})")
+                sys.exit(1)
+            routed += sum(1 for x in r.json()["results"] if x["routed"])
+            progress.advance(task, len(chunk))
     console.print(f"published {len(messages)}, routed {routed}")
 
 
@@ -283,6 +296,40 @@ def get(c: Client, queue_name: str, count: int, requeue: bool) -> None:
     rows = c.call("POST", f"/api/queues/{c.v}/{quote(queue_name, safe='')}/get",
                   {"count": count, "ackmode": "ack_requeue_true" if requeue else "ack_requeue_false"})
     c.show(rows, ["routing_key", "redelivered", "payload_encoding", "payload"])
+
+
+@click.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("--count", "-n", type=int, help="Stop after this many messages.")
+@click.option("--prefetch", default=10, show_default=True)
+@click.option("--requeue", is_flag=True, help="Give each message back after printing it (nack with requeue).")
+@pass_client
+def consume(c: Client, queue_name: str, count: int | None, prefetch: int, requeue: bool) -> None:
+    """Stream messages from QUEUE to stdout (one JSON line each), acking each after it is printed."""
+    seen = 0
+    path = f"/api/queues/{c.v}/{quote(queue_name, safe='')}/consume"
+    try:
+        with c.http.stream("GET", path, params={"prefetch": prefetch}, timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                err.print(f"Error: {r.json().get('reason', r.text)} (HTTP {r.status_code})")
+                sys.exit(1)
+            lines = r.iter_lines()
+            tag = json.loads(next(lines))["consumer"]
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                click.echo(json.dumps(event) if c.as_json else event["payload"])
+                c.call("POST", f"/api/consumers/{tag}/settle",
+                       {"delivery_ids": [event["delivery_id"]], "action": "nack" if requeue else "ack",
+                        "requeue": True})
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+    except httpx.TransportError as exc:
+        err.print(f"Error: cannot reach the broker at {c.http.base_url}: {exc}")
+        sys.exit(3)
 
 
 @click.group()
@@ -319,6 +366,18 @@ def connections() -> None:
 @pass_client
 def connections_list(c: Client) -> None:
     c.show(c.call("GET", "/api/connections"), ["id", "user", "vhost", "peer_host", "peer_port", "channels"])
+
+
+@connections.command("close")
+@click.argument("connection_id")
+@click.option("--reason", default="Closed via the headrace CLI")
+@pass_client
+def connections_close(c: Client, connection_id: str, reason: str) -> None:
+    r = c.http.request("DELETE", f"/api/connections/{quote(connection_id, safe='')}", headers={"x-reason": reason})
+    if r.status_code >= 400:
+        err.print(f"Error: {r.json().get('reason', r.text)} (HTTP {r.status_code})")
+        sys.exit(1)
+    console.print(f"connection {connection_id} closed")
 
 
 @click.group()

@@ -223,7 +223,16 @@ def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:
 
 async def _serve(listeners: list[Any], handler: Callable[[Any], Awaitable[None]],
                  nursery: trio.Nursery) -> None:
-    await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+    async def guarded(stream: Any) -> None:
+        # the boundary between one client and the broker: whatever a connection task raises ends
+        # that connection only, never the connections nursery (and so the broker)
+        try:
+            await handler(stream)
+        except Exception:
+            log.exception("connection task failed")
+            await trio.aclose_forcefully(stream)
+
+    await trio.serve_listeners(guarded, listeners, handler_nursery=nursery)
 
 
 async def serve(settings: Settings, *, task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:

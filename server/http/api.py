@@ -28,6 +28,7 @@ __all__ = ["Context", "router"]
 class Context(Protocol):
     broker: Broker
     version: str
+    http_consumers: dict[str, Any]
 
 
 # ---------------------------------------------------------------------- request bodies
@@ -332,6 +333,14 @@ def publish(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     body = PublishBody.model_validate(req.json())
     if name == "amq.default":  # the management API's name for the default exchange
         name = ""
+    payload, props_raw = _message_body(body)
+    result = v.publish(name, body.routing_key, props_raw, payload)
+    response = json_response(200, {"routed": result.routed})
+    response.wait_ticket = result.ticket
+    return response
+
+
+def _message_body(body: PublishBody) -> tuple[bytes, bytes]:
     if body.payload_encoding == "base64":
         try:
             payload = base64.b64decode(body.payload, validate=True)
@@ -341,15 +350,94 @@ def publish(ctx: Context, req: Request, vhost: str, name: str) -> Response:
         payload = body.payload.encode()
     else:
         raise HTTPError(400, "bad_request", f"invalid payload_encoding '{body.payload_encoding}'")
-    fields = set(BasicProperties.__dataclass_fields__)
-    unknown = set(body.properties) - fields
+    unknown = set(body.properties) - set(BasicProperties.__dataclass_fields__)
     if unknown:
         raise HTTPError(400, "bad_request", f"unknown properties: {', '.join(sorted(unknown))}")
-    props = BasicProperties(**body.properties)
-    result = v.publish(name, body.routing_key, encode_properties(props), payload)
-    response = json_response(200, {"routed": result.routed})
-    response.wait_ticket = result.ticket
+    return payload, encode_properties(BasicProperties(**body.properties))
+
+
+MAX_BATCH = 10_000  # messages per publish-batch request
+
+
+def publish_batch(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    """NDJSON in, one result per line out (like NSQ's /mpub); answered after the fsync that covers
+    the persistent ones."""
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    exchange = "" if name == "amq.default" else name
+    _perm(ctx, req, vhost, "write", exchange)
+    if ctx.broker.alarms:
+        raise HTTPError(503, "service_unavailable", f"publishing blocked: {', '.join(sorted(ctx.broker.alarms))} alarm",
+                        [("retry-after", "1")])
+    lines = [line for line in req.body.splitlines() if line.strip()]
+    if len(lines) > MAX_BATCH:
+        raise HTTPError(413, "payload_too_large", f"at most {MAX_BATCH} messages per batch")
+    parsed = []
+    for number, line in enumerate(lines, 1):
+        try:
+            parsed.append(_message_body(PublishBody.model_validate_json(line)) + (PublishBody.model_validate_json(line),))
+        except HTTPError as exc:
+            raise HTTPError(400, "bad_request", f"line {number}: {exc.reason}") from None
+        except ValueError as exc:
+            raise HTTPError(400, "bad_request", f"line {number}: {exc}") from None
+    results = []
+    ticket = 0
+    for payload, props_raw, body in parsed:
+        result = v.publish(exchange, body.routing_key, props_raw, payload)
+        ticket = max(ticket, result.ticket)
+        results.append({"routed": result.routed, "confirmed": not result.rejected})
+    response = json_response(200, {"results": results, "published": len(results)})
+    response.wait_ticket = ticket
     return response
+
+
+def consume(ctx: Context, req: Request, vhost: str, name: str) -> Response:
+    """Start a streaming consumer; the shell streams its deliveries (NDJSON, one per line)."""
+    _require(req)
+    v = _vhost(ctx, req, vhost)
+    _perm(ctx, req, vhost, "read", name)
+    queue = v.get_queue(name)
+    v.check_exclusive(queue, None)
+    try:
+        prefetch = int(req.arg("prefetch", "10") or 10)
+    except ValueError:
+        raise HTTPError(400, "bad_request", "prefetch must be an integer") from None
+    from .consume import HTTPConsumer
+
+    consumer = HTTPConsumer(v, queue, prefetch, lambda: None)
+    response = Response(200, content_type="application/x-ndjson")
+    response.stream = consumer
+    return response
+
+
+class SettleBody(BaseModel):
+    delivery_ids: list[int]
+    action: str = "ack"  # ack | nack | reject
+    requeue: bool = True
+
+
+def settle(ctx: Context, req: Request, tag: str) -> Response:
+    _require(req)
+    consumer = ctx.http_consumers.get(tag)
+    if consumer is None or consumer.closed:
+        raise HTTPError(404, "not_found", f"no HTTP consumer '{tag}'")
+    body = SettleBody.model_validate(req.json())
+    if body.action not in ("ack", "nack", "reject"):
+        raise HTTPError(400, "bad_request", f"invalid action '{body.action}'")
+    unknown = consumer.settle(body.delivery_ids, body.action, body.requeue)
+    if unknown:
+        raise HTTPError(406, "precondition_failed", f"unknown delivery ids {unknown}")
+    return Response(204)
+
+
+def close_connection(ctx: Context, req: Request, name: str) -> Response:
+    _require(req, admin=True)
+    for session in list(ctx.broker.connections.values()):
+        label = f"{session.peer[0]}:{session.peer[1]} -> headrace ({session.id})"
+        if name in (str(session.id), label):
+            session.close_by_admin(req.headers.get("x-reason", "Closed via management API"))
+            return Response(204)
+    raise HTTPError(404, "not_found", f"connection '{name}' not found")
 
 
 def list_bindings(ctx: Context, req: Request, vhost: str | None = None) -> Response:
@@ -561,6 +649,10 @@ _r("GET", "/api/permissions", list_permissions)
 _r("PUT", "/api/permissions/{vhost}/{user}", put_permission)
 _r("DELETE", "/api/permissions/{vhost}/{user}", delete_permission)
 _r("GET", "/api/connections", list_connections)
+_r("DELETE", "/api/connections/{name}", close_connection)
+_r("POST", "/api/exchanges/{vhost}/{name}/publish-batch", publish_batch)
+_r("GET", "/api/queues/{vhost}/{name}/consume", consume)
+_r("POST", "/api/consumers/{tag}/settle", settle)
 _r("GET", "/api/health/checks/alarms", alarms)
 _r("GET", "/api/aliveness-test/{vhost}", aliveness)
 _r("GET", "/api/mirrors", list_mirrors)

@@ -28,6 +28,8 @@ READ_SIZE = 64 * 1024
 REQUEST_TIMEOUT = 15.0
 MAX_HEADER_BYTES = 16 * 1024  # h11's bound on an incomplete request head
 PUBLIC_PATHS = {"/metrics"}
+# An idle consume stream sends a blank line this often, so dead clients are noticed.
+STREAM_KEEPALIVE = 10.0
 
 
 class HTTPServer:
@@ -37,6 +39,7 @@ class HTTPServer:
         self.version = headrace.__version__
         self.max_body = app.settings.http_max_body
         self._closing = False
+        self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
 
     def shutdown(self) -> None:
         self._closing = True
@@ -50,6 +53,9 @@ class HTTPServer:
                     if request is None:
                         return
                     response = self._respond(request)
+                    if response.stream is not None:
+                        await self._stream(stream, conn, response)
+                        return
                     if response.wait_ticket:
                         await self._wait_synced(response.wait_ticket)
                     await self._send(stream, conn, response)
@@ -124,6 +130,44 @@ class HTTPServer:
         except (binascii.Error, UnicodeDecodeError):
             return None
         return self.broker.users.authenticate(user, password)
+
+    async def _stream(self, stream: trio.abc.Stream, conn: h11.Connection, response: Response) -> None:
+        """Stream an HTTP consumer's deliveries until the client goes away (its unacked messages then
+        return to the queue) or the broker shuts down."""
+        consumer = response.stream
+        wake = trio.Event()
+
+        def kick() -> None:
+            wake.set()
+
+        consumer.wake = kick
+        self.http_consumers[consumer.tag] = consumer
+        try:
+            consumer.start()
+            headers = [("content-type", response.content_type), ("server", f"headrace/{self.version}"),
+                       ("cache-control", "no-store")]
+            await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
+            try:
+                async with trio.open_nursery() as nursery:
+                    async def watch_eof() -> None:
+                        while await stream.receive_some(READ_SIZE):
+                            pass  # a consumer client sends nothing more; EOF means it left
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(watch_eof)
+                    while not self._closing and not consumer.closed:
+                        with trio.move_on_after(STREAM_KEEPALIVE):
+                            await wake.wait()
+                        wake = trio.Event()
+                        data = consumer.take_lines() or b"\n"  # a blank line keeps idle proxies from timing out
+                        await stream.send_all(conn.send(h11.Data(data=data)))
+                    nursery.cancel_scope.cancel()
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the client went away
+        finally:
+            self.http_consumers.pop(consumer.tag, None)
+            consumer.close()
+            self.app.after_batch()
 
     async def _wait_synced(self, ticket: int) -> None:
         with trio.move_on_after(REQUEST_TIMEOUT):

@@ -143,6 +143,11 @@ class Session:
         self.closing = True
         self.cleanup()
 
+    def close_by_admin(self, reason: str) -> None:
+        """Management close: connection.close 320 to the client, state dropped now."""
+        self._close_connection(ConnectionException(ReplyCode.CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}"))
+        self.wake()
+
     def connection_lost(self) -> None:
         self.finished = True
         self.cleanup()

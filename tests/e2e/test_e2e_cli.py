@@ -69,3 +69,29 @@ def test_users_permissions_definitions_and_mirror(broker, tmp_path):
     assert run(broker, "mirror", "disable", x).exit_code == 0
     run(broker, "exchange", "delete", x)
     assert "headrace" in run(broker, "overview").output
+
+
+def test_consume_count_and_ndjson_file_publish(broker, tmp_path):
+    q = f"cons-{uuid.uuid4().hex[:6]}"
+    run(broker, "queue", "declare", q, "--transient")
+    ndjson = tmp_path / "msgs.ndjson"
+    ndjson.write_text("\n".join(json.dumps({"routing_key": q, "payload": f"line-{i}"}) for i in range(250)))
+    r = run(broker, "publish", "", "--file", str(ndjson))
+    assert r.exit_code == 0 and "published 250, routed 250" in r.output
+    r = run(broker, "consume", q, "--count", "3")
+    assert r.exit_code == 0 and r.output.split() == ["line-0", "line-1", "line-2"]
+    r = run(broker, "consume", q, "--count", "2", "--requeue")
+    assert r.output.split() == ["line-3", "line-4"]
+    rows = json.loads(run(broker, "queue", "list", "--json").output)
+    assert next(x for x in rows if x["name"] == q)["messages_ready"] == 247
+    run(broker, "queue", "delete", q)
+
+
+def test_connections_list_and_close(broker):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    rows = json.loads(run(broker, "connections", "list", "--json").output)
+    newest = max(row["id"] for row in rows)
+    assert run(broker, "connections", "close", str(newest)).exit_code == 0
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
+        conn.process_data_events(time_limit=5)
+        conn.channel()

@@ -147,3 +147,69 @@ def test_amqp_operations_respect_permissions(broker, http):
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
         pika.BlockingConnection(pika.URLParameters(other))
     http.delete(f"/api/users/{name}")
+
+
+def test_publish_batch_ndjson(broker, http):
+    q = unique("batch")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": True})
+    lines = "\n".join(
+        [f'{{"routing_key": "{q}", "payload": "m{i}", "properties": {{"delivery_mode": 2}}}}' for i in range(5)]
+        + ['{"routing_key": "nowhere", "payload": "aGk=", "payload_encoding": "base64"}'])
+    r = http.post("/api/exchanges/%2F/amq.default/publish-batch", content=lines,
+                  headers={"content-type": "application/x-ndjson"})
+    assert r.status_code == 200
+    assert [x["routed"] for x in r.json()["results"]] == [True] * 5 + [False]
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 5
+    bad = http.post("/api/exchanges/%2F/amq.default/publish-batch", content='{"payload": 1}\nnot json')
+    assert bad.status_code == 400 and "line" in bad.json()["reason"]
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_streaming_consume_with_acks_and_requeue_on_disconnect(broker, http):
+    import json as _json
+
+    q = unique("stream")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    for i in range(5):
+        http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": f"s{i}"})
+    events = []
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as streamer:
+        with streamer.stream("GET", f"/api/queues/%2F/{q}/consume", params={"prefetch": 3}) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            head = _json.loads(next(lines))
+            tag = head["consumer"]
+            for line in lines:
+                if line.strip():
+                    events.append(_json.loads(line))
+                if len(events) == 3:  # the prefetch window: no more until acked
+                    break
+            assert [e["payload"] for e in events] == ["s0", "s1", "s2"]
+            ack = http.post(f"/api/consumers/{tag}/settle", json={"delivery_ids": [events[0]["delivery_id"]]})
+            assert ack.status_code == 204
+            for line in lines:
+                if line.strip():
+                    events.append(_json.loads(line))
+                    break
+            assert events[-1]["payload"] == "s3"
+            again = http.post(f"/api/consumers/{tag}/settle", json={"delivery_ids": [events[0]["delivery_id"]]})
+            assert again.status_code == 406
+    # the client left holding s1, s2, s3 unacked: they are back in the queue, redelivered
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    got = [ch.basic_get(q, auto_ack=True) for _ in range(4)]
+    assert [g[2] for g in got] == [b"s1", b"s2", b"s3", b"s4"]  # back in their original places
+    assert [g[0].redelivered for g in got] == [True, True, True, False]
+    conn.close()
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_close_connection_via_api(broker, http):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ids = [c["id"] for c in http.get("/api/connections").json()]
+    assert ids
+    assert http.delete(f"/api/connections/{max(ids)}").status_code == 204
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        conn.process_data_events(time_limit=5)
+        conn.channel()
+    assert info.value.reply_code == 320

@@ -1,0 +1,103 @@
+"""Consuming over HTTP: a queue consumer whose deliveries stream to an HTTP response as NDJSON.
+
+Rule 1: an ``HTTPConsumer`` owns its delivery ids -> entries and the lines not yet sent; its
+prefetch window bounds both (``has_capacity`` is false when ``prefetch`` deliveries are unacked).
+Rule 2: it is synchronous; the HTTP shell drains ``take_lines`` when woken and calls ``close``
+when the client goes away, which returns every unacked message to the queue.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from headrace.queues import Consumer, Queue, QueueEntry
+from headrace.server.amqp.properties import decode_properties
+from headrace.server.broker import VHost
+
+__all__ = ["HTTPConsumer"]
+
+MAX_PREFETCH = 10_000  # an HTTP consumer holds at most this many unacked messages
+
+
+class HTTPConsumer:
+    def __init__(self, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None]) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.prefetch = max(1, min(prefetch, MAX_PREFETCH))
+        self.wake = wake
+        self.tag = "http-" + secrets.token_urlsafe(12)
+        self.consumer = Consumer(self.tag, self, prefetch=self.prefetch, owner=self)
+        self.unacked: dict[int, QueueEntry] = {}
+        self.lines: deque[bytes] = deque()
+        self._next = 1
+        self.closed = False
+
+    # ConsumerSink
+    def has_capacity(self) -> bool:
+        return not self.closed and len(self.unacked) < self.prefetch
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        delivery_id = self._next
+        self._next += 1
+        self.unacked[delivery_id] = entry
+        msg = entry.message
+        try:
+            payload, encoding = msg.body.decode(), "string"
+        except UnicodeDecodeError:
+            payload, encoding = base64.b64encode(msg.body).decode(), "base64"
+        props = decode_properties(msg.props_raw)
+        event: dict[str, Any] = {
+            "delivery_id": delivery_id, "exchange": msg.exchange, "routing_key": msg.routing_key,
+            "redelivered": entry.redelivered, "payload": payload, "payload_encoding": encoding,
+            "properties": {k: getattr(props, k) for k in props.__dataclass_fields__ if getattr(props, k) is not None},
+        }
+        self.lines.append(json.dumps(event, default=str).encode() + b"\n")
+        self.wake()
+
+    def start(self) -> None:
+        self.vhost.add_consumer(self.queue, self.consumer)
+        self.lines.appendleft(json.dumps({"consumer": self.tag, "queue": self.queue.name,
+                                          "prefetch": self.prefetch}).encode() + b"\n")
+
+    def take_lines(self) -> bytes:
+        data = b"".join(self.lines)
+        self.lines.clear()
+        return data
+
+    def settle(self, ids: list[int], action: str, requeue: bool) -> list[int]:
+        """ack / nack / reject by delivery id; returns the ids that were not (or no longer) held."""
+        unknown = []
+        queue = self.queue
+        for delivery_id in ids:
+            entry = self.unacked.pop(delivery_id, None)
+            if entry is None:
+                unknown.append(delivery_id)
+                continue
+            if action == "ack":
+                queue.ack(entry)
+            elif requeue:
+                queue.requeue(entry)
+            else:
+                queue.reject(entry)
+        if self.vhost.queues.get(queue.name) is queue:
+            self.vhost.drain_dead_letters(queue)
+            self.vhost.dispatch(queue)
+        return unknown
+
+    def close(self) -> None:
+        """The client went away: stop consuming and give every unacked message back."""
+        if self.closed:
+            return
+        self.closed = True
+        queue = self.queue
+        if self.vhost.queues.get(queue.name) is queue:
+            self.vhost.remove_consumer(queue, self.tag)
+            queue.requeue_many(list(self.unacked.values()))
+            self.vhost.dispatch(queue)
+        self.unacked.clear()
+        self.lines.clear()
