@@ -52,8 +52,9 @@ class Headrace:
 
     def __init__(self, tmp: Path) -> None:
         self.port = free_port()
+        self.http_port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "headrace", "serve", "--amqp-port", str(self.port), "--http-port", "0",
+            [sys.executable, "-m", "headrace", "serve", "--amqp-port", str(self.port), "--http-port", str(self.http_port),
              "--data-dir", str(tmp / "headrace"), "--log-level", "warning"],
             env={**os.environ, "HEADRACE_MEMORY_HIGH_WATERMARK": "0.9"},
         )

@@ -82,6 +82,21 @@ def register(cli: click.Group) -> None:
         cli.add_command(command)
 
 
+def _cli_config() -> dict[str, str]:
+    """Defaults from a TOML file (``HEADRACE_CLI_CONFIG``, else ~/.config/headrace/cli.toml) with
+    keys url, user, password, vhost; flags and environment variables take precedence."""
+    import os
+    import tomllib
+    from pathlib import Path
+
+    path = Path(os.environ.get("HEADRACE_CLI_CONFIG", Path.home() / ".config" / "headrace" / "cli.toml"))
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return {k: str(v) for k, v in data.items() if k in ("url", "user", "password", "vhost")}
+
+
 def _add_connection_options(command: click.Command) -> None:
     """Every leaf command takes --url/--user/--password/--vhost/--json and builds the client."""
     if isinstance(command, click.Group):
@@ -89,11 +104,12 @@ def _add_connection_options(command: click.Command) -> None:
             _add_connection_options(sub)
         return
     command.params.extend([
-        click.Option(["--url"], envvar="HEADRACE_URL", default="http://127.0.0.1:15672", show_default=True,
-                     help="HTTP API of the broker."),
-        click.Option(["--user"], envvar="HEADRACE_USER", default="guest", show_default=True),
-        click.Option(["--password"], envvar="HEADRACE_PASSWORD", default="guest"),
-        click.Option(["--vhost"], default="/", show_default=True),
+        click.Option(["--url"], envvar="HEADRACE_URL", default=lambda: _cli_config().get("url", "http://127.0.0.1:15672"),
+                     show_default="http://127.0.0.1:15672", help="HTTP API of the broker."),
+        click.Option(["--user"], envvar="HEADRACE_USER", default=lambda: _cli_config().get("user", "guest"),
+                     show_default="guest"),
+        click.Option(["--password"], envvar="HEADRACE_PASSWORD", default=lambda: _cli_config().get("password", "guest")),
+        click.Option(["--vhost"], default=lambda: _cli_config().get("vhost", "/"), show_default="/"),
         click.Option(["--json", "as_json"], is_flag=True, help="Machine-readable output."),
     ])
     callback = command.callback

@@ -191,6 +191,10 @@ def put_vhost(ctx: Context, req: Request, name: str) -> Response:
     _require(req, admin=True)
     existed = name in ctx.broker.vhosts
     ctx.broker.add_vhost(name)
+    if not existed and ctx.broker.users.permission(_user(req).name, name) is None:
+        # as RabbitMQ's management plugin does, the creator gets full permissions on a new vhost
+        ctx.broker.users.set_permission(_user(req).name, name, Permission())
+        ctx.broker.definitions_changed()
     return Response(204 if existed else 201)
 
 

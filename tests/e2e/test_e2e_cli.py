@@ -95,3 +95,13 @@ def test_connections_list_and_close(broker):
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
         conn.process_data_events(time_limit=5)
         conn.channel()
+
+
+def test_url_and_credentials_from_a_config_file(broker, tmp_path, monkeypatch):
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'url = "{broker.http_url}"\nuser = "guest"\npassword = "guest"\n')
+    monkeypatch.setenv("HEADRACE_CLI_CONFIG", str(cfg))
+    r = CliRunner().invoke(cli, ["overview", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["product_name"] == "headrace"
+    monkeypatch.setenv("HEADRACE_PASSWORD", "wrong")  # env beats the file
+    assert CliRunner().invoke(cli, ["overview"]).exit_code == 1

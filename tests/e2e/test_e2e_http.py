@@ -213,3 +213,33 @@ def test_close_connection_via_api(broker, http):
         conn.process_data_events(time_limit=5)
         conn.channel()
     assert info.value.reply_code == 320
+
+
+def test_metrics_parse_and_count_known_traffic(broker, http):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    q = unique("metered")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    for i in range(4):
+        http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": str(i)})
+    http.post(f"/api/queues/%2F/{q}/get", json={"count": 1, "ackmode": "ack_requeue_false"})
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(broker.http_url + "/metrics").text)}
+
+    def value(name: str) -> float:
+        return next(s.value for s in families[name].samples if s.labels.get("queue") == q)
+
+    assert value("headrace_queue_messages_ready") == 3
+    assert value("headrace_queue_messages_published") == 4  # counter family name without _total
+    assert value("headrace_queue_messages_acked") == 1
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_vhost_endpoints_and_unknown_vhost(http):
+    name = unique("vh")
+    assert http.put(f"/api/vhosts/{name}").status_code == 201
+    assert any(v["name"] == name for v in http.get("/api/vhosts").json())
+    assert http.put(f"/api/queues/{name}/q1", json={"durable": False}).status_code == 201
+    assert http.delete(f"/api/vhosts/{name}").status_code == 204
+    assert http.get(f"/api/queues/{name}").status_code == 404
+    r = http.put("/api/queues/%2F/" + unique("typed"), json={"durable": "sometimes"})
+    assert r.status_code == 400
