@@ -556,6 +556,35 @@ def list_connections(ctx: Context, req: Request) -> Response:
                        if s.user is not None and (user.can_monitor or s.user.name == user.name)])
 
 
+def list_channels(ctx: Context, req: Request) -> Response:
+    _require(req)
+    user = _user(req)
+    rows = []
+    for s in ctx.broker.connections.values():
+        if s.user is None or not (user.can_monitor or s.user.name == user.name):
+            continue
+        for ch in s.channels.values():
+            rows.append({"name": f"{s.peer[0]}:{s.peer[1]} ({ch.id})", "connection": s.id, "number": ch.id,
+                         "user": s.user.name, "vhost": s.vhost.name, "consumer_count": len(ch.consumers),
+                         "messages_unacknowledged": len(ch.unacked), "prefetch_count": ch.prefetch_count,
+                         "global_prefetch_count": ch.global_prefetch, "confirm": ch.confirm,
+                         "transactional": ch.tx})
+    return _page(req, rows)
+
+
+def list_consumers(ctx: Context, req: Request, vhost: str | None = None) -> Response:
+    _require(req)
+    vhosts = [_vhost(ctx, req, vhost)] if vhost is not None else _visible_vhosts(ctx, req)
+    rows = []
+    for v in vhosts:
+        for qname, q in v.queues.items():
+            for c in q.consumers():
+                rows.append({"consumer_tag": c.tag, "queue": {"name": qname, "vhost": v.name},
+                             "ack_required": not c.no_ack, "prefetch_count": c.prefetch, "exclusive": c.exclusive,
+                             "priority": c.priority, "channel": c.channel_id, "unacked": c.unacked})
+    return _page(req, rows)
+
+
 def _safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _safe(v) for k, v in value.items()}
@@ -654,6 +683,9 @@ _r("PUT", "/api/permissions/{vhost}/{user}", put_permission)
 _r("DELETE", "/api/permissions/{vhost}/{user}", delete_permission)
 _r("GET", "/api/connections", list_connections)
 _r("DELETE", "/api/connections/{name}", close_connection)
+_r("GET", "/api/channels", list_channels)
+_r("GET", "/api/consumers", list_consumers)
+_r("GET", "/api/consumers/{vhost}", list_consumers)
 _r("POST", "/api/exchanges/{vhost}/{name}/publish-batch", publish_batch)
 _r("GET", "/api/queues/{vhost}/{name}/consume", consume)
 _r("POST", "/api/consumers/{tag}/settle", settle)

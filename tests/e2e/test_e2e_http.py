@@ -243,3 +243,16 @@ def test_vhost_endpoints_and_unknown_vhost(http):
     assert http.get(f"/api/queues/{name}").status_code == 404
     r = http.put("/api/queues/%2F/" + unique("typed"), json={"durable": "sometimes"})
     assert r.status_code == 400
+
+
+def test_channels_and_consumers_listings(broker, http):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=7)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    tag = ch.basic_consume(q, lambda *a: None)
+    consumers = [c for c in http.get("/api/consumers/%2F").json() if c["consumer_tag"] == tag]
+    assert consumers and consumers[0]["queue"]["name"] == q and consumers[0]["prefetch_count"] == 7
+    channels = http.get("/api/channels").json()
+    assert any(c["consumer_count"] == 1 and c["prefetch_count"] == 7 for c in channels)
+    conn.close()
