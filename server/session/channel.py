@@ -37,7 +37,7 @@ class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "tx_publishes", "tx_acks", "_write_ok", "delivered_at",
+        "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "last_ticket",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -63,6 +63,7 @@ class ChannelSession:
         # (tag, broker time) per delivery needing an ack, oldest first: the consumer timeout looks
         # at the oldest one still unacked (entries already settled are skipped lazily)
         self.delivered_at: deque[tuple[int, float]] = deque()
+        self.last_ticket = 0  # store ticket of this channel's latest persistent publish
 
     # ------------------------------------------------------------------ ConsumerSink
     def has_capacity(self) -> bool:
@@ -142,6 +143,8 @@ class ChannelSession:
         if not ok:
             self.session.check_permission("write", exchange)
         result = self.vhost.publish(exchange, method.routing_key, event.props_raw, event.body)
+        if result.ticket:
+            self.last_ticket = result.ticket
         session = self.session
         session.published += 1
         if session.broker.alarms and not session.blocked_sent:

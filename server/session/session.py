@@ -72,6 +72,7 @@ class Session:
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
         self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
+        self.pending_commits: list[tuple[int, int]] = []  # (channel, store ticket) awaiting fsync
 
     # ------------------------------------------------------------------ shell interface
     @property
@@ -183,6 +184,16 @@ class Session:
 
     # ------------------------------------------------------------------ BrokerObserver
     def store_synced(self, ticket: int) -> None:
+        if self.pending_commits:
+            waiting = []
+            for channel_id, needed in self.pending_commits:
+                if needed <= ticket:
+                    if self.conn.is_channel_open(channel_id):
+                        self.conn.send_method(channel_id, m.TxCommitOk())
+                else:
+                    waiting.append((channel_id, needed))
+            self.pending_commits = waiting
+            self.wake()
         if self.confirm_channels:
             self.release_confirms()
             self.wake()
@@ -210,6 +221,7 @@ class Session:
             self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
         self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
+        self.pending_commits: list[tuple[int, int]] = []  # (channel, store ticket) awaiting fsync
         self.wake()
 
     # ------------------------------------------------------------------ permissions
@@ -408,8 +420,13 @@ class Session:
     def _tx_commit(self, ch: ChannelSession, method: m.TxCommit) -> None:
         if not ch.tx:
             raise errors.precondition_failed("channel is not transactional")
+        before = ch.last_ticket
         ch.tx_commit()
-        self.conn.send_method(ch.id, m.TxCommitOk())
+        if ch.last_ticket > before and self.broker.store_enabled:
+            # the whole transaction is on disk with one group fsync before commit-ok goes out
+            self.pending_commits.append((ch.id, ch.last_ticket))
+        else:
+            self.conn.send_method(ch.id, m.TxCommitOk())
 
     def _tx_rollback(self, ch: ChannelSession, method: m.TxRollback) -> None:
         if not ch.tx:

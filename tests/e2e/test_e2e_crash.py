@@ -121,3 +121,19 @@ def test_unacked_deliveries_come_back_redelivered_after_kill(broker_factory, tmp
     assert flags[:3] == [True, True, True]
     assert not any(flags[3:])
     conn.close()
+
+
+def test_committed_transaction_survives_kill(broker_factory):
+    proc = broker_factory()
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    ch.queue_declare("tx-durable", durable=True)
+    ch.tx_select()
+    for i in range(20):
+        ch.basic_publish("", "tx-durable", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    ch.tx_commit()  # commit-ok only after the fsync covering all 20
+    proc.kill()
+    proc = broker_factory(data_dir=proc.data_dir)
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    assert conn.channel().queue_declare("tx-durable", durable=True, passive=True).method.message_count == 20
+    conn.close()
