@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     max_queues_per_vhost: int = Field(100_000, ge=1)
     max_exchanges_per_vhost: int = Field(100_000, ge=1)
     http_max_body: int = Field(16 * MiB, ge=1024)
+    # an HTTP request must arrive whole within this time; idle keep-alive connections close after it
+    http_request_timeout: float = Field(15.0, gt=0)
 
     # TLS (amqps and https); enabled when a certificate and key are given
     amqps_port: int | None = Field(None, ge=0, le=65535)  # RabbitMQ's default is 5671

@@ -24,8 +24,6 @@ __all__ = ["HTTPServer"]
 log = logging.getLogger("headrace.http")
 
 READ_SIZE = 64 * 1024
-# A request must arrive completely within this time; an idle keep-alive connection is closed after it.
-REQUEST_TIMEOUT = 15.0
 MAX_HEADER_BYTES = 16 * 1024  # h11's bound on an incomplete request head
 PUBLIC_PATHS = {"/metrics"}
 # An idle consume stream sends a blank line this often, so dead clients are noticed.
@@ -38,6 +36,7 @@ class HTTPServer:
         self.broker = app.broker
         self.version = headrace.__version__
         self.max_body = app.settings.http_max_body
+        self.request_timeout = app.settings.http_request_timeout
         self._closing = False
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
 
@@ -48,7 +47,7 @@ class HTTPServer:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         try:
             while not self._closing:
-                with trio.move_on_after(REQUEST_TIMEOUT):
+                with trio.move_on_after(self.request_timeout):
                     request = await self._read_request(stream, conn)
                     if request is None:
                         return
@@ -170,7 +169,7 @@ class HTTPServer:
             self.app.after_batch()
 
     async def _wait_synced(self, ticket: int) -> None:
-        with trio.move_on_after(REQUEST_TIMEOUT):
+        with trio.move_on_after(self.request_timeout):
             while self.broker.synced_ticket < ticket:
                 await self.app.gate.wait_changed()
 

@@ -1,0 +1,84 @@
+"""Hostile clients: slowloris on AMQP and HTTP, connection floods, a consumer that never reads."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_slowloris_amqp_and_http_are_dropped(broker_factory):
+    proc = broker_factory(env={"HEADRACE_HANDSHAKE_TIMEOUT": "1", "HEADRACE_HTTP_REQUEST_TIMEOUT": "1"})
+    amqp = socket.create_connection(("127.0.0.1", proc.amqp_port))
+    amqp.sendall(b"AMQP")  # and then nothing
+    http = socket.create_connection(("127.0.0.1", proc.http_port))
+    http.sendall(b"GET /api/overview HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+    assert closed_within(amqp, 10) and closed_within(http, 10)
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))  # others still get in
+    assert conn.is_open
+    conn.close()
+
+
+def test_connection_limits(broker_factory):
+    proc = broker_factory(env={"HEADRACE_MAX_CONNECTIONS": "3", "HEADRACE_MAX_UNAUTHENTICATED": "2"})
+    conns = [pika.BlockingConnection(pika.URLParameters(proc.url)) for _ in range(3)]
+    with pytest.raises(pika.exceptions.AMQPConnectionError) as info:
+        pika.BlockingConnection(pika.URLParameters(proc.url))
+    assert "530" in repr(info.value) or "NOT_ALLOWED" in repr(info.value)
+    for c in conns:
+        c.close()
+    idle = [socket.create_connection(("127.0.0.1", proc.amqp_port)) for _ in range(2)]
+    extra = socket.create_connection(("127.0.0.1", proc.amqp_port))
+    assert closed_within(extra, 10)  # beyond the bound on handshakes in progress: dropped at once
+    for s in idle:
+        s.close()
+
+
+def test_consumer_that_never_reads_keeps_memory_bounded(broker_factory):
+    proc = broker_factory(env={"HEADRACE_QUEUE_MAX_RESIDENT_BYTES": str(8 << 20)})
+    stuck = pika.BlockingConnection(pika.URLParameters(proc.url))
+    sch = stuck.channel()
+    sch.queue_declare("flood")
+    sch.queue_declare("healthy")
+    sch.basic_consume("flood", lambda *a: None, auto_ack=True)  # then never reads its socket again
+    baseline = rss(proc.proc.pid)
+    publisher = pika.BlockingConnection(pika.URLParameters(proc.url))
+    pch = publisher.channel()
+    body = b"x" * 10_000
+    impl = pch._impl
+    for i in range(15_000):  # 150 MB for the stuck consumer
+        impl.basic_publish("", "flood", body)
+        if i % 200 == 199:
+            publisher.process_data_events(0)
+    pch.basic_publish("", "healthy", b"still flowing")
+    other = pika.BlockingConnection(pika.URLParameters(proc.url))
+    assert other.channel().basic_get("healthy", auto_ack=True)[2] == b"still flowing"
+    grown = rss(proc.proc.pid) - baseline
+    assert grown < 80 * 2**20, f"broker grew by {grown >> 20} MiB"
+    other.close()
+    publisher.close()
+    threading.Thread(target=stuck.close, daemon=True).start()
