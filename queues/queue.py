@@ -413,8 +413,15 @@ class Queue:
         return self._spilled
 
     def page_in_wanted(self) -> bool:
+        # both bounds: a queue of large bodies reaches the byte bound long before the count one
         return bool(self._spilled) and self._backing is not None and \
-            self._ready.count < self.resident_max_messages // 2
+            self._ready.count < self.resident_max_messages // 2 and \
+            self._ready.bytes < self.resident_max_bytes // 2
+
+    def page_in_room(self) -> tuple[int, int]:
+        """How many entries and body bytes one page-in may bring back without passing the bounds."""
+        return (max(self.resident_max_messages - self._ready.count, 1),
+                max(self.resident_max_bytes - self._ready.bytes, 1))
 
     def take_backing(self) -> Backing | None:
         return self._backing

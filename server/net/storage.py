@@ -174,8 +174,10 @@ class Storage:
                         if backing is None:
                             break
                         generation = queue.generation
+                        room_count, room_bytes = queue.page_in_room()
                         entries: list[QueueEntry] = await trio.to_thread.run_sync(
-                            backing.read_batch, PAGE_IN_COUNT, PAGE_IN_BYTES)
+                            backing.read_batch, min(PAGE_IN_COUNT, room_count),
+                            min(PAGE_IN_BYTES, room_bytes))
                         if not entries:
                             break
                         queue.page_in(entries, generation)

@@ -31,7 +31,8 @@ def test_clean_restart_keeps_durable_things_only(broker_factory, tmp_path):
     ch.queue_declare("tmp-q", durable=False)
     ch.queue_bind("dur-q", "dur-x", "a.#")
     ch.exchange_declare("dly", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"})
-    ch.queue_bind("dur-q", "dly", "late")
+    ch.queue_declare("dur-late", durable=True)  # its own queue: the delay may end during the restart
+    ch.queue_bind("dur-late", "dly", "late")
     ch.basic_publish("dur-x", "a.b", b"persistent", pika.BasicProperties(delivery_mode=2))
     ch.basic_publish("dur-x", "a.b", b"transient", pika.BasicProperties(delivery_mode=1))
     ch.basic_publish("dly", "late", b"delayed", pika.BasicProperties(delivery_mode=2, headers={"x-delay": 1500}))
@@ -51,7 +52,7 @@ def test_clean_restart_keeps_durable_things_only(broker_factory, tmp_path):
     assert ch.basic_get("dur-q")[0] is None
     ch.basic_publish("dur-x", "a.c", b"routed-after-restart")  # the durable binding is back
     assert ch.basic_get("dur-q", auto_ack=True)[2] == b"routed-after-restart"
-    for method, _, body in ch.consume("dur-q", auto_ack=True, inactivity_timeout=10):
+    for method, _, body in ch.consume("dur-late", auto_ack=True, inactivity_timeout=10):
         assert body == b"delayed"  # the delayed message survived the restart too
         break
     conn.close()

@@ -6,6 +6,7 @@ from collections import deque
 
 import pytest
 
+from headrace.persistence.spill import SpillBacking
 from headrace.queues import (
     Consumer,
     EnqueueOutcome,
@@ -246,6 +247,23 @@ def test_spill_keeps_fifo_across_page_in():
     assert spilled_part == [b"%d" % i for i in range(100)]
     late = [b for b in out if b.startswith(b"late")]
     assert out.index(late[0]) > out.index(b"99")
+
+
+def test_large_bodies_spill_and_page_in_by_bytes(tmp_path):
+    backing = SpillBacking(tmp_path / "spill")
+    q = Queue("q", resident_max_messages=1000, resident_max_bytes=100_000, backing_factory=lambda: backing)
+    for _ in range(50):
+        q.enqueue(msg(b"x" * 10_000), NOW)
+    assert q.resident_count == 10 and q.spilled_count() == 40
+    assert not q.page_in_wanted()  # 100 kB resident: the count bound alone would page in
+    for _ in range(6):
+        q.get(NOW, no_ack=True, owner="g")
+    assert q.page_in_wanted()
+    count, room = q.page_in_room()
+    assert count == 996 and room == 60_000
+    q.page_in(q.take_backing().read_batch(count, room), q.generation)
+    assert q.resident_count == 10 and q.spilled_count() == 34
+    backing.close()
 
 
 def test_page_in_after_purge_is_dropped():
