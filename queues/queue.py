@@ -427,7 +427,11 @@ class Queue:
         return self._backing
 
     def page_in(self, entries: list[QueueEntry], generation: int) -> None:
-        if generation != self.generation or self.deleted:
+        if self.deleted:
+            return  # the store drops the whole queue
+        if generation != self.generation:
+            for entry in entries:  # purged while this batch was being read: they still owe store acks
+                self._discard(entry)
             return
         self._spilled -= len(entries)
         self._spilled_bytes -= sum(len(e.message.body) for e in entries)

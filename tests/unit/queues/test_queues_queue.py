@@ -273,9 +273,13 @@ def test_page_in_after_purge_is_dropped():
         q.enqueue(msg(), NOW)
     generation = q.generation
     batch = backing.read_batch(10, 1 << 20)
+    discarded = []
+    q.on_discard = lambda queue, entry: discarded.append(entry.seq)
     q.purge()
+    assert len(discarded) == 30  # 16 resident, 14 left in the backing
     q.page_in(batch, generation)
     assert q.messages_ready == 0
+    assert sorted(discarded) == list(range(1, 41))  # the in-flight batch is settled too
 
 
 def test_args_validation():
