@@ -130,7 +130,7 @@ class App:
         async with trio.open_nursery() as root:
             root.start_soon(run_clock, self.broker, self._on_tick)
             root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.data_dir,
-                            s.disk_free_limit)
+                            s.disk_free_limit, s.memory_calculation_strategy)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:

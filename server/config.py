@@ -68,6 +68,10 @@ class Settings(BaseSettings):
 
     # broker-wide alarms
     memory_high_watermark: float = Field(0.4, gt=0)  # <= 1: fraction of RAM; > 1: bytes
+    # what the watermark is compared with: "held" = message bytes in memory plus unsent output (falls
+    # as consumers drain, so the alarm clears); "rss" = the process's resident set, which CPython
+    # rarely gives back, so an RSS alarm may stay up long after the backlog is gone
+    memory_calculation_strategy: Literal["held", "rss"] = "held"
     disk_free_limit: int = Field(50 * MiB, ge=0)
 
     # limits (issue: hostile clients); each refusal is reported with an AMQP/HTTP error

@@ -84,7 +84,8 @@ class Broker:
         self.on_mirror_pending: Callable[[], None] = _noop
         self.on_definitions_changed: Callable[[], None] = _noop
         self.alarms: frozenset[str] = frozenset()
-        self.memory_used = 0  # bytes, sampled by the shell
+        self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
+        self.memory_rss = 0  # resident set size of the process, sampled by the shell
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
@@ -248,6 +249,14 @@ class Broker:
                 observer.alarms_changed(self.alarms)
 
     # ------------------------------------------------------------------ observation
+    def held_memory(self) -> int:
+        """Bytes held for clients: messages in memory in every queue plus connections' unsent
+        output. Unlike RSS this falls as soon as consumers drain, so an alarm on it clears."""
+        total = sum(q.memory for vhost in self.vhosts.values() for q in vhost.queues.values())
+        for session in self.connections.values():
+            total += session.conn.bytes_pending
+        return total
+
     def queues(self) -> list[Queue]:
         return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]
 

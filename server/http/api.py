@@ -136,7 +136,8 @@ def _queue_json(vhost: VHost, name: str) -> dict[str, Any]:
         "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": "classic",
         "messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,
         "messages_unacknowledged": q.messages_unacked, "consumers": q.consumer_count,
-        "message_bytes_ready": q.message_bytes_ready, "memory": q.resident_count * 200 + q.message_bytes_ready,
+        "message_bytes_ready": q.message_bytes_ready, "memory": q.memory,
+        "message_bytes_unacknowledged": q.message_bytes_unacked,
         "spilled": q.spilled_count(),
         "message_stats": {"publish": s.published, "deliver_get": s.delivered, "ack": s.acked,
                           "redeliver": s.redelivered},
@@ -173,7 +174,8 @@ def overview(ctx: Context, req: Request) -> Response:
         "message_stats": {"publish": sum(q.stats.published for q in queues),
                           "deliver_get": sum(q.stats.delivered for q in queues),
                           "ack": sum(q.stats.acked for q in queues)},
-        "alarms": sorted(b.alarms), "mem_used": b.memory_used, "disk_free": b.disk_free,
+        "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
+        "disk_free": b.disk_free,
     })
 
 

@@ -36,7 +36,11 @@ def render_metrics(broker: Broker) -> str:
     family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])
     family("headrace_channels", "gauge", "Open AMQP channels.",
            [("", sum(len(s.channels) for s in broker.connections.values()))])
-    family("headrace_memory_used_bytes", "gauge", "Resident memory of the broker.", [("", broker.memory_used)])
+    family("headrace_memory_used_bytes", "gauge",
+           "Memory compared with the high watermark (per memory_calculation_strategy).",
+           [("", broker.memory_used)])
+    family("headrace_process_resident_memory_bytes", "gauge", "Resident set size of the broker process.",
+           [("", broker.memory_rss)])
     family("headrace_disk_free_bytes", "gauge", "Free disk in the data directory.", [("", broker.disk_free)])
     family("headrace_alarm", "gauge", "1 while the alarm is raised.",
            [(f'{{resource="{r}"}}', int(r in broker.alarms)) for r in ("memory", "disk")])

@@ -1,5 +1,5 @@
-"""Memory and disk watermarks, RabbitMQ-style: a task samples RSS and free disk and raises or
-clears broker alarms. While an alarm is up, publishing connections are not read (their session's
+"""Memory and disk watermarks, RabbitMQ-style: a task samples memory (the bytes the broker holds
+for clients, or RSS) and free disk and raises or clears broker alarms. While an alarm is up, publishing connections are not read (their session's
 ``read_paused``) and get ``connection.blocked``; consumers keep draining.
 """
 
@@ -35,17 +35,22 @@ def read_rss() -> int:
         return 0
 
 
-async def run_alarms(broker: Broker, gate: Gate, memory_limit: int, disk_dir: Path, disk_free_limit: int) -> None:
+async def run_alarms(broker: Broker, gate: Gate, memory_limit: int, disk_dir: Path, disk_free_limit: int,
+                     strategy: str = "held") -> None:
+    what = "held memory" if strategy == "held" else "RSS"
     while True:
         rss = read_rss()
-        broker.memory_used = rss
+        used = broker.held_memory() if strategy == "held" else rss
+        broker.memory_rss = rss
+        broker.memory_used = used
         memory_on = "memory" in broker.alarms
-        if rss > memory_limit and not memory_on:
-            log.warning("memory alarm: RSS %d MiB above the watermark %d MiB", rss >> 20, memory_limit >> 20)
+        if used > memory_limit and not memory_on:
+            log.warning("memory alarm: %s %.1f MiB above the watermark %.1f MiB", what, used / 2**20,
+                        memory_limit / 2**20)
             broker.set_alarm("memory", True)
             gate.notify()
-        elif memory_on and rss < memory_limit * MEMORY_CLEAR_RATIO:
-            log.warning("memory alarm cleared: RSS %d MiB", rss >> 20)
+        elif memory_on and used < memory_limit * MEMORY_CLEAR_RATIO:
+            log.warning("memory alarm cleared: %s %.1f MiB", what, used / 2**20)
             broker.set_alarm("memory", False)
             gate.notify()
         try:

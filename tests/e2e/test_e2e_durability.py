@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import pika
 import pytest
 
@@ -90,18 +93,49 @@ def test_long_queue_spills_to_disk_and_drains_in_order(broker_factory):
     conn.close()
 
 
-def test_memory_alarm_blocks_publishers_but_not_consumers(broker_factory):
-    proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "1000000"})  # 1 MB: raised at once
-    blocked = []
+def wait_for(condition, connection: pika.BlockingConnection, seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        if condition():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        connection.process_data_events(time_limit=0.2)
+
+
+def test_memory_alarm_blocks_publishers_until_consumers_drain(broker_factory):
+    proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000"})  # 2 MB of held messages
+    events = []
     params = pika.URLParameters(proc.url)
-    params.blocked_connection_timeout = 30
+    params.blocked_connection_timeout = 60
     publisher = pika.BlockingConnection(params)
-    publisher.add_on_connection_blocked_callback(lambda conn, frame: blocked.append(frame.method.reason))
+    publisher.add_on_connection_blocked_callback(lambda conn, frame: events.append(frame.method.reason))
+    publisher.add_on_connection_unblocked_callback(lambda conn, frame: events.append("unblocked"))
     pch = publisher.channel()
     pch.queue_declare("alarmed")
-    pch.basic_publish("", "alarmed", b"first")
-    publisher.process_data_events(time_limit=2)
-    assert blocked and "memory" in blocked[0]
-    consumer = pika.BlockingConnection(pika.URLParameters(proc.url))
-    assert consumer.channel().basic_get("alarmed", auto_ack=True)[2] == b"first"
+    body = b"m" * 100_000
+    for _ in range(30):  # 3 MB with no consumer
+        pch.basic_publish("", "alarmed", body)
+    assert wait_for(lambda: events, publisher)
+    assert events == ["low on memory"]
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.get("/api/overview").json()["alarms"] == ["memory"]
+        health = http.get("/api/health/checks/alarms")
+        assert health.status_code == 503 and health.json()["status"] == "failed"
+        refused = http.post("/api/exchanges/%2F/amq.default/publish",
+                            json={"routing_key": "alarmed", "payload": "x", "payload_encoding": "string",
+                                  "properties": {}})
+        assert refused.status_code == 503 and "Retry-After" in refused.headers
+        assert 'headrace_alarm{resource="memory"} 1' in http.get("/metrics").text
+        consumer = pika.BlockingConnection(pika.URLParameters(proc.url))
+        cch = consumer.channel()
+        drained = 0
+        while cch.basic_get("alarmed", auto_ack=True)[2] == body:  # consumers are never blocked
+            drained += 1
+        assert drained == 30
+        assert wait_for(lambda: "unblocked" in events, publisher)
+        assert http.get("/api/health/checks/alarms").json() == {"status": "ok"}
+    pch.basic_publish("", "alarmed", b"after the alarm")
+    assert wait_for(lambda: cch.basic_get("alarmed", auto_ack=True)[2] == b"after the alarm", consumer, 5)
     consumer.close()
+    publisher.close()

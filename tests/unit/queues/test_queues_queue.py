@@ -17,6 +17,7 @@ from headrace.queues import (
     QueueEntry,
     x_death_headers,
 )
+from headrace.queues.queue import ENTRY_OVERHEAD
 
 NOW = 100.0
 
@@ -296,3 +297,16 @@ def test_x_death_counts_and_order():
     h3 = x_death_headers(h2, queue="a", reason="expired", exchange="e", routing_keys=["k"], now=NOW)
     assert [(d["queue"], d["count"]) for d in h3["x-death"]] == [("a", 2), ("b", 1)]
     assert h3["x-first-death-queue"] == "a" and h3["x-last-death-reason"] == "expired"
+
+
+def test_memory_counts_resident_and_unacked_bodies_not_spilled_ones():
+    backing = ListBacking()
+    q = Queue("q", resident_max_messages=16, backing_factory=lambda: backing)
+    for _ in range(20):
+        q.enqueue(msg(b"x" * 1000), NOW)
+    assert q.memory == 16 * (ENTRY_OVERHEAD + 1000)  # 4 spilled cost nothing
+    taken = [q.get(NOW, no_ack=False, owner="g") for _ in range(3)]
+    assert q.memory == 16 * (ENTRY_OVERHEAD + 1000) and q.message_bytes_unacked == 3000
+    for entry in taken:
+        q.ack(entry)
+    assert q.memory == 13 * (ENTRY_OVERHEAD + 1000) and q.message_bytes_unacked == 0
