@@ -49,11 +49,16 @@ def producer(target: Target, exchange: str, keys: list[str], body: bytes, count:
     sent = 0
     start = time.perf_counter()
     nkeys = len(keys)
+    confirm_lat: list[float] = []
     if confirms:
         ch.confirm_delivery()
-        # pika's blocking confirms are one round trip per message; that is what applications see
+        # pika's blocking confirms are one round trip per message; that is what applications see,
+        # and each round trip is one publish-to-confirm latency sample
+        clock = time.perf_counter
         while sent < count:
+            t0 = clock()
             ch.basic_publish(exchange, keys[sent % nkeys], body, props)
+            confirm_lat.append(clock() - t0)
             sent += 1
     else:
         impl = ch._impl  # noqa: SLF001
@@ -76,7 +81,7 @@ def producer(target: Target, exchange: str, keys: list[str], body: bytes, count:
     elapsed = time.perf_counter() - start
     ch.close()  # clean close before counting: an abrupt close may make the kernel drop unread input
     conn.close()
-    out.put(("produced", sent, elapsed))
+    out.put(("produced", sent, elapsed, confirm_lat))
 
 
 def consumer(target: Target, queues: list[str], expected: int, prefetch: int, deadline: float,
@@ -178,8 +183,14 @@ def scenario_pubsub(target: Target, *, producers: int = 2, consumers: int = 2, c
     consumed = sum(r[1] for r in results if r[0] == "consumed")
     produced = sum(r[1] for r in results if r[0] == "produced")
     pub_time = max((r[2] for r in results if r[0] == "produced"), default=wall)
-    return {"produced": produced, "consumed": consumed, "publish_rate": produced / pub_time,
-            "rate": consumed / wall, "complete": consumed == total}
+    result = {"produced": produced, "consumed": consumed, "publish_rate": produced / pub_time,
+              "rate": consumed / wall, "complete": consumed == total}
+    if confirms:
+        lat = sorted(x for r in results if r[0] == "produced" for x in r[3])
+        if lat:
+            result["confirm_p50_ms"] = lat[len(lat) // 2] * 1000
+            result["confirm_p99_ms"] = lat[max(int(len(lat) * 0.99) - 1, 0)] * 1000
+    return result
 
 
 def scenario_confirms(target: Target, **kw: Any) -> dict[str, Any]:

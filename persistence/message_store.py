@@ -262,6 +262,15 @@ class MessageStore:
             self.write(ops)
         self.sync()
 
+    def write_and_flush(self, ops: Sequence[StoreOp]) -> None:
+        """Records no confirm waits for (acks, deliveries, drops): handed to the OS, which keeps
+        them across a crash of the broker process; the next group commit's fsync covers them
+        against power loss. ``always`` mode still fsyncs every write."""
+        self.write(ops)
+        w = self._writer
+        if w is not None:
+            w.flush()
+
     def _append(self, kind: int, parts: Sequence[bytes]) -> tuple[_Segment, int]:
         w = self._writer
         assert w is not None and self._current is not None

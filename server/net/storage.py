@@ -110,7 +110,10 @@ class Storage:
     async def _flush_once(self, broker: Broker, gate: Gate | None) -> None:
         ops, ticket = broker.take_store_ops()
         if ops:
-            await trio.to_thread.run_sync(self.store.write_and_sync, ops)
+            # an fsync only when a confirm, tx.commit-ok or HTTP answer waits for these ops; acks
+            # and delivery marks alone need only survive a process crash (written, not synced)
+            write = self.store.write_and_sync if ticket > broker.synced_ticket else self.store.write_and_flush
+            await trio.to_thread.run_sync(write, ops)
         broker.store_synced(ticket)
         if gate is not None:
             gate.notify()

@@ -127,6 +127,19 @@ def test_ack_removes_one_queue_and_the_message_dies_with_the_last(store_dir: Pat
     assert summary(reopen(store_dir)) == {(VH, "a"): [(2, 0)]}
 
 
+def test_flushed_acks_are_seen_by_a_reader_without_close(store_dir: Path) -> None:
+    # a broker killed with SIGKILL never reaches close(): what write_and_flush handed to the OS
+    # must be what the next start recovers
+    store = MessageStore(store_dir, fsync=FsyncMode.BATCH)
+    store.recover()
+    store.write_and_sync([pub(1, "a"), pub(2, "a")])
+    store.write_and_flush([Ack(1, VH, "a"), Deliver(2, VH, "a")])
+    rec = reopen(store_dir)
+    (m,) = rec.queues[(VH, "a")]
+    assert (m.message_id, m.redelivered) == (2, True)
+    store.close()
+
+
 def test_deliver_records_give_redelivered_and_count_per_queue(store_dir: Path) -> None:
     store, _ = open_store(store_dir)
     store.write([pub(1, "a", "b"), Deliver(1, VH, "a"), Deliver(1, VH, "a"), Deliver(9, VH, "a")])
