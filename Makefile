@@ -54,9 +54,11 @@ bench-rabbitmq: $(VENV)/.dev
 bench-quick: $(VENV)/.dev
 	$(PY) benchmarks/run.py --quick --pairs 1
 
-# a long fuzz run of the protocol core (the bounded one runs in `make test`)
+# a long fuzz run of the AMQP codec, the connection state machine and the HTTP layer
+# (the bounded one runs in `make test`); FUZZ_EXAMPLES=... to change the size
+FUZZ_EXAMPLES ?= 50000
 fuzz: $(VENV)/.dev
-	HEADRACE_FUZZ_EXAMPLES=50000 $(PY) -m pytest tests/amqp -k fuzz -q
+	HEADRACE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/amqp tests/e2e/test_e2e_http_fuzz.py -k fuzz -q -p no:timeout
 
 clean:
 	rm -rf $(VENV) build *.egg-info headrace-data

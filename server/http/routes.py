@@ -81,10 +81,16 @@ Handler = Callable[..., Response]
 class Router:
     def __init__(self) -> None:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self._templates: list[tuple[str, str]] = []
 
     def add(self, method: str, pattern: str, handler: Handler) -> None:
         regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$"
         self._routes.append((method, re.compile(regex), handler))
+        self._templates.append((method, pattern))
+
+    def templates(self) -> list[tuple[str, str]]:
+        """(method, path template) of every route: for documentation and fuzzing."""
+        return list(self._templates)
 
     def dispatch(self, ctx: Any, request: Request) -> Response:
         allowed = []

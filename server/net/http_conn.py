@@ -51,13 +51,19 @@ class HTTPServer:
                     request = await self._read_request(stream, conn)
                     if request is None:
                         return
+                    head_only = request.method == "HEAD"
+                    if head_only:  # GET without the body (RFC 9110 9.3.2), as RabbitMQ's cowboy does
+                        request.method = "GET"
                     response = self._respond(request)
+                    if response.stream is not None and head_only:
+                        response.stream.close()
+                        response = error_response(HTTPError(405, "method_not_allowed", "HEAD on a stream"))
                     if response.stream is not None:
                         await self._stream(stream, conn, response)
                         return
                     if response.wait_ticket:
                         await self._wait_synced(response.wait_ticket)
-                    await self._send(stream, conn, response)
+                    await self._send(stream, conn, response, head_only)
                     if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                         return
                     conn.start_next_cycle()
@@ -173,13 +179,14 @@ class HTTPServer:
             while self.broker.synced_ticket < ticket:
                 await self.app.gate.wait_changed()
 
-    async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, response: Response) -> None:
+    async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, response: Response,
+                    head_only: bool = False) -> None:
         headers = [("content-type", response.content_type), ("content-length", str(len(response.body))),
                    ("server", f"headrace/{self.version}"), *response.headers]
         if self._closing:
             headers.append(("connection", "close"))
         data = conn.send(h11.Response(status_code=response.status, headers=headers))
-        data += conn.send(h11.Data(data=response.body)) if response.body else b""
+        data += conn.send(h11.Data(data=response.body)) if response.body and not head_only else b""
         data += conn.send(h11.EndOfMessage())
         await stream.send_all(data)
 
