@@ -262,6 +262,10 @@ class MessageStore:
             self.write(ops)
         self.sync()
 
+    @property
+    def fsync_mode(self) -> FsyncMode:
+        return self._mode
+
     def write_and_flush(self, ops: Sequence[StoreOp]) -> None:
         """Records no confirm waits for (acks, deliveries, drops): handed to the OS, which keeps
         them across a crash of the broker process; the next group commit's fsync covers them

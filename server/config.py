@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     fsync: Literal["batch", "always", "off"] = "batch"
     # the flusher takes at most this many records per write+fsync group
     fsync_batch_max: int = Field(4096, ge=1)
+    # a group fsync runs on the event loop while fsyncs average below this (ms), else in a thread;
+    # 0 = always in a thread
+    fsync_inline_below_ms: float = Field(1.0, ge=0)
     segment_max_bytes: int = Field(32 * MiB, ge=4096)
     # persistent publishes a connection may have waiting for fsync before it stops being read
     max_unconfirmed_per_connection: int = Field(10_000, ge=1)

@@ -77,7 +77,8 @@ def test_confirmed_messages_survive_repeated_kill_9(broker_factory, tmp_path: Pa
         proc.kill()  # SIGKILL mid-stream
         for t in threads:
             t.join(30)
-        proc = broker_factory(data_dir=data)
+        # the next cycle's group fsyncs run on the event loop or, when forced, in a worker thread
+        proc = broker_factory(data_dir=data, env={"HEADRACE_FSYNC_INLINE_BELOW_MS": "0" if cycle % 2 == 0 else "1"})
         recovered = drain_all(proc.url)
         confirmed = {mid for lst in confirmed_lists for mid in lst}
         assert len(recovered) == len(set(recovered)), "a message came back twice"
