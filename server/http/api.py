@@ -19,6 +19,7 @@ from headrace.server.auth import Permission, User
 from headrace.server.broker import Broker, VHost
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 
+from .definitions_body import DefinitionsBody
 from .metrics import render_metrics
 from .routes import HTTPError, Request, Response, Router, json_response
 
@@ -494,7 +495,8 @@ def get_definitions(ctx: Context, req: Request) -> Response:
 
 def post_definitions(ctx: Context, req: Request) -> Response:
     _require(req, admin=True)
-    import_definitions(ctx.broker, req.json())
+    body = DefinitionsBody.model_validate(req.json())
+    import_definitions(ctx.broker, body.document())
     return Response(204)
 
 

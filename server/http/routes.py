@@ -8,6 +8,7 @@ Broker errors (AMQP exceptions) become RabbitMQ management-style JSON errors her
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from headrace.server.amqp.errors import AMQPError
 from headrace.server.auth import User
 
 __all__ = ["HTTPError", "Request", "Response", "Router", "json_response"]
+
+log = logging.getLogger("headrace.http")
 
 # AMQP reply code -> HTTP status (RabbitMQ's management plugin answers 404 for missing objects,
 # 400 for precondition failures such as inequivalent re-declares, 405 for locked queues)
@@ -114,6 +117,9 @@ class Router:
                 return error_response(HTTPError(400, "bad_request", str(exc.errors(include_url=False))))
             except (ValueError, KeyError) as exc:
                 return error_response(HTTPError(400, "bad_request", str(exc)))
+            except Exception:  # a bug in a handler: answer it and keep the connection (and broker) up
+                log.exception("HTTP handler failed: %s %s", request.method, request.path)
+                return error_response(HTTPError(500, "internal_error", "the handler failed; see the broker log"))
         if allowed:
             return error_response(HTTPError(405, "method_not_allowed", f"allowed: {', '.join(sorted(set(allowed)))}",
                                             [("allow", ", ".join(sorted(set(allowed))))]))

@@ -256,3 +256,15 @@ def test_channels_and_consumers_listings(broker, http):
     channels = http.get("/api/channels").json()
     assert any(c["consumer_count"] == 1 and c["prefetch_count"] == 7 for c in channels)
     conn.close()
+
+
+@pytest.mark.parametrize("doc", [
+    {"queues": None}, {"queues": [{"vhost": "/"}]}, {"exchanges": [{"name": "x", "durable": "maybe"}]},
+    {"bindings": [{"source": "a", "destination": "b", "destination_type": "topic"}]}, [1, 2], "defs",
+    {"users": [{"name": "u", "tags": 7}]}, {"mirrors": [{"exchange": "x", "max_bytes": -1}]},
+])
+def test_malformed_definitions_are_refused_whole_with_400(http, doc):
+    before = http.get("/api/definitions").json()
+    response = http.post("/api/definitions", json=doc)
+    assert response.status_code == 400 and response.json()["error"] == "bad_request"
+    assert http.get("/api/definitions").json() == before

@@ -34,7 +34,7 @@ NAMES = st.one_of(
     st.text(max_size=8).map(lambda s: quote(s, safe="")),
 )
 # most requests should reach a handler, so parameters lean to things that exist
-KNOWN = {"vhost": st.just("%2F"), "name": st.sampled_from(["fuzz", "amq.direct", "amq.topic", "guest"]),
+KNOWN = {"vhost": st.just("%2F"), "name": st.sampled_from(["fuzz", "amq.direct", "amq.topic", "fuzz-user"]),
          "source": st.sampled_from(["fuzz", "amq.direct"]), "dest": st.just("fuzz"), "user": st.just("guest"),
          "props": st.sampled_from(["~", "fuzz", "fuzz~abc"])}
 JSON = st.recursive(
