@@ -56,6 +56,15 @@ class BrokerProcess:
                 self._ready.set()
         self._ready.set()
 
+    def rss(self) -> int:
+        """Resident set size of the broker process, in bytes."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"

@@ -122,10 +122,10 @@ class Storage:
             if store.fsync_mode is FsyncMode.ALWAYS:
                 await trio.to_thread.run_sync(store.write_and_sync, ops)
             else:
-                # Appending is a copy into the page cache: done here, without a thread hop. Only the
-                # fsync leaves the event loop, and only when a confirm, tx.commit-ok or HTTP answer
-                # waits for these ops; acks and delivery marks alone need only survive a crash of
-                # the process, which the page cache gives them.
+                # Appending is a copy into the page cache: done here, without a thread hop. The fsync
+                # runs here too while the disk is fast, in a worker thread when it is not, and only
+                # when a confirm, tx.commit-ok or HTTP answer waits for these ops: acks and delivery
+                # marks alone need only survive a crash of the process, which the page cache gives.
                 store.write_and_flush(ops)
                 if need_sync:
                     if self._sync_ewma < self._inline_sync_max:

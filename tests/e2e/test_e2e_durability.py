@@ -11,14 +11,6 @@ import pytest
 pytestmark = pytest.mark.timeout(180)
 
 
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 def dir_bytes(path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -66,7 +58,7 @@ def test_long_queue_spills_to_disk_and_drains_in_order(broker_factory):
     conn = pika.BlockingConnection(pika.URLParameters(proc.url))
     ch = conn.channel()
     ch.queue_declare("long")
-    baseline = rss(proc.proc.pid)
+    baseline = proc.rss()
     total = 60_000
     pad = b"." * 240
     impl = ch._impl
@@ -75,7 +67,7 @@ def test_long_queue_spills_to_disk_and_drains_in_order(broker_factory):
         if i % 500 == 499:
             conn.process_data_events(0)
     assert ch.queue_declare("long", passive=True).method.message_count == total
-    grown = rss(proc.proc.pid) - baseline
+    grown = proc.rss() - baseline
     spilled = dir_bytes(proc.data_dir / "spill")
     assert spilled > 10 * 2**20, spilled  # most bodies went to disk...
     assert grown < 12 * 2**20 + spilled // 2, (grown, spilled)  # ...and not into memory

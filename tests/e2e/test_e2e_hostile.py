@@ -13,14 +13,6 @@ import pytest
 pytestmark = pytest.mark.timeout(120)
 
 
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 def close_quietly(conn: pika.BlockingConnection) -> None:
     """The stuck consumer's close races the broker dropping it when the test ends."""
     try:
@@ -73,7 +65,7 @@ def test_consumer_that_never_reads_keeps_memory_bounded(broker_factory):
     sch.queue_declare("flood")
     sch.queue_declare("healthy")
     sch.basic_consume("flood", lambda *a: None, auto_ack=True)  # then never reads its socket again
-    baseline = rss(proc.proc.pid)
+    baseline = proc.rss()
     publisher = pika.BlockingConnection(pika.URLParameters(proc.url))
     pch = publisher.channel()
     body = b"x" * 10_000
@@ -86,7 +78,7 @@ def test_consumer_that_never_reads_keeps_memory_bounded(broker_factory):
     pch.basic_publish("", "healthy", b"still flowing")
     other = pika.BlockingConnection(pika.URLParameters(proc.url))
     assert other.channel().basic_get("healthy", auto_ack=True)[2] == b"still flowing"
-    grown = rss(proc.proc.pid) - baseline
+    grown = proc.rss() - baseline
     assert grown < 80 * 2**20, f"broker grew by {grown >> 20} MiB"
     other.close()
     publisher.close()
