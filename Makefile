@@ -44,12 +44,12 @@ spark: $(VENV)/.dev
 
 # side by side with RabbitMQ when rabbitmq-server is installed, headrace alone otherwise
 bench: $(VENV)/.dev
-	$(PY) benchmarks/run.py --scenarios pubsub,confirms,fanout,topic,topic100k,latency,backlog
+	$(PY) benchmarks/run.py --scenarios pubsub,confirms,fanout,topic,topic100k,latency,backlog,http-batch
 
 # installs Debian's rabbitmq-server first (needs root / sudo), then runs the comparison
 bench-rabbitmq: $(VENV)/.dev
 	command -v rabbitmq-server >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q rabbitmq-server && (systemctl stop rabbitmq-server 2>/dev/null || service rabbitmq-server stop 2>/dev/null || true))
-	$(PY) benchmarks/run.py --scenarios pubsub,confirms,fanout,topic,topic100k,latency,backlog
+	$(PY) benchmarks/run.py --scenarios pubsub,confirms,fanout,topic,topic100k,latency,backlog,http-batch
 
 bench-quick: $(VENV)/.dev
 	$(PY) benchmarks/run.py --quick --pairs 1

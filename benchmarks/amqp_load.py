@@ -349,16 +349,17 @@ def rss_of(pid: int) -> int:
 
 
 def scenario_backlog(target: Target, *, count: int = 1_000_000, size: int = 256, producers: int = 2,
-                     broker_pid: int | None = None, timeout: float = 600) -> dict[str, Any]:
-    """Publish ``count`` messages with no consumer (publish rate, peak broker RSS), then drain."""
+                     broker_pid: int | None = None, timeout: float = 600, persistent: bool = False) -> dict[str, Any]:
+    """Publish ``count`` messages with no consumer (publish rate, peak broker RSS), then drain.
+    ``persistent``: a durable queue and delivery_mode 2, so the store's index is in the figure too."""
     tag = uuid.uuid4().hex[:8]
     qname = f"bench-backlog-{tag}"
     conn, ch = _admin(target)
-    ch.queue_declare(qname)
+    ch.queue_declare(qname, durable=persistent)
     out: mp.Queue = mp.Queue()
     per = count // producers
     peak = 0
-    prods = [mp.Process(target=producer, args=(target, "", [qname], b"x" * size, per, False, False, 0, out))
+    prods = [mp.Process(target=producer, args=(target, "", [qname], b"x" * size, per, persistent, False, 0, out))
              for _ in range(producers)]
     start = time.perf_counter()
     _run(prods)
@@ -391,7 +392,8 @@ def scenario_backlog(target: Target, *, count: int = 1_000_000, size: int = 256,
     _join([cons])
     ch.queue_delete(qname)
     conn.close()
-    return {"count": per * producers, "publish_rate": per * producers / pub_wall, "depth": depth,
+    return {"count": per * producers, "persistent": persistent, "publish_rate": per * producers / pub_wall,
+            "depth": depth,
             "drained": r[1], "drain_rate": r[1] / drain_wall, "peak_rss_mb": peak / 2**20}
 
 

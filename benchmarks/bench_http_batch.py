@@ -9,13 +9,10 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).parent))
+from http_load import scenario_http_batch  # noqa: E402
 from run import Headrace  # noqa: E402
 
 
@@ -29,34 +26,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="headrace-http-") as tmpdir:
         server = Headrace(Path(tmpdir))
         try:
-            ports = json.loads((Path(tmpdir) / "headrace" / "ports.json").read_text()) \
-                if (Path(tmpdir) / "headrace" / "ports.json").exists() else None
-            base = f"http://127.0.0.1:{server.http_port}" if ports is None else f"http://127.0.0.1:{ports['http']}"
-            auth = ("guest", "guest")
-            httpx.put(f"{base}/api/queues/%2F/bench-http", json={"durable": True}, auth=auth)
-            props = {"delivery_mode": 2} if args.persistent else {}
-            line = json.dumps({"routing_key": "bench-http", "payload": "x" * 200, "properties": props})
-            body = "\n".join([line] * args.batch)
-            per_client = args.messages // args.clients // args.batch
-
-            def client() -> None:
-                with httpx.Client(base_url=base, auth=auth, timeout=60) as c:
-                    for _ in range(per_client):
-                        r = c.post("/api/exchanges/%2F/amq.default/publish-batch", content=body)
-                        r.raise_for_status()
-
-            threads = [threading.Thread(target=client) for _ in range(args.clients)]
-            start = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            elapsed = time.perf_counter() - start
-            total = per_client * args.clients * args.batch
-            print(json.dumps({"scenario": "http-batch", "persistent": args.persistent, "messages": total,
-                              "batch": args.batch, "clients": args.clients, "msg_s": round(total / elapsed)}))
+            result = scenario_http_batch(f"http://127.0.0.1:{server.http_port}", messages=args.messages,
+                                         batch=args.batch, clients=args.clients, persistent=args.persistent)
         finally:
             server.stop()
+    print(json.dumps({"scenario": "http-batch", **result}))
 
 
 if __name__ == "__main__":

@@ -24,10 +24,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
+import http_load  # noqa: E402
 
 RATE_KEYS = {"pubsub": "rate", "confirms": "rate", "fanout": "rate", "topic": "rate", "topic100k": "publish_rate",
-             "latency": "p99_ms", "backlog": "peak_rss_mb"}
-LOWER_IS_BETTER = {"latency", "backlog"}
+             "latency": "p99_ms", "backlog": "peak_rss_mb", "backlog-persistent": "peak_rss_mb", "http-batch": "rate"}
+LOWER_IS_BETTER = {"latency", "backlog", "backlog-persistent"}
+HEADRACE_ONLY = {"http-batch"}  # RabbitMQ's management API has no batch publish
 
 
 def free_port() -> int:
@@ -102,20 +104,63 @@ class RabbitMQ:
         self.proc = subprocess.Popen(["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         wait_port(self.port, 90)
+        self.vm_pid = listener_pid(self.port) or self.proc.pid
 
     def stop(self) -> None:
+        """The Erlang VM runs as the rabbitmq user in its own session: stop it by its PID, then the
+        wrapper's process group, then epmd if it is ours alone."""
+        for pid in (self.vm_pid, -self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(30)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
+        except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
+        end = time.time() + 30
+        while _alive(self.vm_pid) and time.time() < end:
+            time.sleep(0.2)
+        if _alive(self.vm_pid):
+            os.kill(self.vm_pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def listener_pid(port: int) -> int | None:
+    """The PID that listens on a TCP port (from /proc: the socket inode, then the process holding it)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A = LISTEN
+                inodes.add(fields[9])
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
 
 
 def broker_pid(server: Any) -> int:
     if isinstance(server, RabbitMQ):
-        out = subprocess.run(["pgrep", "-f", f"bench{server.port}@localhost", "-n"], capture_output=True, text=True)
-        pids = [int(p) for p in out.stdout.split()]
-        return max(pids) if pids else server.proc.pid
+        return server.vm_pid  # the Erlang VM holds the memory, not the shell wrappers around it
     return server.proc.pid
 
 
@@ -136,6 +181,11 @@ def run_scenario(name: str, server: Any, quick: bool) -> dict[str, Any]:
         return amqp_load.scenario_latency(target, rate=10_000, seconds=3 if quick else 5)
     if name == "backlog":
         return amqp_load.scenario_backlog(target, count=int(1_000_000 * scale), broker_pid=broker_pid(server))
+    if name == "backlog-persistent":
+        return amqp_load.scenario_backlog(target, count=int(1_000_000 * scale), broker_pid=broker_pid(server),
+                                          persistent=True)
+    if name == "http-batch":
+        return http_load.scenario_http_batch(f"http://127.0.0.1:{server.http_port}", messages=int(100_000 * scale))
     raise SystemExit(f"unknown scenario {name}")
 
 
@@ -145,6 +195,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--no-rabbitmq", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small message counts (smoke run)")
+    ap.add_argument("--json-out", type=Path, help="append the per-scenario JSON lines to this file")
     args = ap.parse_args()
     use_rabbit = not args.no_rabbitmq and shutil.which("rabbitmq-server") is not None
     print(f"# machine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -162,6 +213,8 @@ def main() -> None:
                 runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in servers}
                 for _ in range(args.pairs):
                     for server in servers:  # A B A B ...
+                        if scenario in HEADRACE_ONLY and not isinstance(server, Headrace):
+                            continue
                         result = run_scenario(scenario, server, args.quick)
                         runs[server.name].append(result)
                         print(f"  {scenario:9s} {server.name:9s} {key}={result.get(key)} {result}", flush=True)
@@ -179,6 +232,9 @@ def main() -> None:
                         print(f"{scenario}: ratio median {line['ratio_headrace_over_rabbitmq']['median']:.2f} "
                               f"({better} is better for headrace)")
                 print(json.dumps(line), flush=True)
+                if args.json_out:
+                    with args.json_out.open("a") as f:
+                        f.write(json.dumps({**line, "runs": runs}) + "\n")
         finally:
             for server in servers:
                 server.stop()
