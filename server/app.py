@@ -57,6 +57,7 @@ class App:
                 max_exchanges_per_vhost=settings.max_exchanges_per_vhost,
                 max_connections=settings.max_connections,
                 max_connections_per_user=settings.max_connections_per_user,
+                max_tx_bytes=settings.max_tx_bytes,
             ),
         )
         self.gate = Gate()

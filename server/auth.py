@@ -5,6 +5,12 @@ Rule 2: passwords are never kept in plain text, on disk or in memory: PBKDF2-SHA
 salt (standard library, slow on purpose). A successful check is remembered as an HMAC of the
 password under a per-process key, so a client that reconnects in a loop does not cost one slow hash
 per connection, and a wrong password still pays the full price.
+Rule 3: slow hashes run on the event loop, so failed ones are rationed: a token bucket
+(``FAILED_LOGINS_PER_SECOND``, burst ``FAILED_LOGINS_BURST``) of verifications that failed. While
+it is empty every login that would need a hash is refused at once (``LoginThrottled``); cached
+successes still pass, so clients that already logged in keep reconnecting during a guessing attack.
+Rule 4: every change to users or permissions bumps ``generation`` and calls ``on_change`` (the
+broker drops its connections' permission caches there) and ``on_user_deleted``.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
     "HASH_ALGORITHM",
+    "LoginThrottled",
     "Permission",
     "User",
     "UserRegistry",
@@ -35,6 +43,18 @@ KNOWN_TAGS = frozenset({"administrator", "management", "monitoring", "policymake
 _CACHE_KEY = os.urandom(32)
 # successful (user, password) checks remembered; bounded so a user churn cannot grow it forever
 VERIFIED_CACHE_MAX = 1024
+# failed slow verifications allowed per second (~50 ms of CPU each), and the burst above that rate
+FAILED_LOGINS_PER_SECOND = 10.0
+FAILED_LOGINS_BURST = 20.0
+
+
+class LoginThrottled(Exception):
+    """Too many failed logins lately: refused without hashing. AMQP answers 403 ACCESS_REFUSED,
+    HTTP should answer 429 with ``Retry-After: retry_after`` (whole seconds, rounded up)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("too many failed logins, try later")
+        self.retry_after = retry_after
 
 
 def hash_password(password: str, *, salt: bytes | None = None, iterations: int = PBKDF2_ITERATIONS) -> str:
@@ -102,10 +122,26 @@ class Permission:
 
 
 class UserRegistry:
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 failed_per_second: float = FAILED_LOGINS_PER_SECOND,
+                 failed_burst: float = FAILED_LOGINS_BURST) -> None:
         self.users: dict[str, User] = {}
         self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
         self._verified: dict[str, bytes] = {}
+        self.generation = 0  # bumped on every user/permission change
+        self.on_change: Callable[[], None] = _noop
+        self.on_user_deleted: Callable[[str], None] = _noop_name
+        self._clock = clock
+        self._fail_rate = failed_per_second
+        self._fail_burst = failed_burst
+        self._fail_tokens = failed_burst
+        self._fail_at = clock()
+        self.throttled = 0  # logins refused by the throttle (for stats)
+
+    def changed(self) -> None:
+        """Users or permissions changed: cached permission decisions anywhere are stale."""
+        self.generation += 1
+        self.on_change()
 
     def add_user(self, name: str, password: str | None, tags: Iterable[str] = (), *,
                  password_hash: str | None = None) -> User:
@@ -119,38 +155,70 @@ class UserRegistry:
         user = User(name, password_hash, tuple(tags))
         self.users[name] = user
         self._verified.pop(name, None)
+        self.changed()
         return user
 
     def delete_user(self, name: str) -> bool:
         self._verified.pop(name, None)
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
-        return self.users.pop(name, None) is not None
+        existed = self.users.pop(name, None) is not None
+        if existed:
+            self.changed()
+            self.on_user_deleted(name)
+        return existed
 
     def authenticate(self, name: str, password: str) -> User | None:
+        """``check`` for callers that only tell "refused": a throttled login is ``None``."""
+        try:
+            return self.check(name, password)
+        except LoginThrottled:
+            return None
+
+    def check(self, name: str, password: str) -> User | None:
+        """The user if the password is right, else ``None``; raises ``LoginThrottled`` instead of
+        hashing while failed verifications are over their rate."""
         user = self.users.get(name)
+        token = b""
+        if user is not None and user.password_hash:
+            token = hmac.new(_CACHE_KEY, f"{name}\0{password}\0{user.password_hash}".encode(), "sha256").digest()
+            cached = self._verified.get(name)
+            if cached is not None and hmac.compare_digest(cached, token):
+                return user
+        self._refill()
+        if self._fail_tokens < 1:
+            self.throttled += 1
+            raise LoginThrottled((1 - self._fail_tokens) / self._fail_rate)
         if user is None or not user.password_hash:
             # run a hash anyway, so a probe cannot tell unknown users from wrong passwords by timing
             verify_password(password, _DUMMY_HASH)
+            self._fail_tokens -= 1
             return None
-        token = hmac.new(_CACHE_KEY, f"{name}\0{password}\0{user.password_hash}".encode(), "sha256").digest()
-        cached = self._verified.get(name)
-        if cached is not None and hmac.compare_digest(cached, token):
-            return user
         if not verify_password(password, user.password_hash):
+            self._fail_tokens -= 1
             return None
         if len(self._verified) >= VERIFIED_CACHE_MAX:
             self._verified.clear()
         self._verified[name] = token
         return user
 
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed = max(0.0, now - self._fail_at)
+        self._fail_at = now
+        self._fail_tokens = min(self._fail_burst, self._fail_tokens + elapsed * self._fail_rate)
+
     def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
         if user not in self.users:
             raise KeyError(user)
         self.permissions[(user, vhost)] = permission
+        self.changed()
 
     def clear_permission(self, user: str, vhost: str) -> bool:
-        return self.permissions.pop((user, vhost), None) is not None
+        existed = self.permissions.pop((user, vhost), None) is not None
+        if existed:
+            self.changed()
+        return existed
 
     def permission(self, user: str, vhost: str) -> Permission | None:
         return self.permissions.get((user, vhost))
@@ -158,6 +226,14 @@ class UserRegistry:
     def allowed(self, user: str, vhost: str, kind: str, name: str) -> bool:
         perm = self.permissions.get((user, vhost))
         return perm is not None and perm.allows(kind, name)
+
+
+def _noop() -> None:
+    return None
+
+
+def _noop_name(name: str) -> None:
+    return None
 
 
 _DUMMY_HASH = hash_password("headrace-dummy", salt=b"\0" * SALT_BYTES)

@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     max_unauthenticated: int = Field(512, ge=1)
     max_queues_per_vhost: int = Field(100_000, ge=1)
     max_exchanges_per_vhost: int = Field(100_000, ge=1)
+    # bytes of uncommitted publishes one transactional channel may hold (beyond: 406 on the channel)
+    max_tx_bytes: int = Field(64 * MiB, ge=1)
     http_max_body: int = Field(16 * MiB, ge=1024)
     # an HTTP request must arrive whole within this time; idle keep-alive connections close after it
     http_request_timeout: float = Field(15.0, gt=0)

@@ -46,6 +46,7 @@ class Limits:
     max_exchanges_per_vhost: int = 100_000
     max_connections: int = 10_000
     max_connections_per_user: int | None = None
+    max_tx_bytes: int = 64 << 20  # uncommitted publishes one transactional channel may hold
 
 
 @dataclass(slots=True)
@@ -89,6 +90,8 @@ class Broker:
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
+        self.users.on_change = self._permissions_changed
+        self.users.on_user_deleted = self._user_deleted
 
     # ------------------------------------------------------------------ vhosts and users
     def add_vhost(self, name: str) -> VHost:
@@ -104,12 +107,36 @@ class Broker:
         vhost = self.vhosts.pop(name, None)
         if vhost is None:
             return False
+        # RabbitMQ closes the vhost's connections first (320), so their cleanup finds the queues
+        self._close_connections(lambda session: session.vhost is vhost, f"vhost '{name}' is deleted")
         for queue_name in list(vhost.queues):
             vhost.delete_queue(queue_name)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
+        self.users.changed()
         self.definitions_changed()
         return True
+
+    @property
+    def permissions_generation(self) -> int:
+        """Bumped on every user, permission or vhost change."""
+        return self.users.generation
+
+    def _permissions_changed(self) -> None:
+        """A user or permission changed: open connections forget the decisions they cached, so a
+        revoked permission applies to their next operation."""
+        for session in list(self.connections.values()):
+            session.permissions_changed()
+
+    def _user_deleted(self, name: str) -> None:
+        """RabbitMQ closes a deleted user's connections with 320 CONNECTION_FORCED."""
+        self._close_connections(lambda session: session.user is not None and session.user.name == name,
+                                f"user '{name}' is deleted")
+
+    def _close_connections(self, match: Callable[[Any], bool], reason: str) -> None:
+        for session in list(self.connections.values()):
+            if match(session):
+                session.close_by_admin(reason)
 
     def vhost(self, name: str) -> VHost | None:
         return self.vhosts.get(name)
@@ -251,10 +278,10 @@ class Broker:
     # ------------------------------------------------------------------ observation
     def held_memory(self) -> int:
         """Bytes held for clients: messages in memory in every queue plus connections' unsent
-        output. Unlike RSS this falls as soon as consumers drain, so an alarm on it clears."""
+        output and uncommitted transactions. Unlike RSS this falls as soon as consumers drain, so an alarm on it clears."""
         total = sum(q.memory for vhost in self.vhosts.values() for q in vhost.queues.values())
         for session in self.connections.values():
-            total += session.conn.bytes_pending
+            total += session.conn.bytes_pending + session.tx_bytes
         return total
 
     def queues(self) -> list[Queue]:

@@ -37,7 +37,7 @@ class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "last_ticket",
+        "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "last_ticket", "tx_bytes",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -59,6 +59,7 @@ class ChannelSession:
         self.tx = False
         self.tx_publishes: list[ContentReceived] = []
         self.tx_acks: list[m.BasicAck | m.BasicNack | m.BasicReject] = []
+        self.tx_bytes = 0  # bytes of tx_publishes, also counted in session.tx_bytes
         self._write_ok: dict[str, bool] = {}
         # (tag, broker time) per delivery needing an ack, oldest first: the consumer timeout looks
         # at the oldest one still unacked (entries already settled are skipped lazily)
@@ -133,15 +134,15 @@ class ChannelSession:
         if method.immediate:
             raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
                                       60, 40)
-        if self.tx:
-            self.tx_publishes.append(event)
-            return
         exchange = method.exchange
         ok = self._write_ok.get(exchange)
         if ok is None:
             ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
         if not ok:
             self.session.check_permission("write", exchange)
+        if self.tx:
+            self._tx_buffer(event)
+            return
         result = self.vhost.publish(exchange, method.routing_key, event.props_raw, event.body)
         if result.ticket:
             self.last_ticket = result.ticket
@@ -314,7 +315,26 @@ class ChannelSession:
                 self.vhost.dispatch(queue)
 
     # ------------------------------------------------------------------ tx
+    def _tx_buffer(self, event: ContentReceived) -> None:
+        """Hold a publish until commit. The buffered bytes count as memory the broker holds (the
+        memory alarm sees them) and are capped per channel: beyond ``max_tx_bytes`` the channel is
+        closed with 406, as RabbitMQ refuses what it cannot hold."""
+        size = len(event.body) + len(event.props_raw)
+        session = self.session
+        limit = session.broker.limits.max_tx_bytes
+        if self.tx_bytes + size > limit:
+            raise errors.precondition_failed(
+                f"transaction too large: uncommitted publishes exceed max_tx_bytes ({limit})")
+        self.tx_publishes.append(event)
+        self.tx_bytes += size
+        session.tx_bytes += size
+
+    def _tx_release(self) -> None:
+        self.session.tx_bytes -= self.tx_bytes
+        self.tx_bytes = 0
+
     def tx_commit(self) -> None:
+        self._tx_release()
         publishes, self.tx_publishes = self.tx_publishes, []
         acks, self.tx_acks = self.tx_acks, []
         self.tx = False
@@ -332,6 +352,7 @@ class ChannelSession:
             self.tx = True
 
     def tx_rollback(self) -> None:
+        self._tx_release()
         self.tx_publishes.clear()
         self.tx_acks.clear()
 
@@ -348,6 +369,8 @@ class ChannelSession:
                 vhost.dispatch(queue)
         self.pending_confirms.clear()
         self.session.confirm_channels.discard(self)
+        self._tx_release()
+        self.tx_publishes.clear()
 
 
 def with_delivery_count(props_raw: bytes, count: int) -> bytes:

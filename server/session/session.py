@@ -30,7 +30,7 @@ from headrace.server.amqp.events import (
 )
 from headrace.server.amqp.sasl import parse_response
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.auth import User
+from headrace.server.auth import LoginThrottled, User
 from headrace.server.broker import Broker, VHost, errors
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
 
@@ -64,6 +64,7 @@ class Session:
         self.unconfirmed = 0  # publishes waiting for the store before their confirm
         self.published = 0
         self.acked = 0
+        self.tx_bytes = 0  # uncommitted transactional publishes held by this connection's channels
         self.finished = False  # the socket may be closed once the writer has flushed
         self.closing = False
         self._cleaned = False
@@ -83,7 +84,7 @@ class Session:
             return True
         if self.published and self.broker.mirror_backlog >= MIRROR_BACKLOG_MAX:
             return True
-        return bool(self.broker.alarms) and self.published > 0
+        return bool(self.broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
 
     def handle(self, events: list[Any]) -> None:
         for event in events:
@@ -235,6 +236,12 @@ class Session:
                 self._perm_cache[key] = ok
         return ok
 
+    def permissions_changed(self) -> None:
+        """Called by the broker on any user/permission/vhost change: drop cached decisions."""
+        self._perm_cache.clear()
+        for channel in self.channels.values():
+            channel._write_ok.clear()
+
     def check_permission(self, kind: str, name: str) -> None:
         if not self.allowed(kind, name):
             assert self.user is not None
@@ -279,7 +286,12 @@ class Session:
         caps = self.client_properties.get("capabilities")
         self.capabilities = dict(caps) if isinstance(caps, dict) else {}
         username, password = parse_response(method.mechanism, method.response)
-        user = self.broker.users.authenticate(username, password)
+        try:
+            user = self.broker.users.check(username, password)
+        except LoginThrottled:
+            log.warning("login refused for user '%s' from %s: too many failed logins", username, self.peer[0])
+            raise ConnectionException(ReplyCode.ACCESS_REFUSED,
+                                      "ACCESS_REFUSED - too many failed logins, try later", 10, 11) from None
         if user is not None and user.name in self.loopback_users and not _is_loopback(self.peer[0]):
             log.warning("user '%s' may only connect from localhost (peer %s)", user.name, self.peer[0])
             user = None
