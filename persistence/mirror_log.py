@@ -86,8 +86,17 @@ class SegmentInfo:
     exchange: str = ""
 
 
+def _dir_name(name: str) -> str:
+    """A reversible directory name: percent-quoted, and a leading dot quoted too, so that ``.``, ``..``
+    or ``.hidden`` can never name the parent, the directory itself or a hidden entry."""
+    if not name:
+        raise ValueError("a mirrored vhost or exchange needs a non-empty name")
+    quoted = quote(name, safe="")
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+
+
 def mirror_dir(root: Path, vhost: str, exchange: str) -> Path:
-    return Path(root) / "mirror" / quote(vhost, safe="") / quote(exchange, safe="")
+    return Path(root) / "mirror" / _dir_name(vhost) / _dir_name(exchange)
 
 
 def list_mirrors(root: Path) -> list[tuple[str, str]]:
@@ -160,6 +169,8 @@ class MirrorLog:
         self._size = 0
         self._since_index = 0
         self._base = 0
+        # last record time of closed segments (immutable), so periodic retention reads each once
+        self._last_ts: dict[Path, int | None] = {}
 
     # ------------------------------------------------------------------ writer
     def recover(self) -> int:
@@ -242,6 +253,8 @@ class MirrorLog:
             os.fsync(self._file.fileno())
 
     def enforce_retention(self, now_ms: int) -> int:
+        """Drop whole old segments beyond the size or age bound; safe to call on an idle log (the
+        broker does so periodically), and from a fresh ``MirrorLog`` that was never recovered."""
         segs = list_segments(self.root, self.vhost, self.exchange)
         dropped = 0
         total = sum(s.size for s in segs)
@@ -249,12 +262,15 @@ class MirrorLog:
             too_big = self.retention.max_bytes is not None and total > self.retention.max_bytes
             too_old = False
             if self.retention.max_age_ms is not None:
-                last_ts = _last_timestamp(seg.path)
+                if seg.path not in self._last_ts:
+                    self._last_ts[seg.path] = _last_timestamp(seg.path)
+                last_ts = self._last_ts[seg.path]
                 too_old = last_ts is not None and now_ms - last_ts > self.retention.max_age_ms
             if not (too_big or too_old):
                 break
             seg.path.unlink(missing_ok=True)
             seg.path.with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
+            self._last_ts.pop(seg.path, None)
             total -= seg.size
             dropped += 1
         return dropped
