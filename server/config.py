@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)
     segment_max_bytes: int = Field(32 * MiB, ge=4096)
+    # mirror log (Spark bridge): segment size (retention drops whole segments) and how often
+    # retention runs, also while a mirror is idle (seconds)
+    mirror_segment_max_bytes: int = Field(64 * MiB, ge=4096)
+    mirror_retention_interval: float = Field(10.0, gt=0)
     # persistent publishes a connection may have waiting for fsync before it stops being read
     max_unconfirmed_per_connection: int = Field(10_000, ge=1)
 

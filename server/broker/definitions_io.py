@@ -53,12 +53,18 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
                 continue
             out["queues"].append({"name": qname, "vhost": vname, "durable": True,
                                   "auto_delete": q.auto_delete, "arguments": dict(q.arguments)})
-        for ename in sorted(vhost.mirrored):
-            ex = vhost.exchanges.get(ename)
-            if ex is None or not ex.durable or ex.arguments.get("x-mirror"):
-                continue  # x-mirror in the exchange's arguments restores it already
-            age, size = vhost.mirror_retention.get(ename, (None, None))
-            out["mirrors"].append({"vhost": vname, "exchange": ename, "max_age_ms": age, "max_bytes": size})
+        # The mirror setting is durable on its own and applied after the exchanges, so it overrides
+        # the x-mirror declare argument: an exchange declared with x-mirror and later switched off
+        # (or given another retention) stays that way after a restart.
+        for ename, ex in sorted(vhost.exchanges.items()):
+            if ename in _PREDECLARED_NAMES or not ex.durable:
+                continue
+            if ename in vhost.mirrored:
+                age, size = vhost.mirror_retention.get(ename, (None, None))
+                out["mirrors"].append({"vhost": vname, "exchange": ename, "enabled": True,
+                                       "max_age_ms": age, "max_bytes": size})
+            elif ex.arguments.get("x-mirror"):
+                out["mirrors"].append({"vhost": vname, "exchange": ename, "enabled": False})
         for b in vhost.bindings():
             if vhost._binding_durable(b):
                 out["bindings"].append({
@@ -107,8 +113,8 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
                    b.get("arguments") or {})
     for mirror in doc.get("mirrors", []):
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
-        vhost.set_mirror(_field(mirror, "exchange"), True, max_age_ms=mirror.get("max_age_ms"),
-                         max_bytes=mirror.get("max_bytes"))
+        vhost.set_mirror(_field(mirror, "exchange"), mirror.get("enabled", True) is not False,
+                         max_age_ms=mirror.get("max_age_ms"), max_bytes=mirror.get("max_bytes"))
     broker.definitions_changed()
 
 

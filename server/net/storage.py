@@ -44,8 +44,6 @@ PAGER_POLL = 0.05
 COMPACT_INTERVAL = 5.0
 # Weight of the newest fsync in the running average that picks inline or threaded syncs.
 SYNC_EWMA_WEIGHT = 0.2
-# Mirror retention (whole old segments dropped) is enforced at most this often (seconds).
-RETENTION_INTERVAL = 10.0
 
 
 class Storage:
@@ -149,11 +147,49 @@ class Storage:
         return time.perf_counter() - start
 
     async def _mirror_writer(self, broker: Broker, gate: Gate) -> None:
+        interval = self.settings.mirror_retention_interval
         while True:
-            await self._mirror_kick.wait()
+            # wake for records, and at least every retention interval: an idle mirror must still
+            # drop segments that aged out
+            with trio.move_on_after(interval):
+                await self._mirror_kick.wait()
             self._mirror_kick = trio.Event()
             await self._write_mirrors(broker)
             gate.notify()  # publishers paused on a full mirror backlog may read again
+            if trio.current_time() - self._last_retention >= interval:
+                self._last_retention = trio.current_time()
+                await self._enforce_mirror_retention(broker)
+
+    def _mirror_log(self, key: tuple[str, str], retention: Retention) -> MirrorLog:
+        """The open log of a mirrored exchange, reopened when its retention changed."""
+        log_ = self.mirrors.get(key)
+        if log_ is None or log_.retention != retention:
+            if log_ is not None:
+                log_.close()
+            log_ = self.mirrors[key] = MirrorLog(self.mirror_root, key[0], key[1], retention=retention,
+                                                 segment_max_bytes=self.settings.mirror_segment_max_bytes)
+            log_.recover()
+        return log_
+
+    async def _enforce_mirror_retention(self, broker: Broker) -> None:
+        """Retention of every mirrored exchange with a bound, written to lately or not."""
+        targets: list[tuple[tuple[str, str], Retention]] = []
+        for vname, vhost in broker.vhosts.items():
+            for ename in vhost.mirrored:
+                age, size = vhost.mirror_retention.get(ename, (None, None))
+                if age is not None or size is not None:
+                    targets.append(((vname, ename), Retention(max_age_ms=age, max_bytes=size)))
+        if not targets:
+            return
+        now_ms = int(broker.now * 1000)
+
+        def enforce() -> None:
+            for key, retention in targets:
+                dropped = self._mirror_log(key, retention).enforce_retention(now_ms)
+                if dropped:
+                    log.info("mirror %s/%s: retention dropped %d segments", key[0], key[1], dropped)
+
+        await trio.to_thread.run_sync(enforce)
 
     async def _write_mirrors(self, broker: Broker) -> None:
         records = broker.take_mirror_records()
@@ -168,24 +204,12 @@ class Storage:
             vhost = broker.vhosts.get(key[0])
             age, size = vhost.mirror_retention.get(key[1], (None, None)) if vhost else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
-        now_ms = int(broker.now * 1000)
-        enforce = trio.current_time() - self._last_retention > RETENTION_INTERVAL
-        if enforce:
-            self._last_retention = trio.current_time()
 
         def write() -> None:
             for key, recs in groups.items():
-                log_ = self.mirrors.get(key)
-                if log_ is None or log_.retention != retention[key]:
-                    if log_ is not None:
-                        log_.close()
-                    log_ = self.mirrors[key] = MirrorLog(self.mirror_root, key[0], key[1],
-                                                         retention=retention[key])
-                    log_.recover()
+                log_ = self._mirror_log(key, retention[key])
                 log_.append_many(recs)
                 log_.flush(fsync=self.settings.fsync != "off")
-                if enforce:
-                    log_.enforce_retention(now_ms)
 
         await trio.to_thread.run_sync(write)
 
