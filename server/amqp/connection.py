@@ -352,6 +352,11 @@ class AMQPConnection:
             if channel in self.open_channels:
                 raise ConnectionException(ReplyCode.CHANNEL_ERROR,
                                           "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)
+            if len(self.open_channels) >= self.channel_max:
+                # RabbitMQ's limit on channels open at once: 530 NOT_ALLOWED, with its text
+                raise ConnectionException(ReplyCode.NOT_ALLOWED,
+                                          f"NOT_ALLOWED - number of channels opened ({len(self.open_channels)}) has "
+                                          f"reached the negotiated channel_max ({self.channel_max})", 20, 10)
             if channel > self.channel_max:
                 raise ConnectionException(ReplyCode.CHANNEL_ERROR,
                                           f"CHANNEL_ERROR - channel id {channel} above channel_max "
