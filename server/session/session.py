@@ -227,11 +227,13 @@ class Session:
 
     # ------------------------------------------------------------------ permissions
     def allowed(self, kind: str, name: str) -> bool:
+        """``name`` "" is the default exchange, checked as ``amq.default`` as RabbitMQ does (so
+        ``^$`` denies publishing to it too)."""
         key = (kind, name)
         ok = self._perm_cache.get(key)
         if ok is None:
             assert self.user is not None
-            ok = self.broker.users.allowed(self.user.name, self.vhost.name, kind, name)
+            ok = self.broker.users.allowed(self.user.name, self.vhost.name, kind, name or "amq.default")
             if len(self._perm_cache) < 4096:
                 self._perm_cache[key] = ok
         return ok
@@ -247,16 +249,16 @@ class Session:
             assert self.user is not None
             resource = "exchange" if kind == "write" else "queue"
             raise errors.access_refused(
-                f"access to {resource} '{name}' in vhost '{self.vhost.name}' refused for user "
-                f"'{self.user.name}'"
+                f"{kind} access to {resource} '{name or 'amq.default'}' in vhost '{self.vhost.name}' "
+                f"refused for user '{self.user.name}'"
             )
 
     def _check(self, kind: str, resource: str, name: str) -> None:
         if not self.allowed(kind, name):
             assert self.user is not None
             raise errors.access_refused(
-                f"{kind} access to {resource} '{name}' in vhost '{self.vhost.name}' refused for user "
-                f"'{self.user.name}'"
+                f"{kind} access to {resource} '{name or 'amq.default'}' in vhost '{self.vhost.name}' "
+                f"refused for user '{self.user.name}'"
             )
 
     # ------------------------------------------------------------------ methods
