@@ -312,6 +312,8 @@ class Session:
         return None
 
     def _open(self, method: m.ConnectionOpen) -> None:
+        if self.closing:
+            return  # the login was refused earlier in this batch (a pipelining client): already closing
         assert self.user is not None
         name = method.virtual_host or "/"
         vhost = self.broker.vhost(name)

@@ -110,3 +110,18 @@ def test_uncommitted_transaction_is_held_memory_and_bounded():
         (1, 20, 406, "PRECONDITION_FAILED - transaction too large: uncommitted publishes exceed "
                      "max_tx_bytes (3000)")]
     assert session.tx_bytes == 0 and b.vhosts["/"].queues["q"].messages_ready == 2
+
+
+def test_refused_login_with_pipelined_open_sends_one_close():
+    b = make_broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    session.handle(conn.receive_data(
+        b"AMQP\x00\x00\x09\x01"
+        + encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00alice\x00wrong", "en_US"))
+        + encode_method_frame(0, m.ConnectionTuneOk(0, 131072, 0))
+        + encode_method_frame(0, m.ConnectionOpen("/"))
+        + encode_method_frame(1, m.ChannelOpen())))
+    sent = closes(conn.data_to_send())
+    assert [(c[0], c[1], c[2]) for c in sent] == [(0, 10, 403)]
+    assert session.vhost is None and not b.connections
