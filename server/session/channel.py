@@ -328,6 +328,8 @@ class ChannelSession:
         self.tx_publishes.append(event)
         self.tx_bytes += size
         session.tx_bytes += size
+        if session.broker.alarms and not session.blocked_sent:
+            session.alarms_changed(session.broker.alarms)
 
     def _tx_release(self) -> None:
         self.session.tx_bytes -= self.tx_bytes

@@ -213,16 +213,13 @@ class Session:
         """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
         if self.vhost is None or not self.capabilities.get("connection.blocked"):
             return
-        if alarms and not self.blocked_sent and self.published:
+        if alarms and not self.blocked_sent and (self.published or self.tx_bytes):
             reason = "low on " + " and ".join(sorted(alarms))
             self.conn.send_method(0, m.ConnectionBlocked(reason=reason))
             self.blocked_sent = True
         elif not alarms and self.blocked_sent:
             self.conn.send_method(0, m.ConnectionUnblocked())
             self.blocked_sent = False
-        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
-        self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
-        self.pending_commits: list[tuple[int, int]] = []  # (channel, store ticket) awaiting fsync
         self.wake()
 
     # ------------------------------------------------------------------ permissions

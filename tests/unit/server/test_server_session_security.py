@@ -14,6 +14,7 @@ from headrace.server.session import Session
 
 
 PASSWORDS = {"alice": "pw", "guest": "guest"}
+CAPS = {"capabilities": {"connection.blocked": True}}
 
 
 def open_session(broker: Broker, user: str = "alice", vhost: str = "/") -> tuple[Session, AMQPConnection]:
@@ -21,7 +22,7 @@ def open_session(broker: Broker, user: str = "alice", vhost: str = "/") -> tuple
     session = Session(broker, conn)
     session.handle(conn.receive_data(
         b"AMQP\x00\x00\x09\x01"
-        + encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", f"\x00{user}\x00{PASSWORDS[user]}".encode(),
+        + encode_method_frame(0, m.ConnectionStartOk(CAPS, "PLAIN", f"\x00{user}\x00{PASSWORDS[user]}".encode(),
                                                      "en_US"))
         + encode_method_frame(0, m.ConnectionTuneOk(0, 131072, 0))
         + encode_method_frame(0, m.ConnectionOpen(vhost))
@@ -47,6 +48,16 @@ def closes(data: bytes) -> list[tuple[int, int, int, str]]:
             if (cls, meth) in ((20, 40), (10, 50)):
                 code, tlen = struct.unpack_from(">HB", data, pos + 11)
                 out.append((channel, cls, code, data[pos + 14:pos + 14 + tlen].decode()))
+        pos += 8 + size
+    return out
+
+
+def methods(data: bytes) -> list[tuple[int, int, int]]:
+    out, pos = [], 0
+    while pos < len(data):
+        ftype, channel, size = struct.unpack_from(">BHI", data, pos)
+        if ftype == 1:
+            out.append((channel, *struct.unpack_from(">HH", data, pos + 7)))
         pos += 8 + size
     return out
 
@@ -98,8 +109,10 @@ def test_uncommitted_transaction_is_held_memory_and_bounded():
     session.handle(conn.receive_data(publish("q", b"a" * 1000) * 2))
     assert session.tx_bytes == 2004 and b.held_memory() >= base + 2004
     b.set_alarm("memory", True)
-    assert session.read_paused  # a transactional publisher is paused too, before it commits
+    assert session.read_paused  # a transactional publisher is paused too, before it commits ...
+    assert (0, 10, 60) in methods(conn.data_to_send())  # ... and told so with connection.blocked
     b.set_alarm("memory", False)
+    assert (0, 10, 61) in methods(conn.data_to_send())
     session.handle(conn.receive_data(encode_method_frame(1, m.TxCommit())))
     assert session.tx_bytes == 0 and b.vhosts["/"].queues["q"].messages_ready == 2
     session.handle(conn.receive_data(publish("q", b"b" * 1000) * 2 + encode_method_frame(1, m.TxRollback())))
