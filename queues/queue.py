@@ -224,8 +224,6 @@ class Queue:
         idx = self._rr % n
         idle = 0
         delivered = 0
-        unacked = self._unacked
-        stats = self.stats
         while idle < n:
             consumer = consumers[idx]
             if not consumer.can_take():
@@ -238,17 +236,8 @@ class Queue:
             idx = idx + 1 if idx + 1 < n else 0
             idle = 0
             delivered += 1
-            entry.owner = consumer
-            stats.delivered += 1
-            if entry.redelivered:
-                stats.redelivered += 1
-            if consumer.no_ack:
-                consumer.sink.deliver(consumer, self, entry)
-                self._discard(entry)
-            else:
-                unacked[entry.seq] = entry
-                consumer.unacked += 1
-                consumer.sink.deliver(consumer, self, entry)
+            # one path for every delivery, so the unacked byte count always matches _release
+            self._hand_over(consumer, entry)
         self._rr = idx
         return delivered
 
