@@ -43,6 +43,13 @@ PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.match", "headers"),
 )
 QUEUE = DestinationKind.QUEUE
+# queue arguments a redeclare must repeat with the same value (RabbitMQ's declare_args): omitting
+# one the queue was declared with is 406 PRECONDITION_FAILED
+EQUIVALENCE_ARGS = frozenset({
+    "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
+    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
+    "x-single-active-consumer", "x-delivery-limit",
+})
 EXCHANGE = DestinationKind.EXCHANGE
 
 
@@ -180,6 +187,7 @@ class VHost:
         if passive:
             queue = self.get_queue(name)
             self.check_exclusive(queue, owner)
+            queue.touch(self.broker.now)  # a declare renews the x-expires lease, as in RabbitMQ
             return queue
         existing = self.queues.get(name) if name else None
         if existing is None and name.startswith("amq."):
@@ -188,16 +196,24 @@ class VHost:
             name = "amq.gen-" + secrets.token_urlsafe(16)
         arguments = dict(arguments or {})
         if existing is not None:
+            # RabbitMQ's strict check: another connection's exclusive queue, or an exclusive flag
+            # that differs from the original declaration, is 405 RESOURCE_LOCKED (not 406)
             self.check_exclusive(existing, owner)
+            if exclusive != (existing.exclusive_owner is not None):
+                raise errors.resource_locked(name, self.name)
             for arg, got, cur in (("durable", durable, existing.durable),
-                                  ("exclusive", exclusive, existing.exclusive_owner is not None),
                                   ("auto_delete", auto_delete, existing.auto_delete)):
                 if got != cur:
                     raise errors.inequivalent(arg, "queue", name, self.name, got, cur)
-            for key in set(arguments) | set(existing.arguments):
-                if key.startswith("x-") and arguments.get(key) != existing.arguments.get(key) and key in arguments:
+            for key in sorted(set(arguments) | set(existing.arguments)):
+                # an argument the queue has but the redeclare omits is inequivalent too, for the
+                # arguments RabbitMQ checks; unknown x- arguments are compared only when given
+                if not key.startswith("x-") or (key not in arguments and key not in EQUIVALENCE_ARGS):
+                    continue
+                if arguments.get(key) != existing.arguments.get(key):
                     raise errors.inequivalent(key, "queue", name, self.name, arguments.get(key),
                                               existing.arguments.get(key))
+            existing.touch(self.broker.now)  # a redeclare renews the x-expires lease
             return existing
         try:
             args = QueueArgs.parse(arguments, name)

@@ -219,6 +219,10 @@ class ChannelSession:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
 
     def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+        if self.tx:  # settled at commit like an ack (reject is a nack of one tag); rollback drops it
+            self._take_check(tag, multiple)
+            self.tx_acks.append(m.BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue))
+            return
         items = self._take(tag, multiple)
         touched: set[Queue] = set()
         if requeue:
@@ -304,8 +308,16 @@ class ChannelSession:
             for queue, _ in list(self.consumers.values()):
                 self.vhost.dispatch(queue)
         else:
+            # the spec's channel-level prefetch: consumers already on the channel take the new
+            # limit too (celery raises it for ETA tasks and expects its consumer to get more)
             self.prefetch_count = method.prefetch_count
+            for _, consumer in self.consumers.values():
+                consumer.prefetch = method.prefetch_count
         self.conn.send_method(self.id, m.BasicQosOk())
+        if not method.global_:
+            for queue in {q for q, _ in self.consumers.values()}:  # qos-ok first, then deliveries
+                if self.vhost.queues.get(queue.name) is queue:
+                    self.vhost.dispatch(queue)
 
     def flow(self, active: bool) -> None:
         self.active = active

@@ -395,6 +395,7 @@ class Session:
         queue = method.queue or self.last_queue
         self._check("write", "queue", queue)
         self._check("read", "exchange", method.exchange)
+        self.vhost.check_exclusive(self.vhost.get_queue(queue), self)  # as for bind: 405 for others
         self.vhost.unbind(method.exchange, queue, DestinationKind.QUEUE, method.routing_key, method.arguments)
         self.conn.send_method(ch.id, m.QueueUnbindOk())
 
@@ -448,6 +449,10 @@ class Session:
         self.conn.send_method(ch.id, m.TxRollbackOk())
 
     def _recover(self, ch: ChannelSession, method: m.BasicRecover) -> None:
+        if not method.requeue:
+            # RabbitMQ does not redeliver to the original consumer: a connection error, not a
+            # silent requeue the client did not ask for
+            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false")
         for queue in ch.requeue_all():
             if self.vhost.queues.get(queue.name) is queue:
                 self.vhost.dispatch(queue)

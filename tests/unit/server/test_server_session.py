@@ -87,3 +87,135 @@ def test_closing_the_connection_requeues_and_drops_exclusive_queues():
     session.connection_lost()
     assert "mine" not in b.vhosts["/"].queues
     assert b.vhosts["/"].queues["d"].messages_ready == 1
+
+
+# ---------------------------------------------------------------------- AMQP core semantics
+
+def method(channel: int, meth) -> bytes:
+    return encode_method_frame(channel, meth)
+
+
+def closes(data: bytes) -> list[tuple[int, int, int]]:
+    """(channel, class, reply code) of every channel.close / connection.close sent."""
+    out, pos = [], 0
+    while pos < len(data):
+        ftype, channel, size = struct.unpack_from(">BHI", data, pos)
+        if ftype == 1:
+            cls, meth = struct.unpack_from(">HH", data, pos + 7)
+            if (cls, meth) in ((20, 40), (10, 50)):
+                out.append((channel, cls, struct.unpack_from(">H", data, pos + 11)[0]))
+        pos += 8 + size
+    return out
+
+
+def test_alarm_change_keeps_a_commit_waiting_for_the_store():
+    b = broker()
+    session, conn = open_session(b)
+    session.handle(conn.receive_data(method(1, m.TxSelect())))
+    conn.data_to_send()
+    session.handle(conn.receive_data(publish("d") + method(1, m.TxCommit())))
+    assert (90, 21) not in frames(conn.data_to_send())  # commit-ok waits for the fsync
+    b.set_alarm("memory", True)  # an alarm changes while the commit waits
+    b.set_alarm("memory", False)
+    _, ticket = b.take_store_ops()
+    b.store_synced(ticket)
+    assert (90, 21) in frames(conn.data_to_send())
+
+
+def test_reject_and_nack_in_a_transaction_wait_for_commit_and_rollback_drops_them():
+    b = broker()
+    q = b.vhosts["/"].declare_queue("t", owner=None)
+    session, conn = open_session(b)
+    session.handle(conn.receive_data(publish("t", persistent=False) * 2
+                                     + method(1, m.BasicGet(queue="t")) * 2 + method(1, m.TxSelect())))
+    assert q.messages_unacked == 2
+    settle = (method(1, m.BasicReject(delivery_tag=1, requeue=False))
+              + method(1, m.BasicNack(delivery_tag=2, multiple=False, requeue=True)))
+    session.handle(conn.receive_data(settle))
+    assert q.messages_unacked == 2 and q.messages_ready == 0  # nothing settled before commit
+    session.handle(conn.receive_data(method(1, m.TxRollback())))
+    assert q.messages_unacked == 2  # rolled back: still held by the channel
+    conn.data_to_send()
+    session.handle(conn.receive_data(settle + method(1, m.TxCommit())))
+    assert (90, 21) in frames(conn.data_to_send())
+    assert q.messages_unacked == 0 and q.messages_ready == 1  # rejected one gone, nacked one back
+    session.handle(conn.receive_data(method(1, m.BasicReject(delivery_tag=9, requeue=False))))
+    assert closes(conn.data_to_send()) == [(1, 20, 406)]  # unknown tag checked at once, as for ack
+
+
+def test_redeclare_renews_the_x_expires_lease():
+    b = broker()
+    vhost = b.vhosts["/"]
+    b.tick(100.0)
+    vhost.declare_queue("lease", owner=None, arguments={"x-expires": 1000})
+    b.tick(100.9)
+    vhost.declare_queue("lease", owner=None, arguments={"x-expires": 1000})
+    b.tick(101.5)
+    assert "lease" in vhost.queues
+    vhost.declare_queue("lease", owner=None, passive=True)
+    b.tick(102.2)
+    assert "lease" in vhost.queues  # passive declare renews it too (RabbitMQ's queue stat)
+    b.tick(102.6)
+    assert "lease" not in vhost.queues
+
+
+def test_exclusive_queue_of_another_connection_or_other_exclusive_flag_is_405():
+    b = broker()
+    a, aconn = open_session(b)
+    other, oconn = open_session(b)
+    a.handle(aconn.receive_data(method(1, m.QueueDeclare(queue="mine", exclusive=True))
+                                + method(1, m.QueueDeclare(queue="shared"))))
+    aconn.data_to_send()
+    attempts = [
+        m.QueueDeclare(queue="mine"),
+        m.QueueDeclare(queue="mine", exclusive=True),
+        m.QueueDeclare(queue="mine", passive=True),
+        m.QueueBind(queue="mine", exchange="amq.direct", routing_key="k"),
+        m.QueueUnbind(queue="mine", exchange="amq.direct", routing_key="k"),
+    ]
+    for channel, attempt in enumerate(attempts, start=2):
+        other.handle(oconn.receive_data(method(channel, m.ChannelOpen()) + method(channel, attempt)))
+        assert closes(oconn.data_to_send()) == [(channel, 20, 405)], attempt
+    # the owner itself: a redeclare with the other exclusive flag is locked too (strict check)
+    a.handle(aconn.receive_data(method(2, m.ChannelOpen()) + method(2, m.QueueDeclare(queue="mine"))))
+    assert closes(aconn.data_to_send()) == [(2, 20, 405)]
+    a.handle(aconn.receive_data(method(3, m.ChannelOpen())
+                                + method(3, m.QueueDeclare(queue="shared", exclusive=True))))
+    assert closes(aconn.data_to_send()) == [(3, 20, 405)]
+    a.handle(aconn.receive_data(method(4, m.ChannelOpen()) + method(4, m.QueueDeclare(queue="mine", exclusive=True))
+                                + method(4, m.QueueUnbind(queue="mine", exchange="amq.direct", routing_key="k"))))
+    assert closes(aconn.data_to_send()) == []
+
+
+def test_redeclare_without_an_argument_the_queue_has_is_406():
+    b = broker()
+    b.vhosts["/"].declare_queue("ttl", owner=None, arguments={"x-message-ttl": 1000, "x-custom": 1})
+    session, conn = open_session(b)
+    session.handle(conn.receive_data(method(1, m.QueueDeclare(queue="ttl", arguments={"x-message-ttl": 1000}))))
+    assert closes(conn.data_to_send()) == []  # an unknown x- argument left out is not compared
+    session.handle(conn.receive_data(method(2, m.ChannelOpen()) + method(2, m.QueueDeclare(queue="ttl"))))
+    data = conn.data_to_send()
+    assert closes(data) == [(2, 20, 406)]
+    assert b"inequivalent arg 'x-message-ttl' for queue 'ttl'" in data and b"received none" in data
+
+
+def test_recover_without_requeue_is_540_not_implemented():
+    b = broker()
+    session, conn = open_session(b)
+    session.handle(conn.receive_data(method(1, m.BasicRecover(requeue=True))))
+    assert frames(conn.data_to_send()) == [(60, 111)]
+    session.handle(conn.receive_data(method(1, m.BasicRecover(requeue=False))))
+    data = conn.data_to_send()
+    assert closes(data) == [(0, 10, 540)] and b"NOT_IMPLEMENTED - requeue=false" in data
+
+
+def test_guest_from_a_remote_peer_is_refused_with_403():
+    b = broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn, peer=("10.0.0.1", 1234))
+    session.handle(conn.receive_data(
+        b"AMQP\x00\x00\x09\x01"
+        + encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US"))))
+    data = conn.data_to_send()
+    assert closes(data)[-1] == (0, 10, 403) and b"ACCESS_REFUSED - Login was refused" in data
+    assert session.user is None and session.id not in b.connections
