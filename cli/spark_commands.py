@@ -68,9 +68,10 @@ def _with(options: list[Any]) -> Any:
 @_with(spark_options)
 @click.option("--routing-key", "pattern", help="Only keys matching this topic pattern.")
 @click.option("--to-exchange", help="Publish to this exchange instead of the original.")
-@click.option("--rate", type=float, help="Messages per second, overall.")
+@click.option("--rate", type=float, help="Messages per second, overall (shared by the partitions that have rows).")
 @click.option("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/%2F", show_default=True)
-@click.option("--progress-dir", help="Where confirmed offsets are kept (resume without duplicates).")
+@click.option("--progress-dir", help="Where confirmed offsets are kept (resume without duplicates); default: "
+              "<data-dir>/replay-progress/<hash of the job's parameters>.")
 def replay_command(data_dir: str, exchange: str, vhost: str, start: str | None, end: str | None, master: str,
                    conf: tuple[str, ...], pattern: str | None, to_exchange: str | None, rate: float | None,
                    amqp_url: str, progress_dir: str | None) -> None:

@@ -3,6 +3,8 @@ export, and replay into a real broker (resumable, ordered per routing key)."""
 
 from __future__ import annotations
 
+import time
+
 import pika
 import pytest
 
@@ -111,17 +113,37 @@ def test_mirror_from_broker_then_replay_ordered_and_resumable(spark, broker_fact
                    progress_dir=progress)  # resumes: no duplicates
     assert (first, again) == (30, 30)
     got = []
-    while True:
-        method, props, body = ch.basic_get("replay-target", auto_ack=True)
-        if method is None:
-            break
-        got.append((method.routing_key, int(body), props.headers["x-replayed-from"], props.message_id))
+
+    def on_message(channel, method, props, body):
+        got.append((method.routing_key, int(body), props.headers, props.message_id))
+        channel.basic_ack(method.delivery_tag)
+
+    ch.basic_consume("replay-target", on_message)
+    deadline = time.monotonic() + 30
+    while len(got) < 60 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
     assert len(got) == 60 and len({g[1] for g in got}) == 60
     for key in ("eu.0", "eu.1", "eu.2"):
         per_key = [g[1] for g in got if g[0] == key]
-        assert per_key == sorted(per_key)  # original order per routing key
-    assert all(g[2] == f"orders:{g[1]}" and g[3] == str(g[1]) for g in got)
+        assert per_key == [i for i in range(60) if f"eu.{i % 3}" == key]  # original order per routing key
+    # the original headers come back, plus where each message was replayed from
+    assert all(g[2] == {"i": g[1], "x-replayed-from": f"orders:{g[1]}"} and g[3] == str(g[1]) for g in got)
     only_eu1 = replay(spark, str(proc.data_dir), "orders", amqp_url=proc.url, to_exchange="replayed",
                       progress_dir=str(tmp_path / "p2"), routing_key_pattern="eu.1")
     assert only_eu1 == 20
     conn.close()
+
+
+def test_export_parquet_equals_source_in_every_column(spark, tmp_path):
+    write_log(tmp_path / "data", n=90)
+    source = read_log(spark, str(tmp_path / "data"), "orders")
+    columns = source.columns
+    assert columns == ["offset", "timestamp", "vhost", "exchange", "routing_key", "headers", "content_type",
+                       "message_id", "properties", "body"]
+    expected = [tuple(r) for r in source.orderBy("offset").collect()]
+    for partition_by in (None, "routing_key"):
+        out = tmp_path / f"parquet-{partition_by}"
+        assert export(spark, str(tmp_path / "data"), "orders", out=str(out), partition_by=partition_by) == 90
+        back = [tuple(r) for r in spark.read.parquet(str(out)).select(*columns).orderBy("offset").collect()]
+        assert back == expected
+    assert expected[4][4:8] == ("orders.1", {"n": "4"}, "text/plain", "m4") and expected[4][9] == b"body-4"
