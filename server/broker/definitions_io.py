@@ -37,8 +37,10 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         "exchanges": [],
         "queues": [],
         "bindings": [],
-        # headrace's own: exchanges mirrored into the replay log (RabbitMQ ignores unknown keys)
+        # headrace's own: exchanges mirrored into the replay log (RabbitMQ ignores unknown keys),
+        # and x-mirror exchanges whose mirroring was switched off
         "mirrors": [],
+        "mirrors_disabled": [],
     }
     for vname, vhost in broker.vhosts.items():
         for ename, ex in vhost.exchanges.items():
@@ -61,10 +63,9 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
                 continue
             if ename in vhost.mirrored:
                 age, size = vhost.mirror_retention.get(ename, (None, None))
-                out["mirrors"].append({"vhost": vname, "exchange": ename, "enabled": True,
-                                       "max_age_ms": age, "max_bytes": size})
+                out["mirrors"].append({"vhost": vname, "exchange": ename, "max_age_ms": age, "max_bytes": size})
             elif ex.arguments.get("x-mirror"):
-                out["mirrors"].append({"vhost": vname, "exchange": ename, "enabled": False})
+                out["mirrors_disabled"].append({"vhost": vname, "exchange": ename})
         for b in vhost.bindings():
             if vhost._binding_durable(b):
                 out["bindings"].append({
@@ -113,8 +114,11 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
                    b.get("arguments") or {})
     for mirror in doc.get("mirrors", []):
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
-        vhost.set_mirror(_field(mirror, "exchange"), mirror.get("enabled", True) is not False,
-                         max_age_ms=mirror.get("max_age_ms"), max_bytes=mirror.get("max_bytes"))
+        vhost.set_mirror(_field(mirror, "exchange"), True, max_age_ms=mirror.get("max_age_ms"),
+                         max_bytes=mirror.get("max_bytes"))
+    for mirror in doc.get("mirrors_disabled", []):
+        vhost = broker.add_vhost(mirror.get("vhost", "/"))
+        vhost.set_mirror(_field(mirror, "exchange"), False)
     broker.definitions_changed()
 
 
