@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -40,6 +41,16 @@ def drain(ch, queue: str, expected: int, timeout: float = 5) -> list[tuple]:
             break
     ch.cancel()
     return got
+
+
+def wait_until(cond, conn: pika.BlockingConnection, timeout: float = 5.0) -> bool:
+    """Process events until ``cond()`` holds, for at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        conn.process_data_events(time_limit=0.05)
+    return True
 
 
 def test_publish_to_default_exchange_and_get(ch):
@@ -142,10 +153,14 @@ def test_prefetch_limits_unacked_and_ack_releases_more(conn, ch):
     ch.basic_qos(prefetch_count=3)
     received = []
     ch.basic_consume(q, lambda c, m, p, b: received.append(m))
-    conn.process_data_events(time_limit=0.3)
+    assert wait_until(lambda: len(received) >= 3, conn)
+    conn.channel().close()  # a round trip: a 4th delivery would have arrived before its reply
+    conn.process_data_events(time_limit=0)
     assert len(received) == 3
     ch.basic_ack(received[-1].delivery_tag, multiple=True)
-    conn.process_data_events(time_limit=0.3)
+    assert wait_until(lambda: len(received) >= 6, conn)
+    conn.channel().close()
+    conn.process_data_events(time_limit=0)
     assert len(received) == 6
 
 
@@ -260,7 +275,7 @@ def test_consumer_cancel_notification_on_queue_delete(conn, ch):
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     tag = ch.basic_consume(q, lambda *a: None)
     conn.channel().queue_delete(q)
-    conn.process_data_events(time_limit=0.5)
+    assert wait_until(lambda: cancelled, conn)
     assert cancelled == [tag]
 
 
