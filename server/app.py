@@ -69,6 +69,9 @@ class App:
     # ------------------------------------------------------------------ definitions
     def load(self) -> None:
         broker = self.broker
+        # the clock must be real before queues are declared: declare touches each queue with
+        # broker.now, and a lease dated 0 would make every x-expires queue expire at the first tick
+        broker.now = time.time()
         doc = self.definitions.load()
         if doc is not None:
             import_definitions(broker, doc)
