@@ -168,6 +168,12 @@ class AMQPConnection:
         self._sent = False
         return True
 
+    def peer_alive(self) -> None:
+        """Count the peer as heard from although nothing was read: while the broker itself stops
+        reading (a blocked publisher), its heartbeats wait in the socket (RabbitMQ pauses the
+        heartbeat monitor of blocked connections too)."""
+        self._received = True
+
     def is_channel_open(self, channel: int) -> bool:
         return channel in self.open_channels
 

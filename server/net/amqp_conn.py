@@ -180,6 +180,8 @@ class AMQPConnectionHandler:
         interval = max(self.conn.heartbeat / 2, 0.5)
         while not self.session.finished:
             await trio.sleep(interval)
+            if self.session.read_paused:
+                self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
             if not self.conn.tick(time.monotonic()):
                 log.info("missed heartbeats from %s, closing", self.session.peer)
                 self.session.connection_lost()
