@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import click
@@ -38,15 +38,13 @@ class Client:
         try:
             r = self.http.request(method, path, json=body, params=params)
         except httpx.TransportError as exc:
-            err.print(f"Error: cannot reach the broker at {self.http.base_url}: {exc}")
-            sys.exit(3)
+            fail(f"cannot reach the broker at {self.http.base_url}: {exc}", 3)
         if r.status_code >= 400:
             try:
                 reason = r.json().get("reason", r.text)
             except ValueError:
                 reason = r.text
-            err.print(f"Error: {reason} (HTTP {r.status_code})")
-            sys.exit(1)
+            fail(f"{reason} (HTTP {r.status_code})", 1)
         return r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else None
 
     def show(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -60,6 +58,19 @@ class Client:
 
 
 pass_client = click.make_pass_decorator(Client)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """One plain line on stderr (no rich wrapping or [markup] parsing: reasons quote names verbatim)."""
+    click.echo("Error: " + " ".join(message.split()), err=True)
+    sys.exit(code)
+
+
+def _reason(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("reason", r.text))
+    except (ValueError, AttributeError):
+        return r.text
 
 
 def _kv(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -109,7 +120,7 @@ def _add_connection_options(command: click.Command) -> None:
         click.Option(["--user"], envvar="HEADRACE_USER", default=lambda: _cli_config().get("user", "guest"),
                      show_default="guest"),
         click.Option(["--password"], envvar="HEADRACE_PASSWORD", default=lambda: _cli_config().get("password", "guest")),
-        click.Option(["--vhost"], default=lambda: _cli_config().get("vhost", "/"), show_default="/"),
+        click.Option(["--vhost"], envvar="HEADRACE_VHOST", default=lambda: _cli_config().get("vhost", "/"), show_default="/"),
         click.Option(["--json", "as_json"], is_flag=True, help="Machine-readable output."),
     ])
     callback = command.callback
@@ -239,8 +250,7 @@ def unbind(c: Client, source: str, destination: str, routing_key: str, to_exchan
              if b["source"] == source and b["destination"] == destination and b["destination_type"] == kind
              and b["routing_key"] == routing_key]
     if not found:
-        err.print("Error: no such binding")
-        sys.exit(1)
+        fail("no such binding", 1)
     for b in found:
         c.call("DELETE", f"/api/bindings/{c.v}/e/{quote(source, safe='')}/{kind[0]}/{quote(destination, safe='')}/"
                          f"{quote(b['properties_key'], safe='')}")
@@ -292,11 +302,9 @@ def publish(c: Client, exchange_name: str, body: str | None, routing_key: str, p
                 r = c.http.post(f"/api/exchanges/{c.v}/{name}/publish-batch", content=body,
                                 headers={"content-type": "application/x-ndjson"})
             except httpx.TransportError as exc:
-                err.print(f"Error: cannot reach the broker at {c.http.base_url}: {exc}")
-                sys.exit(3)
+                fail(f"cannot reach the broker at {c.http.base_url}: {exc}", 3)
             if r.status_code >= 400:
-                err.print(f"Error: {r.json().get('reason', r.text)} (HTTP {r.status_code})")
-                sys.exit(1)
+                fail(f"{_reason(r)} (HTTP {r.status_code})", 1)
             routed += sum(1 for x in r.json()["results"] if x["routed"])
             progress.advance(task, len(chunk))
     console.print(f"published {len(messages)}, routed {routed}")
@@ -328,8 +336,7 @@ def consume(c: Client, queue_name: str, count: int | None, prefetch: int, requeu
         with c.http.stream("GET", path, params={"prefetch": prefetch}, timeout=None) as r:
             if r.status_code >= 400:
                 r.read()
-                err.print(f"Error: {r.json().get('reason', r.text)} (HTTP {r.status_code})")
-                sys.exit(1)
+                fail(f"{_reason(r)} (HTTP {r.status_code})", 1)
             lines = r.iter_lines()
             tag = json.loads(next(lines))["consumer"]
             for line in lines:
@@ -344,8 +351,7 @@ def consume(c: Client, queue_name: str, count: int | None, prefetch: int, requeu
                 if count is not None and seen >= count:
                     return
     except httpx.TransportError as exc:
-        err.print(f"Error: cannot reach the broker at {c.http.base_url}: {exc}")
-        sys.exit(3)
+        fail(f"cannot reach the broker at {c.http.base_url}: {exc}", 3)
 
 
 @click.group()
@@ -391,8 +397,7 @@ def connections_list(c: Client) -> None:
 def connections_close(c: Client, connection_id: str, reason: str) -> None:
     r = c.http.request("DELETE", f"/api/connections/{quote(connection_id, safe='')}", headers={"x-reason": reason})
     if r.status_code >= 400:
-        err.print(f"Error: {r.json().get('reason', r.text)} (HTTP {r.status_code})")
-        sys.exit(1)
+        fail(f"{_reason(r)} (HTTP {r.status_code})", 1)
     console.print(f"connection {connection_id} closed")
 
 
@@ -424,8 +429,7 @@ def user_add(c: Client, name: str, new_password: str, tags: str) -> None:
 def user_passwd(c: Client, name: str, new_password: str) -> None:
     users = {u["name"]: u for u in c.call("GET", "/api/users")}
     if name not in users:
-        err.print(f"Error: no user '{name}'")
-        sys.exit(1)
+        fail(f"no user '{name}'", 1)
     c.call("PUT", f"/api/users/{quote(name, safe='')}", {"password": new_password, "tags": users[name]["tags"]})
     console.print(f"password of {name} changed")
 

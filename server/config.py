@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     fsync: Literal["batch", "always", "off"] = "batch"
     # the flusher takes at most this many records per write+fsync group
     fsync_batch_max: int = Field(4096, ge=1)
+    # how long the flusher may wait after the first pending record to gather a bigger group (ms);
+    # 0 = flush as soon as the event loop is idle
+    fsync_window_ms: float = Field(0.0, ge=0, le=1000)
     # a group fsync runs on the event loop while fsyncs average below this (ms), else in a thread;
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)
@@ -91,6 +94,8 @@ class Settings(BaseSettings):
     # bytes of uncommitted publishes one transactional channel may hold (beyond: 406 on the channel)
     max_tx_bytes: int = Field(64 * MiB, ge=1)
     http_max_body: int = Field(16 * MiB, ge=1024)
+    # bound on an HTTP request head (request line + headers); larger heads are answered 431
+    http_max_header_bytes: int = Field(16 * 1024, ge=1024, le=1 * MiB)
     # an HTTP request must arrive whole within this time; idle keep-alive connections close after it
     http_request_timeout: float = Field(15.0, gt=0)
 

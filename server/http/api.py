@@ -11,14 +11,15 @@ import binascii
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from headrace.exchanges import DestinationKind
-from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
+from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.auth import Permission, User
 from headrace.server.broker import Broker, VHost
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 
+from .consume import HTTPConsumer, properties_json
 from .definitions_body import DefinitionsBody
 from .metrics import render_metrics
 from .routes import HTTPError, Request, Response, Router, json_response
@@ -50,6 +51,45 @@ class QueueBody(BaseModel):
 class BindingBody(BaseModel):
     routing_key: str = ""
     arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class PropertiesBody(BaseModel):
+    """Message properties of a publish, typed as AMQP carries them: a wrong type is a 400, not a
+    failure while encoding. Header values ``{"$base64": "..."}`` become byte arrays."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    content_type: str | None = Field(None, max_length=255)
+    content_encoding: str | None = Field(None, max_length=255)
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = Field(None, ge=1, le=2)
+    priority: int | None = Field(None, ge=0, le=255)
+    correlation_id: str | None = Field(None, max_length=255)
+    reply_to: str | None = Field(None, max_length=255)
+    expiration: str | None = Field(None, max_length=255)
+    message_id: str | None = Field(None, max_length=255)
+    timestamp: int | None = Field(None, ge=0, lt=1 << 63)
+    type: str | None = Field(None, max_length=255)
+    user_id: str | None = Field(None, max_length=255)
+    app_id: str | None = Field(None, max_length=255)
+    cluster_id: str | None = Field(None, max_length=255)
+
+
+def _from_json_value(value: Any) -> Any:
+    """Inverse of ``consume.json_value`` for byte arrays: ``{"$base64": "..."}`` -> bytes."""
+    if isinstance(value, dict):
+        if set(value) == {"$base64"} and isinstance(value["$base64"], str):
+            try:
+                return base64.b64decode(value["$base64"], validate=True)
+            except binascii.Error:
+                raise HTTPError(400, "bad_request", "a $base64 header value is not valid base64") from None
+        return {k: _from_json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json_value(v) for v in value]
+    return value
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    """One line per problem, e.g. ``properties.priority: Input should be a valid integer``."""
+    return "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors(include_url=False))
 
 
 class PublishBody(BaseModel):
@@ -114,15 +154,27 @@ def _perm(ctx: Context, req: Request, vhost: str, kind: str, name: str) -> None:
                                                f"user '{_user(req).name}'")
 
 
+MAX_PAGE_SIZE = 500
+
+
+def _require_reader(req: Request) -> None:
+    """Reading message contents over HTTP needs the administrator or management tag: monitoring
+    and policymaker only grant visibility of stats (then the queue's read permission applies)."""
+    if not {"administrator", "management"} & set(_user(req).tags):
+        raise HTTPError(403, "not_authorised", "reading messages needs the management or administrator tag")
+
+
 def _page(req: Request, items: list[Any]) -> Response:
     page = req.arg("page")
     if page is None:
         return json_response(200, items)
     try:
         number = max(1, int(page))
-        size = max(1, min(500, int(req.arg("page_size", "100") or 100)))
+        size = max(1, int(req.arg("page_size", "100") or 100))
     except ValueError:
         raise HTTPError(400, "bad_request", "page and page_size must be integers") from None
+    if size > MAX_PAGE_SIZE:  # RabbitMQ refuses rather than silently capping
+        raise HTTPError(400, "bad_request", f"page_size must be <= {MAX_PAGE_SIZE}")
     chunk = items[(number - 1) * size:number * size]
     return json_response(200, {"items": chunk, "page": number, "page_size": size,
                                "page_count": (len(items) + size - 1) // size, "total_count": len(items),
@@ -251,14 +303,15 @@ def purge_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
 def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
+    _require_reader(req)
     _perm(ctx, req, vhost, "read", name)
-    if _user(req).tags == ("monitoring",):
-        raise HTTPError(403, "not_authorised", "monitoring users cannot read messages")
     body = GetBody.model_validate(req.json())
     queue = v.get_queue(name)
     v.check_exclusive(queue, None)
     if body.ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"):
         raise HTTPError(400, "bad_request", f"invalid ackmode '{body.ackmode}'")
+    if body.encoding not in ("auto", "base64"):
+        raise HTTPError(400, "bad_request", f"invalid encoding '{body.encoding}' (auto or base64)")
     owner = object()
     taken = []
     out = []
@@ -276,11 +329,9 @@ def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:
                 text, encoding = payload.decode(), "string"
             except UnicodeDecodeError:
                 text, encoding = base64.b64encode(payload).decode(), "base64"
-        props = decode_properties(msg.props_raw)
         out.append({"payload": text, "payload_encoding": encoding, "payload_bytes": len(msg.body),
                     "redelivered": entry.redelivered, "exchange": msg.exchange, "routing_key": msg.routing_key,
-                    "message_count": queue.messages_ready,
-                    "properties": {k: v2 for k, v2 in _props_dict(props).items() if v2 is not None}})
+                    "message_count": queue.messages_ready, "properties": properties_json(msg.props_raw)})
     for entry in taken:
         if body.ackmode.endswith("requeue_true"):
             queue.requeue(entry)
@@ -291,10 +342,6 @@ def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     v.drain_dead_letters(queue)
     v.dispatch(queue)
     return json_response(200, out)
-
-
-def _props_dict(props: BasicProperties) -> dict[str, Any]:
-    return {f: getattr(props, f) for f in props.__dataclass_fields__}
 
 
 def list_exchanges(ctx: Context, req: Request, vhost: str | None = None) -> Response:
@@ -360,7 +407,14 @@ def _message_body(body: PublishBody) -> tuple[bytes, bytes]:
     unknown = set(body.properties) - set(BasicProperties.__dataclass_fields__)
     if unknown:
         raise HTTPError(400, "bad_request", f"unknown properties: {', '.join(sorted(unknown))}")
-    return payload, encode_properties(BasicProperties(**body.properties))
+    try:
+        props = PropertiesBody.model_validate(body.properties)
+    except ValidationError as exc:
+        raise HTTPError(400, "bad_request", "properties." + _validation_reason(exc)) from None
+    fields = props.model_dump(exclude_none=True)
+    if "headers" in fields:
+        fields["headers"] = _from_json_value(fields["headers"])
+    return payload, encode_properties(BasicProperties(**fields))
 
 
 MAX_BATCH = 10_000  # messages per publish-batch request
@@ -382,9 +436,12 @@ def publish_batch(ctx: Context, req: Request, vhost: str, name: str) -> Response
     parsed = []
     for number, line in enumerate(lines, 1):
         try:
-            parsed.append(_message_body(PublishBody.model_validate_json(line)) + (PublishBody.model_validate_json(line),))
+            message = PublishBody.model_validate_json(line)
+            parsed.append((*_message_body(message), message))
         except HTTPError as exc:
             raise HTTPError(400, "bad_request", f"line {number}: {exc.reason}") from None
+        except ValidationError as exc:
+            raise HTTPError(400, "bad_request", f"line {number}: {_validation_reason(exc)}") from None
         except ValueError as exc:
             raise HTTPError(400, "bad_request", f"line {number}: {exc}") from None
     results = []
@@ -402,6 +459,7 @@ def consume(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     """Start a streaming consumer; the shell streams its deliveries (NDJSON, one per line)."""
     _require(req)
     v = _vhost(ctx, req, vhost)
+    _require_reader(req)
     _perm(ctx, req, vhost, "read", name)
     queue = v.get_queue(name)
     v.check_exclusive(queue, None)
@@ -409,9 +467,7 @@ def consume(ctx: Context, req: Request, vhost: str, name: str) -> Response:
         prefetch = int(req.arg("prefetch", "10") or 10)
     except ValueError:
         raise HTTPError(400, "bad_request", "prefetch must be an integer") from None
-    from .consume import HTTPConsumer
-
-    consumer = HTTPConsumer(v, queue, prefetch, lambda: None)
+    consumer = HTTPConsumer(v, queue, prefetch, lambda: None, user=_user(req).name)
     response = Response(200, content_type="application/x-ndjson")
     response.stream = consumer
     return response
@@ -428,6 +484,8 @@ def settle(ctx: Context, req: Request, tag: str) -> Response:
     consumer = ctx.http_consumers.get(tag)
     if consumer is None or consumer.closed:
         raise HTTPError(404, "not_found", f"no HTTP consumer '{tag}'")
+    if consumer.user != _user(req).name and not _user(req).is_administrator:
+        raise HTTPError(403, "access_refused", f"consumer '{tag}' belongs to another user")
     body = SettleBody.model_validate(req.json())
     if body.action not in ("ack", "nack", "reject"):
         raise HTTPError(400, "bad_request", f"invalid action '{body.action}'")
@@ -475,6 +533,7 @@ def _unbind(ctx: Context, req: Request, vhost: str, source: str, dest: str, prop
     _require(req)
     v = _vhost(ctx, req, vhost)
     _perm(ctx, req, vhost, "write", dest)
+    _perm(ctx, req, vhost, "read", source)  # as bind (and RabbitMQ's queue.unbind) checks
     for b in v.exchanges.get(source, None).bindings() if source in v.exchanges else []:
         if b.destination == dest and b.kind is kind and props in (b.properties_key, unquote(b.properties_key)):
             v.unbind(source, dest, kind, b.routing_key, b.arguments_dict())
@@ -537,9 +596,10 @@ def put_permission(ctx: Context, req: Request, vhost: str, user: str) -> Respons
     if user not in ctx.broker.users.users:
         raise HTTPError(404, "not_found", f"user '{user}' not found")
     body = PermissionBody.model_validate(req.json())
+    existed = ctx.broker.users.permission(user, vhost) is not None
     ctx.broker.users.set_permission(user, vhost, Permission(body.configure, body.write, body.read))
     ctx.broker.definitions_changed()
-    return Response(201)
+    return Response(204 if existed else 201)
 
 
 def delete_permission(ctx: Context, req: Request, vhost: str, user: str) -> Response:

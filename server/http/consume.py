@@ -13,20 +13,24 @@ import json
 import secrets
 from collections import deque
 from collections.abc import Callable
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp.properties import decode_properties
 from headrace.server.broker import VHost
 
-__all__ = ["HTTPConsumer"]
+__all__ = ["HTTPConsumer", "json_value", "properties_json"]
 
 MAX_PREFETCH = 10_000  # an HTTP consumer holds at most this many unacked messages
 
 
 class HTTPConsumer:
-    def __init__(self, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None]) -> None:
+    def __init__(self, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None],
+                 user: str = "") -> None:
         self.vhost = vhost
+        self.user = user  # who opened the stream: only they (or an administrator) may settle
         self.queue = queue
         self.prefetch = max(1, min(prefetch, MAX_PREFETCH))
         self.wake = wake
@@ -50,14 +54,25 @@ class HTTPConsumer:
             payload, encoding = msg.body.decode(), "string"
         except UnicodeDecodeError:
             payload, encoding = base64.b64encode(msg.body).decode(), "base64"
-        props = decode_properties(msg.props_raw)
         event: dict[str, Any] = {
             "delivery_id": delivery_id, "exchange": msg.exchange, "routing_key": msg.routing_key,
             "redelivered": entry.redelivered, "payload": payload, "payload_encoding": encoding,
-            "properties": {k: getattr(props, k) for k in props.__dataclass_fields__ if getattr(props, k) is not None},
+            "properties": properties_json(msg.props_raw),
         }
         self.lines.append(json.dumps(event, default=str).encode() + b"\n")
         self.wake()
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        """The queue was deleted: the stream ends with a line saying so (like basic.cancel over AMQP)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.unacked.clear()  # the messages went with the queue
+        self.lines.append(self.final_line("queue deleted"))
+        self.wake()
+
+    def final_line(self, reason: str) -> bytes:
+        return json.dumps({"cancelled": self.tag, "reason": reason}).encode() + b"\n"
 
     def start(self) -> None:
         self.vhost.add_consumer(self.queue, self.consumer)
@@ -101,3 +116,25 @@ class HTTPConsumer:
             self.vhost.dispatch(queue)
         self.unacked.clear()
         self.lines.clear()
+
+
+def json_value(value: Any) -> Any:
+    """A field-table value as JSON: byte strings (AMQP 'x', or 'S' that is not UTF-8) become
+    ``{"$base64": "..."}`` (publish accepts the same form back), timestamps ISO 8601, decimals text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, dict):
+        return {k: json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def properties_json(props_raw: bytes) -> dict[str, Any]:
+    """The message properties that are set, JSON-ready (see ``json_value``)."""
+    props = decode_properties(props_raw)
+    return {k: json_value(getattr(props, k)) for k in props.__dataclass_fields__ if getattr(props, k) is not None}

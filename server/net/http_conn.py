@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import logging
 import time
 from typing import Any
@@ -24,7 +25,6 @@ __all__ = ["HTTPServer"]
 log = logging.getLogger("headrace.http")
 
 READ_SIZE = 64 * 1024
-MAX_HEADER_BYTES = 16 * 1024  # h11's bound on an incomplete request head
 PUBLIC_PATHS = {"/metrics"}
 # An idle consume stream sends a blank line this often, so dead clients are noticed.
 STREAM_KEEPALIVE = 10.0
@@ -36,39 +36,46 @@ class HTTPServer:
         self.broker = app.broker
         self.version = headrace.__version__
         self.max_body = app.settings.http_max_body
+        self.max_header = app.settings.http_max_header_bytes
+        self.loopback_users = frozenset(app.settings.loopback_users)
         self.request_timeout = app.settings.http_request_timeout
         self._closing = False
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
 
     def shutdown(self) -> None:
+        """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""
         self._closing = True
+        for consumer in list(self.http_consumers.values()):
+            consumer.wake()
 
     async def handle(self, stream: trio.abc.Stream) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_header)
         try:
             while not self._closing:
-                with trio.move_on_after(self.request_timeout):
+                # only reading the request and answering it are bounded: a consume stream lives on
+                with trio.move_on_after(self.request_timeout) as reading:
                     request = await self._read_request(stream, conn)
-                    if request is None:
-                        return
-                    head_only = request.method == "HEAD"
-                    if head_only:  # GET without the body (RFC 9110 9.3.2), as RabbitMQ's cowboy does
-                        request.method = "GET"
-                    response = self._respond(request)
-                    if response.stream is not None and head_only:
-                        response.stream.close()
-                        response = error_response(HTTPError(405, "method_not_allowed", "HEAD on a stream"))
-                    if response.stream is not None:
-                        await self._stream(stream, conn, response)
-                        return
+                if reading.cancelled_caught or request is None:
+                    return  # timed out (slow or idle client) or the client went away
+                head_only = request.method == "HEAD"
+                if head_only:  # GET without the body (RFC 9110 9.3.2), as RabbitMQ's cowboy does
+                    request.method = "GET"
+                response = self._respond(request, _peer_host(stream))
+                if response.stream is not None and head_only:
+                    response.stream.close()
+                    response = error_response(HTTPError(405, "method_not_allowed", "HEAD on a stream"))
+                if response.stream is not None:
+                    await self._stream(stream, conn, response)
+                    return
+                with trio.move_on_after(self.request_timeout) as answering:
                     if response.wait_ticket:
                         await self._wait_synced(response.wait_ticket)
                     await self._send(stream, conn, response, head_only)
-                    if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
-                        return
-                    conn.start_next_cycle()
-                    continue
-                return  # timed out: slow or idle client
+                if answering.cancelled_caught:
+                    return
+                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                    return
+                conn.start_next_cycle()
         except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             if isinstance(exc, h11.RemoteProtocolError) and conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 status = exc.error_status_hint
@@ -115,10 +122,10 @@ class HTTPServer:
             elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return None
 
-    def _respond(self, request: Request) -> Response:
+    def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.broker.now = time.time()
         if request.path not in PUBLIC_PATHS:
-            user = self._authenticate(request.headers.get("authorization"))
+            user = self._authenticate(request.headers.get("authorization"), peer_host)
             if user is None:
                 return error_response(HTTPError(401, "not_authorised", "Login failed",
                                                 [("www-authenticate", 'Basic realm="headrace"')]))
@@ -127,12 +134,16 @@ class HTTPServer:
         self.app.after_batch()
         return response
 
-    def _authenticate(self, header: str | None) -> Any:
+    def _authenticate(self, header: str | None, peer_host: str | None) -> Any:
+        """Basic auth; a user of ``loopback_users`` (guest) is refused from a non-loopback peer, as
+        over AMQP (RabbitMQ applies loopback_users to the management listener too)."""
         if not header or not header.lower().startswith("basic "):
             return None
         try:
             user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
+            return None
+        if not login_allowed(user, peer_host, self.loopback_users):
             return None
         return self.broker.users.authenticate(user, password)
 
@@ -160,12 +171,21 @@ class HTTPServer:
                         nursery.cancel_scope.cancel()
 
                     nursery.start_soon(watch_eof)
-                    while not self._closing and not consumer.closed:
-                        with trio.move_on_after(STREAM_KEEPALIVE):
+                    while True:
+                        data = consumer.take_lines()  # the {"consumer": tag} line goes out at once
+                        if data:
+                            await stream.send_all(conn.send(h11.Data(data=data)))
+                        if self._closing or consumer.closed:
+                            break
+                        with trio.move_on_after(STREAM_KEEPALIVE) as idle:
                             await wake.wait()
                         wake = trio.Event()
-                        data = consumer.take_lines() or b"\n"  # a blank line keeps idle proxies from timing out
-                        await stream.send_all(conn.send(h11.Data(data=data)))
+                        if idle.cancelled_caught and not consumer.lines:
+                            # a blank line keeps idle proxies from timing out and notices dead clients
+                            await stream.send_all(conn.send(h11.Data(data=b"\n")))
+                    if self._closing and not consumer.closed:
+                        await stream.send_all(conn.send(h11.Data(data=consumer.final_line("broker shutdown"))))
+                    await stream.send_all(conn.send(h11.EndOfMessage()))  # the terminating chunk
                     nursery.cancel_scope.cancel()
             except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass  # the client went away
@@ -189,6 +209,34 @@ class HTTPServer:
         data += conn.send(h11.Data(data=response.body)) if response.body and not head_only else b""
         data += conn.send(h11.EndOfMessage())
         await stream.send_all(data)
+
+
+def login_allowed(user: str, peer_host: str | None, loopback_users: frozenset[str]) -> bool:
+    """False for a loopback-only user connecting from another address (RabbitMQ's loopback_users)."""
+    if user not in loopback_users:
+        return True
+    if peer_host is None:
+        return False
+    try:
+        return ipaddress.ip_address(peer_host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _peer_host(stream: trio.abc.Stream) -> str | None:
+    """The client's address (through TLS too); None when the transport has none."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return None
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return None
+    if isinstance(peer, tuple):
+        return str(peer[0])
+    return "127.0.0.1" if isinstance(peer, str) else None  # a unix socket is local
 
 
 def _content_length(request: h11.Request) -> int | None:

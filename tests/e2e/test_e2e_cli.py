@@ -105,3 +105,11 @@ def test_url_and_credentials_from_a_config_file(broker, tmp_path, monkeypatch):
     assert r.exit_code == 0 and json.loads(r.output)["product_name"] == "headrace"
     monkeypatch.setenv("HEADRACE_PASSWORD", "wrong")  # env beats the file
     assert CliRunner().invoke(cli, ["overview"]).exit_code == 1
+
+
+def test_errors_are_one_plain_line_with_brackets_kept(broker):
+    name = "[bold]" + "long-queue-name-" * 8 + "[/bold]"
+    r = CliRunner().invoke(cli, ["queue", "delete", name, "--url", broker.http_url])
+    assert r.exit_code == 1
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and name in lines[0] and "(HTTP 404)" in lines[0]
