@@ -77,6 +77,21 @@ def test_work_queue_fair_dispatch_gives_the_fast_consumer_more(conn):
     assert len(slow) == 1 and len(fast) == 9
 
 
+def test_consumer_deliveries_count_unacked_bytes_and_acks_return_them(broker, conn, ch):
+    q = ch.queue_declare(unique("bytes"), exclusive=True).method.queue
+    got = collect(ch, q, auto_ack=False)
+    for _ in range(3):
+        ch.basic_publish("", q, b"x" * 1000)
+    assert wait_until(lambda: len(got) == 3, conn)
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=5) as http:
+        info = http.get(f"/api/queues/%2F/{q}").json()
+        assert info["message_bytes_unacknowledged"] == 3000 and info["memory"] > 3000
+        ch.basic_ack(got[-1][0].delivery_tag, multiple=True)
+        settle(conn)
+        info = http.get(f"/api/queues/%2F/{q}").json()
+        assert info["message_bytes_unacknowledged"] == 0 and info["memory"] == 0
+
+
 def test_pub_sub_fanout_delivers_every_message_to_each_consumer(conn, ch):
     ex = unique("fan")
     ch.exchange_declare(ex, "fanout", auto_delete=True)
