@@ -6,10 +6,13 @@ SparkSession builder, so the same job runs on a cluster that can read the data d
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 __all__ = ["export_command", "replay_command"]
 
@@ -23,13 +26,44 @@ def _session(master: str, conf: tuple[str, ...]) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName("headrace").master(master).config("spark.ui.enabled", "false")
+    builder = SparkSession.builder.appName("headrace").master(master).config("spark.ui.enabled", "false") \
+        .config("spark.ui.showConsoleProgress", "false")  # our progress bar instead of Spark's
     for item in conf:
         key, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"expected k=v, got {item!r}", param_hint="--conf")
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _with_progress(spark: Any, label: str, job: Callable[[], int]) -> int:
+    """Runs ``job`` in a thread and shows the running Spark stages' finished/total partitions
+    (Spark's status tracker), which says more than a spinner on a long export or replay."""
+    result: list[int] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(job())
+        except BaseException as exc:  # re-raised in the calling thread
+            error.append(exc)
+
+    thread = threading.Thread(target=run, name="spark-job", daemon=True)
+    tracker = spark.sparkContext.statusTracker()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("partitions"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.25)
+            stages = [info for info in map(tracker.getStageInfo, tracker.getActiveStageIds()) if info is not None]
+            if stages:
+                progress.update(task, total=sum(s.numTasks for s in stages),
+                                completed=sum(s.numCompletedTasks for s in stages))
+    if error:
+        raise error[0]
+    return result[0]
 
 
 def _bound(value: str | None) -> dict[str, Any]:
@@ -78,10 +112,11 @@ def replay_command(data_dir: str, exchange: str, vhost: str, start: str | None, 
     """Publish a mirrored exchange's messages again, in order per routing key."""
     from headrace.spark_bridge.replay import replay
 
-    with console.status(f"replaying {exchange} ..."):
+    with console.status("starting Spark ..."):
         spark = _session(master, conf)
-        count = replay(spark, data_dir, exchange, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
-                       routing_key_pattern=pattern, rate=rate, progress_dir=progress_dir, **_filters(start, end))
+    count = _with_progress(spark, f"replaying {exchange}", lambda: replay(
+        spark, data_dir, exchange, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
+        routing_key_pattern=pattern, rate=rate, progress_dir=progress_dir, **_filters(start, end)))
     console.print(f"replayed {count} messages")
 
 
@@ -95,8 +130,8 @@ def export_command(data_dir: str, exchange: str, vhost: str, start: str | None, 
     """Write a mirrored exchange's log as Parquet or JSON."""
     from headrace.spark_bridge.export import export
 
-    with console.status(f"exporting {exchange} to {out} ..."):
+    with console.status("starting Spark ..."):
         spark = _session(master, conf)
-        count = export(spark, data_dir, exchange, out=out, fmt=fmt, vhost=vhost, partition_by=partition_by,
-                       **_filters(start, end))
+    count = _with_progress(spark, f"exporting {exchange} to {out}", lambda: export(
+        spark, data_dir, exchange, out=out, fmt=fmt, vhost=vhost, partition_by=partition_by, **_filters(start, end)))
     console.print(f"exported {count} rows to {out}")
