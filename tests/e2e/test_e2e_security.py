@@ -227,7 +227,7 @@ def test_revocation_applies_to_open_connections_and_deleting_the_user_closes_the
         ch.basic_publish("", q, b"before")
         assert ch.basic_get(q, auto_ack=True)[2] == b"before"  # the write decision is cached now
         assert http.put(f"/api/permissions/%2F/{user}",
-                        json={"configure": ".*", "write": "^$", "read": ".*"}).status_code == 201
+                        json={"configure": ".*", "write": "^$", "read": ".*"}).status_code == 204  # updated
         ch.basic_publish("", q, b"after")
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.queue_declare(q, passive=True)
@@ -450,3 +450,23 @@ def test_cli_user_passwd_list_and_vhost_add_delete_list(broker):
     denied = cli(broker, "user", "list", "--user", user, "--password", "new", json_out=False)
     assert denied.returncode == 1 and denied.stderr == "Error: Not administrator user (HTTP 403)\n"
     assert cli(broker, "user", "delete", user).returncode == 0
+
+
+# ---------------------------------------------------------------------------- monitoring user
+def test_monitoring_user_sees_stats_but_not_messages(broker, limited):
+    user = unique("mon")
+    with admin(broker) as http:
+        assert http.put(f"/api/users/{user}", json={"password": "pw", "tags": "monitoring"}).status_code == 201
+        assert http.put(f"/api/permissions/%2F/{user}",
+                        json={"configure": ".*", "write": ".*", "read": ".*"}).status_code == 201
+    try:
+        with httpx.Client(base_url=broker.http_url, auth=(user, "pw"), timeout=10) as mon:
+            assert mon.get("/api/overview").status_code == 200
+            queues = mon.get("/api/queues")
+            assert queues.status_code == 200 and limited["theirs_q"] in {q["name"] for q in queues.json()}
+            r = mon.post(f"/api/queues/%2F/{limited['theirs_q']}/get",
+                         json={"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+            assert r.status_code == 403 and set(r.json()) >= {"error", "reason"}
+    finally:
+        with admin(broker) as http:
+            http.delete(f"/api/users/{user}")
