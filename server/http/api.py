@@ -22,6 +22,7 @@ from headrace.server.broker.definitions_io import export_definitions, import_def
 from .consume import HTTPConsumer, properties_json
 from .definitions_body import DefinitionsBody
 from .metrics import render_metrics
+from .rates import FIELDS, RateTracker
 from .routes import HTTPError, Request, Response, Router, json_response
 
 __all__ = ["Context", "router"]
@@ -31,6 +32,9 @@ class Context(Protocol):
     broker: Broker
     version: str
     http_consumers: dict[str, Any]
+    rates: RateTracker
+
+    def store_bytes(self) -> int: ...
 
 
 # ---------------------------------------------------------------------- request bodies
@@ -181,7 +185,17 @@ def _page(req: Request, items: list[Any]) -> Response:
                                "item_count": len(chunk), "filtered_count": len(items)})
 
 
-def _queue_json(vhost: VHost, name: str) -> dict[str, Any]:
+def _message_stats(ctx: Context, key: tuple[str, str], owner: object, counts: tuple[int, ...]) -> dict[str, Any]:
+    """Counters with their rates, in RabbitMQ's shape: ``publish`` and ``publish_details: {"rate"}``."""
+    rates = ctx.rates.sample(key, owner, counts, ctx.broker.now)
+    out: dict[str, Any] = {}
+    for (_, name), count in zip(FIELDS, counts, strict=True):
+        out[name] = count
+        out[name + "_details"] = {"rate": rates[name]}
+    return out
+
+
+def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
     q = vhost.queues[name]
     s = q.stats
     return {
@@ -192,8 +206,7 @@ def _queue_json(vhost: VHost, name: str) -> dict[str, Any]:
         "message_bytes_ready": q.message_bytes_ready, "memory": q.memory,
         "message_bytes_unacknowledged": q.message_bytes_unacked,
         "spilled": q.spilled_count(),
-        "message_stats": {"publish": s.published, "deliver_get": s.delivered, "ack": s.acked,
-                          "redeliver": s.redelivered},
+        "message_stats": _message_stats(ctx, (vhost.name, name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
         "state": "running",
     }
 
@@ -224,9 +237,8 @@ def overview(ctx: Context, req: Request) -> Response:
         "queue_totals": {"messages": sum(q.messages_ready + q.messages_unacked for q in queues),
                          "messages_ready": sum(q.messages_ready for q in queues),
                          "messages_unacknowledged": sum(q.messages_unacked for q in queues)},
-        "message_stats": {"publish": sum(q.stats.published for q in queues),
-                          "deliver_get": sum(q.stats.delivered for q in queues),
-                          "ack": sum(q.stats.acked for q in queues)},
+        "message_stats": _message_stats(ctx, ("", ""), ctx.rates,
+                                        tuple(sum(getattr(q.stats, f) for q in queues) for f, _ in FIELDS)),
         "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
         "disk_free": b.disk_free,
     })
@@ -263,14 +275,16 @@ def delete_vhost(ctx: Context, req: Request, name: str) -> Response:
 def list_queues(ctx: Context, req: Request, vhost: str | None = None) -> Response:
     _require(req)
     vhosts = [_vhost(ctx, req, vhost)] if vhost is not None else _visible_vhosts(ctx, req)
-    return _page(req, [_queue_json(v, n) for v in vhosts for n in sorted(v.queues)])
+    if vhost is None:
+        ctx.rates.forget({(n, q) for n, v in ctx.broker.vhosts.items() for q in v.queues})
+    return _page(req, [_queue_json(ctx, v, n) for v in vhosts for n in sorted(v.queues)])
 
 
 def get_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
     v.get_queue(name)
-    return json_response(200, _queue_json(v, name))
+    return json_response(200, _queue_json(ctx, v, name))
 
 
 def put_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
@@ -702,7 +716,8 @@ def delete_mirror(ctx: Context, req: Request, vhost: str, name: str) -> Response
 
 
 def metrics(ctx: Context, req: Request) -> Response:
-    return Response(200, render_metrics(ctx.broker).encode(), content_type="text/plain; version=0.0.4")
+    return Response(200, render_metrics(ctx.broker, store_bytes=ctx.store_bytes()).encode(),
+                    content_type="text/plain; version=0.0.4")
 
 
 router = Router()

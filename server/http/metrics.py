@@ -12,7 +12,7 @@ def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render_metrics(broker: Broker) -> str:
+def render_metrics(broker: Broker, *, store_bytes: int = 0) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -48,6 +48,9 @@ def render_metrics(broker: Broker) -> str:
     misses = sum(ex.cache_misses for v in broker.vhosts.values() for ex in v.exchanges.values())
     family("headrace_routing_cache_hits_total", "counter", "Topic routing cache hits.", [("", hits)])
     family("headrace_routing_cache_misses_total", "counter", "Topic routing cache misses.", [("", misses)])
+    family("headrace_routing_cache_hit_ratio", "gauge", "Topic routing cache hits / lookups (0 before any).",
+           [("", round(hits / (hits + misses), 4) if hits + misses else 0.0)])
+    family("headrace_store_bytes", "gauge", "Size on disk of the message store segments.", [("", store_bytes)])
     family("headrace_store_synced_ticket", "counter", "Persistent publishes made durable.",
            [("", broker.synced_ticket)])
     return "\n".join(lines) + "\n"

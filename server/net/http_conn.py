@@ -18,6 +18,7 @@ import trio
 
 import headrace
 from headrace.server.http import router
+from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
 
 __all__ = ["HTTPServer"]
@@ -41,6 +42,12 @@ class HTTPServer:
         self.request_timeout = app.settings.http_request_timeout
         self._closing = False
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
+        self.rates = RateTracker()  # message rates of the management API, sampled per request
+
+    def store_bytes(self) -> int:
+        """Message store size on disk (an int the flusher keeps; reading it needs no lock)."""
+        storage = getattr(self.app, "storage", None)
+        return storage.store.disk_bytes() if storage is not None else 0
 
     def shutdown(self) -> None:
         """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""

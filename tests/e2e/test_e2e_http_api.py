@@ -204,3 +204,73 @@ def test_reading_messages_needs_management_or_administrator(broker, http):
         got = client.post(f"/api/queues/%2F/{q}/get", json={"count": 1})
         assert got.status_code == 200 and got.json()[0]["payload"] == "secret"
     http.delete(f"/api/queues/%2F/{q}")
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    prefix = name + labels + " "
+    return float(next(line for line in text.splitlines() if line.startswith(prefix))[len(prefix):])
+
+
+def test_message_rates_per_queue_and_in_overview(broker, http):
+    q = unique("rq")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    before = http.get(f"/api/queues/%2F/{q}").json()["message_stats"]
+    assert before["publish_details"] == {"rate": 0.0}
+    http.get("/api/overview")
+    body = "\n".join(json.dumps({"routing_key": q, "payload": str(i)}) for i in range(200))
+    assert http.post("/api/exchanges/%2F/amq.default/publish-batch", content=body).json()["published"] == 200
+    http.post(f"/api/queues/%2F/{q}/get", json={"count": 50, "ackmode": "ack_requeue_false"})
+    stats = http.get(f"/api/queues/%2F/{q}").json()["message_stats"]
+    assert stats["publish"] == 200 and stats["publish_details"]["rate"] > 0
+    assert stats["deliver_get_details"]["rate"] > 0 and stats["ack_details"]["rate"] > 0
+    assert stats["redeliver_details"] == {"rate": 0.0}
+    overview = http.get("/api/overview").json()["message_stats"]
+    assert overview["publish_details"]["rate"] > 0 and set(overview) >= {
+        "deliver_get_details", "ack_details", "redeliver_details"}
+    listed = next(x for x in http.get("/api/queues/%2F").json() if x["name"] == q)
+    assert listed["message_stats"]["publish_details"]["rate"] > 0
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_metrics_against_known_traffic(broker_factory):
+    proc = broker_factory()
+    q = unique("metq")
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    ch.queue_declare(q, durable=True)
+    for i in range(3):
+        ch.basic_publish("", q, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    deliveries: list = []
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume(q, lambda _ch, method, _props, _body: deliveries.append(method))
+    for _ in range(100):
+        conn.process_data_events(time_limit=0.05)
+        if len(deliveries) >= 3:
+            break
+    ch.basic_nack(deliveries[0].delivery_tag, requeue=True)  # comes back, redelivered
+    for _ in range(100):
+        conn.process_data_events(time_limit=0.05)
+        if len(deliveries) >= 4:
+            break
+    assert deliveries[3].redelivered
+    ch.basic_ack(deliveries[1].delivery_tag)
+    for _ in range(3):  # the same topic key again and again: cache hits after the first lookup
+        ch.basic_publish("amq.topic", "metrics.key", b"")
+    labels = f'{{vhost="/",queue="{q}"}}'
+    expected = {("headrace_queue_messages_unacked", labels): 2, ("headrace_queue_consumers", labels): 1,
+                ("headrace_queue_messages_published_total", labels): 3,
+                ("headrace_queue_messages_delivered_total", labels): 4,
+                ("headrace_queue_messages_redelivered_total", labels): 1,
+                ("headrace_queue_messages_acked_total", labels): 1,
+                ("headrace_connections", ""): 1, ("headrace_channels", ""): 1}
+    for _ in range(100):  # the ack travels asynchronously: poll until the broker has taken it
+        conn.process_data_events(time_limit=0.02)
+        text = httpx.get(proc.http_url + "/metrics", timeout=5).text
+        seen = {key: metric(text, *key) for key in expected}
+        if seen == expected:
+            break
+    assert seen == expected
+    assert metric(text, "headrace_store_bytes") > 0  # the persistent messages are in the store
+    ratio = metric(text, "headrace_routing_cache_hit_ratio")
+    assert 0.0 < ratio < 1.0
+    conn.close()
