@@ -11,10 +11,11 @@ Log semantics (applied in log order at recovery):
   delivery counts at the moment of the copy.
 - ``Ack`` removes one queue; a message with no queue left is dead. ``Deliver`` counts a delivery.
 - ``DropQueue`` kills that queue's membership of every message whose latest Publish came before it.
+- ``PurgeQueue`` does the same except for the ids it keeps (delivered and unacked at the purge).
 - ``Delay`` holds a message for a delaying exchange until ``Undelay``.
 
 Reclaiming disk (the choice, and why it cannot resurrect anything): segments are only ever deleted
-from the head (the oldest). A kill record (Ack, DropQueue, Undelay) only affects Publish/Delay
+from the head (the oldest). A kill record (Ack, DropQueue, PurgeQueue, Undelay) only affects Publish/Delay
 records that come before it in the log, and everything before the head has already been deleted, so
 the head's kill records only concern the head itself. Deleting a head with no live message therefore
 changes no recovery outcome. A head that still holds a few live messages would pin every newer
@@ -46,6 +47,7 @@ from .store_ops import (
     DropQueue,
     Kind,
     Publish,
+    PurgeQueue,
     QKey,
     Recovered,
     RecoveredMessage,
@@ -57,6 +59,8 @@ from .store_ops import (
     delay_parts,
     message_id_of,
     publish_parts,
+    purge_parts,
+    purged,
     queue_parts,
     ref_parts,
     undelay_parts,
@@ -97,6 +101,7 @@ class _Segment:
 # Plain ints for the hot path (an enum member lookup per record is measurable).
 _PUBLISH, _ACK, _DELIVER = int(Kind.PUBLISH), int(Kind.ACK), int(Kind.DELIVER)
 _DROP_QUEUE, _DELAY, _UNDELAY = int(Kind.DROP_QUEUE), int(Kind.DELAY), int(Kind.UNDELAY)
+_PURGE = int(Kind.PURGE)
 
 # Index entry of a live message, a flat list to keep per-message memory small (one list instead of
 # an object plus a dict): [segment seq, record bytes, qkey0, count0, qkey1, count1, ...].
@@ -134,6 +139,7 @@ class MessageStore:
             Ack: self._on_ack,
             Deliver: self._on_deliver,
             DropQueue: self._on_drop_queue,
+            PurgeQueue: self._on_purge,
             Delay: self._on_delay,
             Undelay: self._on_undelay,
         }
@@ -192,6 +198,7 @@ class MessageStore:
     def _index_recovered(self, replay: Replay) -> dict[QKey, list[RecoveredMessage]]:
         out: dict[QKey, list[RecoveredMessage]] = {}
         drop_pos = replay.drop_pos
+        purges = replay.purges
         messages = replay.messages
         for mid in sorted(messages):
             msg = messages[mid]
@@ -200,6 +207,10 @@ class MessageStore:
             for key, count in msg.queues.items():
                 if drop_pos.get(key, 0) > msg.pos:
                     continue
+                if purges:
+                    queue_purges = purges.get(key)
+                    if queue_purges and purged(queue_purges, msg.pos, mid):
+                        continue
                 qkey = self._qkey(key)
                 entry += (qkey, count)
                 if fields is None:
@@ -349,9 +360,44 @@ class MessageStore:
         if key not in self._queue_live:
             return
         self._append(_DROP_QUEUE, queue_parts(op.vhost, op.queue))
-        hits = [(mid, entry) for mid, entry in self._live.items() if key in entry]
-        for mid, entry in hits:
-            self._remove_queue(mid, entry, _find(entry, key))
+        self._kill_queue(key, frozenset())
+
+    def _on_purge(self, op: PurgeQueue) -> None:
+        key = (op.vhost, op.queue)
+        live = self._queue_live.get(key, 0)
+        if live == 0 or live <= len(op.keep) and all(
+                _find(self._live.get(mid, ()), key) >= 0 for mid in op.keep):
+            return  # nothing but kept messages: the record would change nothing
+        self._append(_PURGE, purge_parts(op))
+        self._kill_queue(key, frozenset(op.keep))
+
+    def _kill_queue(self, key: QKey, keep: frozenset[int]) -> None:
+        """Remove ``key`` from every live message but ``keep``: ``_remove_queue`` inlined, since a
+        purge or delete of a long queue walks the whole index."""
+        live = self._live
+        segments = self._segments
+        hits = [mid for mid, entry in live.items() if key in entry and mid not in keep]
+        single = _FIRST_Q + 2
+        freed = 0
+        for mid in hits:
+            entry = live[mid]
+            if len(entry) == single:
+                del live[mid]
+                seg = segments[entry[_SEG]]
+                size = entry[_SIZE]
+                seg.live_count -= 1
+                seg.live_bytes -= size
+                freed += size
+            else:
+                i = entry.index(key, _FIRST_Q)
+                del entry[i : i + 2]
+        self._live_bytes -= freed
+        left = self._queue_live[key] - len(hits)
+        if left:
+            self._queue_live[key] = left
+        else:
+            del self._queue_live[key]
+            del self._qkeys[key]
 
     def _on_delay(self, op: Delay) -> None:
         seg, n = self._append(_DELAY, delay_parts(op))

@@ -13,7 +13,7 @@ import functools
 import logging
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 from .records import HEADER_SIZE, Record
@@ -27,6 +27,7 @@ __all__ = [
     "DropQueue",
     "Kind",
     "Publish",
+    "PurgeQueue",
     "QKey",
     "Recovered",
     "RecoveredMessage",
@@ -42,7 +43,10 @@ __all__ = [
     "decode_ref",
     "delay_parts",
     "message_id_of",
+    "decode_purge",
     "publish_parts",
+    "purge_parts",
+    "purged",
     "queue_parts",
     "ref_parts",
     "undelay_parts",
@@ -89,6 +93,16 @@ class DropQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class PurgeQueue:
+    """The queue was purged: every message it held goes except ``keep``, the ids delivered and
+    still unacked (they may yet be requeued). One record instead of one Ack per message."""
+
+    vhost: str
+    queue: str
+    keep: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Delay:
     """A delayed message (x-delay) held by an exchange until ``due_ms``."""
 
@@ -108,7 +122,7 @@ class Undelay:
     message_id: int
 
 
-StoreOp = Publish | Ack | Deliver | DropQueue | Delay | Undelay
+StoreOp = Publish | Ack | Deliver | DropQueue | PurgeQueue | Delay | Undelay
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +152,7 @@ class Kind(IntEnum):
     DROP_QUEUE = 4
     DELAY = 5
     UNDELAY = 6
+    PURGE = 7
 
 
 QKey = tuple[str, str]  # (vhost, queue)
@@ -148,6 +163,7 @@ _PUB_HEAD = struct.Struct(">QQHHHHI")  # id, timestamp ms, queue count, len vhos
 _PUB_QUEUE = struct.Struct(">HI")  # queue name length, delivery count; then the name
 _REF_HEAD = struct.Struct(">QHH")  # id, len vhost, len queue (Ack, Deliver)
 _QUEUE_HEAD = struct.Struct(">HH")  # len vhost, len queue (DropQueue)
+_COUNT = struct.Struct(">I")  # ids kept by a PurgeQueue record, then the ids (>Q each)
 _DELAY_HEAD = struct.Struct(">QQHHHI")  # id, due ms, len vhost/exchange/rk/props
 DECODE_ERRORS = (struct.error, UnicodeDecodeError, ValueError)
 # Encoded (vhost, queue) pairs kept for Ack/Deliver records; the set of durable queues is small,
@@ -259,6 +275,34 @@ def decode_queue(p: bytes) -> tuple[str, str]:
     return p[_QUEUE_HEAD.size : v_end].decode(), p[v_end : v_end + qlen].decode()
 
 
+def purge_parts(op: PurgeQueue) -> tuple[bytes, bytes, bytes]:
+    """Payload of a PurgeQueue record: the queue, the count of kept ids, the ids."""
+    keep = op.keep
+    return (_queue_bytes(op.vhost, op.queue), _COUNT.pack(len(keep)),
+            struct.pack(f">{len(keep)}Q", *keep))
+
+
+def decode_purge(p: bytes) -> tuple[QKey, frozenset[int]]:
+    """((vhost, queue), kept ids) of a PurgeQueue record."""
+    vlen, qlen = _QUEUE_HEAD.unpack_from(p, 0)
+    end = _QUEUE_HEAD.size + vlen + qlen
+    key = decode_queue(p)
+    (n,) = _COUNT.unpack_from(p, end)
+    _check(end + _COUNT.size + 8 * n, p)
+    return key, frozenset(struct.unpack_from(f">{n}Q", p, end + _COUNT.size))
+
+
+def purged(purges: list[tuple[int, frozenset[int]]], pos: int, mid: int) -> bool:
+    """Whether a PurgeQueue record after log position ``pos`` killed message ``mid`` (``purges``
+    in log order; only those after the message's latest Publish apply)."""
+    for at, keep in reversed(purges):
+        if at <= pos:
+            return False
+        if mid not in keep:
+            return True
+    return False
+
+
 def ref_parts(mid: int, vhost: str, queue: str) -> tuple[bytes, bytes]:
     """Payload of an Ack or Deliver record."""
     return (_ID.pack(mid), _queue_bytes(vhost, queue))
@@ -299,6 +343,8 @@ class Replay:
     messages: dict[int, ScannedMessage]
     delayed: dict[int, tuple[Delay, int, int]]  # id -> (record, segment, record bytes)
     drop_pos: dict[QKey, int]  # queue -> ordinal of its last DropQueue record
+    # queue -> (ordinal, kept ids) of its PurgeQueue records, in log order
+    purges: dict[QKey, list[tuple[int, frozenset[int]]]] = field(default_factory=dict)
     pos: int = 0
     max_id: int = 0
 
@@ -327,6 +373,9 @@ class Replay:
                 del self.messages[mid]
         elif kind == Kind.DROP_QUEUE:
             self.drop_pos[decode_queue(p)] = self.pos
+        elif kind == Kind.PURGE:
+            key, keep = decode_purge(p)
+            self.purges.setdefault(key, []).append((self.pos, keep))
         elif kind == Kind.DELAY:
             delay = decode_delay(p)
             self.delayed[delay.message_id] = (delay, seg, size)

@@ -337,6 +337,11 @@ class Queue:
             self.stats.dead_lettered += 1
             self._dead.append(DeadLetter(message, reason, self.name, delivery_count))
 
+    def dead_letter_pending(self, message: Message) -> bool:
+        """True while ``message`` waits in the dead-letter outbox (it was the last one added), so
+        the store can hold its Ack until the DLX copy is recorded."""
+        return bool(self._dead) and self._dead[-1].message is message
+
     def take_dead_letters(self) -> list[DeadLetter]:
         if not self._dead:
             return []
@@ -355,12 +360,18 @@ class Queue:
         return None
 
     # ------------------------------------------------------------------ maintenance
-    def purge(self) -> int:
+    def purge(self, *, each: bool = True) -> int:
+        """Drop every ready message. ``each=False``: the caller records the purge as one store
+        record that spares the unacked ids (``unacked_message_ids``), so entries are not passed to
+        ``on_discard`` one by one and the spill backing is dropped unread (reading it back was
+        seconds of blocked event loop for a large spilled queue)."""
         count = self.messages_ready
-        for entry in self._ready.clear():
-            self._discard(entry)
+        ready = self._ready.clear()
+        if each:
+            for entry in ready:
+                self._discard(entry)
         if self._backing is not None:
-            while True:  # spilled entries still owe their store acks
+            while each:  # spilled entries still owe their store acks
                 batch = self._backing.read_batch(4096, 64 << 20)
                 if not batch:
                     break
@@ -371,6 +382,10 @@ class Queue:
         self._spilled_bytes = 0
         self.generation += 1
         return count
+
+    def unacked_message_ids(self) -> list[int]:
+        """Ids of the messages delivered from this queue and not yet settled."""
+        return [entry.message.id for entry in self._unacked.values()]
 
     def expire(self, now: float) -> int:
         """Drop expired entries at the head (RabbitMQ expires from the head only)."""

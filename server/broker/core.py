@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from headrace.persistence.store_ops import Ack, Delay, Deliver, DropQueue, Publish, StoreOp, Undelay
+from headrace.persistence.store_ops import (
+    Ack, Delay, Deliver, DropQueue, Publish, PurgeQueue, StoreOp, Undelay,
+)
 from headrace.persistence.mirror_log import MirrorRecord
 from headrace.queues import Message, Queue, QueueEntry
 from headrace.queues.backing import Backing
@@ -77,6 +79,13 @@ class Broker:
         # store outbox: ops in order; the ticket counts ops whose fsync a confirm may wait for
         self.store_enabled = store_enabled
         self._store_ops: list[StoreOp] = []
+        # Acks of dead-lettered messages, held until their DLX copy is in the outbox
+        self._deferred_acks: dict[tuple[str, str, int], Ack] = {}
+        # the message a queue is enqueueing: a drop-head may discard it before its Publish is in
+        # the outbox, and an Ack before its Publish would be ignored (the message would come back
+        # at restart), so its Acks wait in _held_acks for store_publish
+        self.enqueueing: Message | None = None
+        self._held_acks: list[Ack] = []
         self.store_ticket = 0
         self.synced_ticket = 0
         self.on_store_pending: Callable[[], None] = _noop
@@ -178,14 +187,19 @@ class Broker:
         return lambda: factory(vhost, queue)
 
     def store_publish(self, vhost: str, message: Message, queues: list[str]) -> int:
+        """Record a publish, then the Acks held while it was enqueued (see ``enqueueing``)."""
         if not self.store_enabled:
             return 0
-        self._store_ops.append(Publish(
+        ops = self._store_ops
+        ops.append(Publish(
             message.id, vhost, tuple(queues), message.exchange, message.routing_key,
             message.props_raw, message.body, int(message.timestamp * 1000),
         ))
         self.store_ticket += 1
-        if len(self._store_ops) == 1:
+        if self._held_acks:
+            ops += self._held_acks
+            self._held_acks = []
+        if len(ops) == 1:
             self.on_store_pending()
         return self.store_ticket
 
@@ -206,28 +220,70 @@ class Broker:
                 self.on_store_pending()
 
     def on_discard(self, queue: Queue, entry: QueueEntry) -> None:
-        """A message left ``queue`` for good: its store record may go once every queue is done."""
+        """A message left ``queue`` for good: its store record may go once every queue is done.
+        A dead-lettered message keeps its record until its DLX copy is recorded
+        (``dead_letter_published``): a crash between the two must not lose it."""
         if self.store_enabled and queue.durable and entry.message.persistent:
-            self._store_ops.append(Ack(entry.message.id, queue.vhost, queue.name))
+            ack = Ack(entry.message.id, queue.vhost, queue.name)
+            if queue.dead_letter_pending(entry.message):
+                self._deferred_acks[(queue.vhost, queue.name, entry.message.id)] = ack
+                return
+            if entry.message is self.enqueueing:
+                self._held_acks.append(ack)  # its Publish is not recorded yet
+                return
+            self._store_ops.append(ack)
             if len(self._store_ops) == 1:
                 self.on_store_pending()
 
+    def dead_letter_published(self, queue: Queue, message: Message) -> None:
+        """The dead-lettered ``message`` was republished to the DLX (or dropped for want of one):
+        now its Ack may follow."""
+        if self._deferred_acks:
+            ack = self._deferred_acks.pop((queue.vhost, queue.name, message.id), None)
+            if ack is not None:
+                self._store_ops.append(ack)
+                if len(self._store_ops) == 1:
+                    self.on_store_pending()
+
     def on_deliver(self, queue: Queue, entry: QueueEntry) -> None:
-        """First delivery of a stored message: recovery then marks it redelivered."""
-        if self.store_enabled and queue.durable and entry.message.persistent and not entry.redelivered:
+        """Every delivery of a stored message is recorded: recovery marks it redelivered and restores
+        its delivery count, so x-delivery-limit is not reset by a restart."""
+        if self.store_enabled and queue.durable and entry.message.persistent:
             self._store_ops.append(Deliver(entry.message.id, queue.vhost, queue.name))
             if len(self._store_ops) == 1:
                 self.on_store_pending()
 
     def queue_deleted(self, vhost: VHost, queue: Queue) -> None:
+        if self._deferred_acks:  # the DropQueue below covers them
+            for key in [k for k in self._deferred_acks if k[0] == vhost.name and k[1] == queue.name]:
+                del self._deferred_acks[key]
         if self.store_enabled and queue.durable:
             self._store_ops.append(DropQueue(vhost.name, queue.name))
             if len(self._store_ops) == 1:
                 self.on_store_pending()
 
-    def take_store_ops(self) -> tuple[list[StoreOp], int]:
-        ops, self._store_ops = self._store_ops, []
-        return ops, self.store_ticket
+    def queue_purged(self, queue: Queue) -> None:
+        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued)."""
+        if self.store_enabled and queue.durable:
+            self._store_ops.append(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
+            if len(self._store_ops) == 1:
+                self.on_store_pending()
+
+    def take_store_ops(self, limit: int | None = None) -> tuple[list[StoreOp], int]:
+        """The oldest ops (at most ``limit``) and the ticket they cover: one group commit."""
+        ops = self._store_ops
+        if limit is None or len(ops) <= limit:
+            self._store_ops = []
+            return ops, self.store_ticket
+        taken, self._store_ops = ops[:limit], ops[limit:]
+        # only Publish and Delay ops take a ticket; those left behind are not covered yet
+        left = sum(1 for op in self._store_ops if isinstance(op, (Publish, Delay)))
+        return taken, self.store_ticket - left
+
+    @property
+    def store_backlog(self) -> int:
+        """Ops waiting for the flusher."""
+        return len(self._store_ops)
 
     def store_synced(self, ticket: int) -> None:
         if ticket <= self.synced_ticket:

@@ -275,7 +275,9 @@ class VHost:
         queue = self.get_queue(name)
         if owner is not None:
             self.check_exclusive(queue, owner)
-        return queue.purge()
+        count = queue.purge(each=False)
+        self.broker.queue_purged(queue)
+        return count
 
     # ------------------------------------------------------------------ consumers
     def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
@@ -381,7 +383,10 @@ class VHost:
         if delayed and headers and exchange_name in self.delayed_exchanges:
             delay = headers.get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                return self._hold(exchange_name, routing_key, props_raw, body, delay, delivery_mode == 2)
+                # as RabbitMQ's delayed-message plugin: only a durable exchange keeps its messages
+                # across a restart, so only there are they written to the store
+                return self._hold(exchange_name, routing_key, props_raw, body, delay,
+                                  delivery_mode == 2 and exchange.durable)
         result = exchange.route(routing_key, headers, self._exchange_get)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
@@ -402,7 +407,10 @@ class VHost:
             queue = queues.get(qname)
             if queue is None or qname == cycle_guard:
                 continue
-            if queue.enqueue(message, now) is EnqueueOutcome.REJECTED:
+            broker.enqueueing = message  # see Broker.enqueueing
+            outcome = queue.enqueue(message, now)
+            broker.enqueueing = None
+            if outcome is EnqueueOutcome.REJECTED:
                 rejected = True
                 self.drain_dead_letters(queue)
                 continue
@@ -438,12 +446,21 @@ class VHost:
     def drain_dead_letters(self, queue: Queue) -> None:
         letters = queue.take_dead_letters()
         dlx = queue.args.dead_letter_exchange
-        if not letters or dlx is None or dlx not in self.exchanges:
+        if not letters:
+            return
+        broker = self.broker
+        if dlx is None or dlx not in self.exchanges:
+            for letter in letters:
+                broker.dead_letter_published(queue, letter.message)
             return
         for letter in letters:
-            routing_key, props_raw = dead_letter_message(letter, queue, self.broker.now)
-            self.publish(dlx, routing_key, props_raw, letter.message.body, check_internal=False,
-                         cycle_guard=queue.name if letter.reason != "rejected" else None)
+            # the DLX copy is recorded before the source Ack (held by the broker until now)
+            try:
+                routing_key, props_raw = dead_letter_message(letter, queue, broker.now)
+                self.publish(dlx, routing_key, props_raw, letter.message.body, check_internal=False,
+                             cycle_guard=queue.name if letter.reason != "rejected" else None)
+            finally:
+                broker.dead_letter_published(queue, letter.message)
 
     # ------------------------------------------------------------------ time
     def tick(self, now: float) -> None:

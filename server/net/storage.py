@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from headrace.persistence import FsyncMode, MessageStore
+from headrace.persistence import DropQueue, FsyncMode, MessageStore, PurgeQueue, StoreOp, Undelay
 from headrace.persistence.mirror_log import MirrorLog, Retention
 from headrace.persistence.spill import SpillStore
 from headrace.queues import Message, QueueEntry
@@ -40,8 +40,12 @@ PAGE_IN_COUNT = 4096
 PAGE_IN_BYTES = 8 << 20
 # How often the pager looks for queues that want entries back when nothing woke it.
 PAGER_POLL = 0.05
-# Compaction runs between groups at most this often (seconds).
+# Compaction runs between groups at most this often (seconds), and on a timer when idle.
 COMPACT_INTERVAL = 5.0
+# Shortest idle wait of the flusher, so a compaction pass that is due never spins it.
+IDLE_COMPACT_MIN_WAIT = 0.5
+# Ops whose store side walks every live message (a thread hop is cheaper than a stalled loop).
+WHOLE_QUEUE_OPS = frozenset({DropQueue, PurgeQueue})
 # Weight of the newest fsync in the running average that picks inline or threaded syncs.
 SYNC_EWMA_WEIGHT = 0.2
 
@@ -74,12 +78,17 @@ class Storage:
             log.warning("message store: truncated %d bytes of torn tail", recovered.truncated_bytes)
         broker.set_next_message_id(recovered.next_message_id)
         count = 0
+        # records nothing will ever ack (a queue or delayed exchange that did not survive: exclusive,
+        # deleted while down, ...) are killed in the log, or they would pin disk forever and come
+        # back the day a queue of that name is declared again
+        orphans: list[StoreOp] = []
         for (vname, qname), messages in recovered.queues.items():
             vhost = broker.vhosts.get(vname)
             queue = vhost.queues.get(qname) if vhost is not None else None
-            if queue is None:
+            if queue is None or not queue.durable:
                 log.warning("message store: %d messages for unknown queue '%s' in vhost '%s' dropped",
                             len(messages), qname, vname)
+                orphans.append(DropQueue(vname, qname))
                 continue
             for rm in messages:
                 delivery_mode, priority, expiration, _ = quick_props(rm.props_raw)
@@ -90,11 +99,16 @@ class Storage:
                 count += 1
         for delay in recovered.delayed:
             vhost = broker.vhosts.get(delay.vhost)
-            if vhost is None or delay.exchange not in vhost.delayed_exchanges:
+            exchange = vhost.exchanges.get(delay.exchange) if vhost is not None else None
+            if vhost is None or exchange is None or not exchange.durable \
+                    or delay.exchange not in vhost.delayed_exchanges:
+                orphans.append(Undelay(delay.message_id))
                 continue
             vhost.delayed.add(delay.due_ms / 1000, delay.exchange, delay.routing_key, delay.props_raw,
                               delay.body, delay.message_id)
             count += 1
+        if orphans:
+            self.store.write_and_sync(orphans)
         if count:
             log.info("message store: recovered %d messages", count)
 
@@ -107,13 +121,23 @@ class Storage:
         nursery.start_soon(self._pager, broker)
 
     async def _flusher(self, broker: Broker, gate: Gate) -> None:
+        window = self.settings.fsync_window_ms / 1000
         while True:
-            await self._store_kick.wait()
+            # wake for ops, and when compaction is due: an idle broker must still reclaim the
+            # segments its last acks killed
+            due = self._last_compact + COMPACT_INTERVAL - trio.current_time()
+            with trio.move_on_after(max(due, IDLE_COMPACT_MIN_WAIT)):
+                await self._store_kick.wait()
+            if window > 0 and self._store_kick.is_set() \
+                    and broker.store_backlog < self.settings.fsync_batch_max:
+                await trio.sleep(window)  # let a bigger group gather behind this one
             self._store_kick = trio.Event()
             await self._flush_once(broker, gate)
+            if broker.store_backlog:
+                self._store_kick.set()  # more than fsync_batch_max were waiting
 
     async def _flush_once(self, broker: Broker, gate: Gate | None) -> None:
-        ops, ticket = broker.take_store_ops()
+        ops, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
         if ops:
             store = self.store
             need_sync = ticket > broker.synced_ticket
@@ -124,7 +148,11 @@ class Storage:
                 # runs here too while the disk is fast, in a worker thread when it is not, and only
                 # when a confirm, tx.commit-ok or HTTP answer waits for these ops: acks and delivery
                 # marks alone need only survive a crash of the process, which the page cache gives.
-                store.write_and_flush(ops)
+                if any(type(op) in WHOLE_QUEUE_OPS for op in ops):
+                    # a purge or delete walks the store's whole index: off the event loop
+                    await trio.to_thread.run_sync(store.write_and_flush, ops)
+                else:
+                    store.write_and_flush(ops)
                 if need_sync:
                     if self._sync_ewma < self._inline_sync_max:
                         took = self._timed_sync()
@@ -238,6 +266,8 @@ class Storage:
     # ------------------------------------------------------------------ shutdown
     async def drain(self, broker: Broker) -> None:
         await self._flush_once(broker, None)
+        while broker.store_backlog:
+            await self._flush_once(broker, None)
         await self._write_mirrors(broker)
 
     def close(self) -> None:

@@ -1,0 +1,239 @@
+"""What the broker writes to the message store and in which order: a message discarded while it is
+being published, dead-lettering, purges of spilled queues, delivery counts, records nobody will ack,
+and the group-commit cap. Real Broker, MessageStore, SpillStore and Storage; no mocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from headrace.exchanges import DestinationKind
+from headrace.persistence import FsyncMode, MessageStore, SpillStore
+from headrace.persistence.store_ops import Ack, Delay, Deliver, Publish, PurgeQueue, StoreOp
+from headrace.server.amqp.properties import BasicProperties, encode_properties
+from headrace.server.broker import Broker
+from headrace.server.config import Settings
+from headrace.server.net.storage import Storage
+
+PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
+
+
+def make_broker(**kw: object) -> Broker:
+    broker = Broker(store_enabled=True, **kw)  # type: ignore[arg-type]
+    broker.ensure_default("/", "guest", "guest")
+    return broker
+
+
+def write(directory: Path, ops: list[StoreOp]) -> None:
+    store = MessageStore(directory, fsync=FsyncMode.OFF)
+    store.recover()
+    store.write_and_sync(ops)
+    store.close()
+
+
+def recovered(directory: Path) -> dict[tuple[str, str], list]:
+    store = MessageStore(directory, fsync=FsyncMode.OFF)
+    try:
+        return store.recover().queues
+    finally:
+        store.close()
+
+
+def kinds(ops: list[StoreOp]) -> list[str]:
+    return [type(op).__name__ for op in ops]
+
+
+@pytest.mark.parametrize("arguments", [{"x-max-length-bytes": 10}, {"x-max-length": 0}])
+def test_message_dropped_by_its_own_enqueue_does_not_come_back(tmp_path: Path, arguments: dict) -> None:
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("d", owner=None, durable=True, arguments=arguments)
+    vhost.publish("", "d", PERSISTENT, b"x" * 100)
+    assert vhost.queues["d"].messages_ready == 0
+    ops, _ = broker.take_store_ops()
+    assert kinds(ops) == ["Publish", "Ack"]  # the Ack after the Publish it kills
+    write(tmp_path, ops)
+    assert recovered(tmp_path) == {}
+
+
+def test_drop_head_of_older_message_still_acks_it(tmp_path: Path) -> None:
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("d", owner=None, durable=True, arguments={"x-max-length": 1})
+    vhost.publish("", "d", PERSISTENT, b"first")
+    vhost.publish("", "d", PERSISTENT, b"second")
+    write(tmp_path, broker.take_store_ops()[0])
+    assert [m.body for m in recovered(tmp_path)[("/", "d")]] == [b"second"]
+
+
+def test_dead_letter_copy_is_recorded_before_the_source_ack(tmp_path: Path) -> None:
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_exchange("dlx", "fanout", durable=True)
+    vhost.declare_queue("dead", owner=None, durable=True)
+    vhost.bind("dlx", "dead", DestinationKind.QUEUE, "", None)
+    vhost.declare_queue("src", owner=None, durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+    vhost.publish("", "src", PERSISTENT, b"m")
+    src = vhost.queues["src"]
+    entry = src.get(broker.now, no_ack=False, owner=object())
+    assert entry is not None
+    broker.take_store_ops()
+    src.reject(entry)
+    vhost.drain_dead_letters(src)
+    ops, _ = broker.take_store_ops()
+    assert kinds(ops) == ["Publish", "Ack"]
+    assert isinstance(ops[0], Publish) and ops[0].queues == ("dead",)
+    assert isinstance(ops[1], Ack) and ops[1].queue == "src"
+    # a crash that tears the group after the DLX copy loses nothing: the source is still live
+    write(tmp_path, ops[:1])
+    store = MessageStore(tmp_path, fsync=FsyncMode.OFF)
+    assert store.recover().queues[("/", "dead")][0].body == b"m"
+    store.close()
+
+
+def test_drop_head_dead_letter_of_the_new_message_keeps_order(tmp_path: Path) -> None:
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_exchange("dlx", "fanout", durable=True)
+    vhost.declare_queue("dead", owner=None, durable=True)
+    vhost.bind("dlx", "dead", DestinationKind.QUEUE, "", None)
+    vhost.declare_queue("src", owner=None, durable=True,
+                        arguments={"x-dead-letter-exchange": "dlx", "x-max-length": 0})
+    vhost.publish("", "src", PERSISTENT, b"m")
+    ops, _ = broker.take_store_ops()
+    assert kinds(ops) == ["Publish", "Publish", "Ack"]
+    write(tmp_path, ops)
+    rec = recovered(tmp_path)
+    assert list(rec) == [("/", "dead")] and rec[("/", "dead")][0].body == b"m"
+
+
+def test_purge_of_a_spilled_queue_is_one_record_and_spares_unacked(tmp_path: Path) -> None:
+    spill = SpillStore(tmp_path / "spill")
+    broker = make_broker(resident_max_messages=100,
+                         spill_factory=lambda v, q: spill.backing(f"{v}\x00{q}"))
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("p", owner=None, durable=True)
+    for i in range(5_000):
+        vhost.publish("", "p", PERSISTENT, b"%d" % i)
+    assert queue.spilled_count() > 4_000
+    owner = object()
+    held = [queue.get(broker.now, no_ack=False, owner=owner) for _ in range(3)]
+    assert all(held)
+    ops, _ = broker.take_store_ops()
+    assert vhost.purge_queue("p", None) == 4_997
+    assert queue.messages_ready == 0 and queue.spilled_count() == 0
+    purge_ops, _ = broker.take_store_ops()
+    assert kinds(purge_ops) == ["PurgeQueue"]  # not one Ack per message read back from the spill
+    assert isinstance(purge_ops[0], PurgeQueue)
+    assert sorted(purge_ops[0].keep) == sorted(e.message.id for e in held if e)
+    assert spill.disk_bytes() == 0
+    queue.ack(held[0])  # acked after the purge
+    queue.requeue(held[1])  # back in the queue
+    late = broker.take_store_ops()[0]
+    vhost.publish("", "p", PERSISTENT, b"after")
+    write(tmp_path / "store", ops + purge_ops + late + broker.take_store_ops()[0])
+    bodies = [m.body for m in recovered(tmp_path / "store")[("/", "p")]]
+    assert bodies == [b"1", b"2", b"after"]  # unacked at the purge: kept; the rest gone
+    spill.close()
+
+
+def test_purge_record_of_kept_messages_only_is_not_written(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, fsync=FsyncMode.OFF)
+    store.recover()
+    store.write([Publish(1, "/", ("q",), "", "q", b"", b"a")])
+    size = store.disk_bytes()
+    store.write([PurgeQueue("/", "q", (1,))])
+    assert store.disk_bytes() == size
+    store.write([PurgeQueue("/", "q", ())])
+    assert store.live_messages() == 0
+    store.close()
+
+
+def test_delivery_count_survives_restart(tmp_path: Path) -> None:
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("c", owner=None, durable=True, arguments={"x-delivery-limit": 5})
+    vhost.publish("", "c", PERSISTENT, b"m")
+    for _ in range(3):  # as a channel does for every basic.get / delivery
+        entry = queue.get(broker.now, no_ack=False, owner=object())
+        assert entry is not None
+        broker.on_deliver(queue, entry)
+        queue.requeue(entry)
+    ops, _ = broker.take_store_ops()
+    assert kinds(ops).count("Deliver") == 3
+    write(tmp_path / "store", ops)
+    settings = Settings(fsync="off")
+    storage = Storage(tmp_path, settings)
+    again = make_broker()
+    again.vhosts["/"].declare_queue("c", owner=None, durable=True, arguments={"x-delivery-limit": 5})
+    storage.recover(again)
+    queue = again.vhosts["/"].queues["c"]
+    entry = queue.get(again.now, no_ack=False, owner=object())
+    assert entry is not None and entry.redelivered and entry.delivery_count == 3
+    storage.close()
+
+
+def test_orphaned_records_are_killed_at_recovery(tmp_path: Path) -> None:
+    write(tmp_path / "store", [
+        Publish(1, "/", ("gone-exclusive",), "", "k", b"", b"x" * 100),
+        Delay(2, "/", "nondurable-delayed", "k", b"", b"y", 10**13),
+        Publish(3, "/", ("kept",), "", "k", b"", b"z"),
+    ])
+    storage = Storage(tmp_path, Settings(fsync="off"))
+    broker = make_broker()
+    broker.vhosts["/"].declare_queue("kept", owner=None, durable=True)
+    storage.recover(broker)
+    assert storage.store.live_messages() == 1
+    storage.close()
+    # and they stay dead: a queue of that name declared later does not get the old message
+    storage = Storage(tmp_path, Settings(fsync="off"))
+    broker = make_broker()
+    for name in ("gone-exclusive", "kept"):
+        broker.vhosts["/"].declare_queue(name, owner=None, durable=True)
+    storage.recover(broker)
+    assert broker.vhosts["/"].queues["gone-exclusive"].messages_ready == 0
+    assert broker.vhosts["/"].queues["kept"].messages_ready == 1
+    storage.close()
+
+
+def test_delayed_messages_of_a_non_durable_exchange_are_not_stored() -> None:
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    args = {"x-delayed-type": "direct"}
+    vhost.declare_exchange("tmp-delay", "x-delayed-message", durable=False, arguments=args)
+    vhost.declare_exchange("dur-delay", "x-delayed-message", durable=True, arguments=args)
+    props = encode_properties(BasicProperties(delivery_mode=2, headers={"x-delay": 60_000}))
+    vhost.publish("tmp-delay", "k", props, b"t")
+    assert broker.take_store_ops()[0] == []
+    vhost.publish("dur-delay", "k", props, b"d")
+    assert kinds(broker.take_store_ops()[0]) == ["Delay"]
+    assert len(vhost.delayed) == 2
+
+
+def test_group_commit_takes_at_most_fsync_batch_max_ops(tmp_path: Path) -> None:
+    storage = Storage(tmp_path, Settings(fsync="batch", fsync_batch_max=10))
+    storage.store.recover()
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("b", owner=None, durable=True)
+    queue = vhost.queues["b"]
+    for i in range(24):
+        vhost.publish("", "b", PERSISTENT, b"%d" % i)
+    entry = queue.get(broker.now, no_ack=False, owner=object())
+    assert entry is not None
+    broker.on_deliver(queue, entry)  # a ticketless op at the end
+    groups: list[tuple[int, int]] = []
+
+    async def flush_all() -> None:
+        while broker.store_backlog:
+            await storage._flush_once(broker, None)
+            groups.append((storage.store.live_messages(), broker.synced_ticket))
+
+    trio.run(flush_all)
+    # each group is covered by its own fsync and releases exactly the confirms it holds
+    assert groups == [(10, 10), (20, 20), (24, 24)]
+    storage.close()
+    rec = recovered(tmp_path / "store")
+    assert rec[("/", "b")][0].delivery_count == 1 and len(rec[("/", "b")]) == 24
