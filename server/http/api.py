@@ -249,9 +249,19 @@ def whoami(ctx: Context, req: Request) -> Response:
     return json_response(200, {"name": user.name, "tags": list(user.tags)})
 
 
+def _vhost_json(v: VHost) -> dict[str, Any]:
+    ready = sum(q.messages_ready for q in v.queues.values())
+    unacked = sum(q.messages_unacked for q in v.queues.values())
+    return {"name": v.name, "description": "", "tags": [], "tracing": False, "messages": ready + unacked,
+            "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
 def list_vhosts(ctx: Context, req: Request) -> Response:
-    return _page(req, [{"name": v.name, "messages": sum(q.messages_ready for q in v.queues.values())}
-                       for v in _visible_vhosts(ctx, req)])
+    return _page(req, [_vhost_json(v) for v in _visible_vhosts(ctx, req)])
+
+
+def get_vhost(ctx: Context, req: Request, name: str) -> Response:
+    return json_response(200, _vhost_json(_vhost(ctx, req, name)))
 
 
 def put_vhost(ctx: Context, req: Request, name: str) -> Response:
@@ -573,10 +583,21 @@ def post_definitions(ctx: Context, req: Request) -> Response:
     return Response(204)
 
 
+def _user_json(u: User) -> dict[str, Any]:
+    return {"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256", "limits": {}}
+
+
 def list_users(ctx: Context, req: Request) -> Response:
     _require(req, admin=True)
-    return _page(req, [{"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256"}
-                       for u in ctx.broker.users.users.values()])
+    return _page(req, [_user_json(u) for u in ctx.broker.users.users.values()])
+
+
+def get_user(ctx: Context, req: Request, name: str) -> Response:
+    _require(req, admin=True)
+    user = ctx.broker.users.users.get(name)
+    if user is None:
+        raise HTTPError(404, "not_found", f"user '{name}' not found")
+    return json_response(200, _user_json(user))
 
 
 def put_user(ctx: Context, req: Request, name: str) -> Response:
@@ -601,6 +622,15 @@ def list_permissions(ctx: Context, req: Request) -> Response:
     _require(req, admin=True)
     return _page(req, [{"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
                        for (u, v), p in ctx.broker.users.permissions.items()])
+
+
+def get_permission(ctx: Context, req: Request, vhost: str, user: str) -> Response:
+    _require(req, admin=True)
+    p = ctx.broker.users.permission(user, vhost)
+    if p is None:
+        raise HTTPError(404, "not_found", f"no permissions for user '{user}' in vhost '{vhost}'")
+    return json_response(200, {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write,
+                               "read": p.read})
 
 
 def put_permission(ctx: Context, req: Request, vhost: str, user: str) -> Response:
@@ -725,6 +755,7 @@ _r = router.add
 _r("GET", "/api/overview", overview)
 _r("GET", "/api/whoami", whoami)
 _r("GET", "/api/vhosts", list_vhosts)
+_r("GET", "/api/vhosts/{name}", get_vhost)
 _r("PUT", "/api/vhosts/{name}", put_vhost)
 _r("DELETE", "/api/vhosts/{name}", delete_vhost)
 _r("GET", "/api/queues", list_queues)
@@ -755,9 +786,11 @@ router.add("DELETE", "/api/bindings/{vhost}/e/{source}/e/{dest}/{props}",
 _r("GET", "/api/definitions", get_definitions)
 _r("POST", "/api/definitions", post_definitions)
 _r("GET", "/api/users", list_users)
+_r("GET", "/api/users/{name}", get_user)
 _r("PUT", "/api/users/{name}", put_user)
 _r("DELETE", "/api/users/{name}", delete_user)
 _r("GET", "/api/permissions", list_permissions)
+_r("GET", "/api/permissions/{vhost}/{user}", get_permission)
 _r("PUT", "/api/permissions/{vhost}/{user}", put_permission)
 _r("DELETE", "/api/permissions/{vhost}/{user}", delete_permission)
 _r("GET", "/api/connections", list_connections)

@@ -110,6 +110,13 @@ class HTTPServer:
                 continue
             if isinstance(event, h11.Request):
                 head = event
+                # h11 bounds a head that arrives in pieces; one that arrived whole is measured here
+                head_size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
+                if head_size > self.max_header:
+                    await self._send(stream, conn, error_response(HTTPError(
+                        431, "request_header_fields_too_large",
+                        f"request head of about {head_size} bytes exceeds {self.max_header}")))
+                    return None
                 length = _content_length(event)
                 if length is not None and length > self.max_body:
                     await self._send(stream, conn, error_response(HTTPError(
