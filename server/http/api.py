@@ -17,6 +17,7 @@ from headrace.exchanges import DestinationKind
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.auth import Permission, User
 from headrace.server.broker import Broker, VHost
+from headrace.server.broker.core import MIRROR_BACKLOG_MAX
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 
 from .consume import HTTPConsumer, properties_json
@@ -405,9 +406,7 @@ def publish(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
     _perm(ctx, req, vhost, "write", "" if name == "amq.default" else name)
-    if ctx.broker.alarms:
-        raise HTTPError(503, "service_unavailable", f"publishing blocked: {', '.join(sorted(ctx.broker.alarms))} alarm",
-                        [("retry-after", "1")])
+    _publishing_allowed(ctx)
     body = PublishBody.model_validate(req.json())
     if name == "amq.default":  # the management API's name for the default exchange
         name = ""
@@ -441,6 +440,17 @@ def _message_body(body: PublishBody) -> tuple[bytes, bytes]:
     return payload, encode_properties(BasicProperties(**fields))
 
 
+def _publishing_allowed(ctx: Context) -> None:
+    """503 + Retry-After where AMQP would stop reading a publisher: an alarm, or the mirror writer
+    too far behind (the backlog bound AMQP sessions respect)."""
+    if ctx.broker.alarms:
+        raise HTTPError(503, "service_unavailable", f"publishing blocked: {', '.join(sorted(ctx.broker.alarms))} alarm",
+                        [("retry-after", "1")])
+    if ctx.broker.mirror_backlog >= MIRROR_BACKLOG_MAX:
+        raise HTTPError(503, "service_unavailable", "publishing paused: the mirror writer is behind",
+                        [("retry-after", "1")])
+
+
 MAX_BATCH = 10_000  # messages per publish-batch request
 
 
@@ -451,9 +461,7 @@ def publish_batch(ctx: Context, req: Request, vhost: str, name: str) -> Response
     v = _vhost(ctx, req, vhost)
     exchange = "" if name == "amq.default" else name
     _perm(ctx, req, vhost, "write", exchange)
-    if ctx.broker.alarms:
-        raise HTTPError(503, "service_unavailable", f"publishing blocked: {', '.join(sorted(ctx.broker.alarms))} alarm",
-                        [("retry-after", "1")])
+    _publishing_allowed(ctx)
     lines = [line for line in req.body.splitlines() if line.strip()]
     if len(lines) > MAX_BATCH:
         raise HTTPError(413, "payload_too_large", f"at most {MAX_BATCH} messages per batch")

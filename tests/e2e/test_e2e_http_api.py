@@ -468,3 +468,74 @@ def test_oversized_request_head_is_431(broker_factory):
             sock.sendall(b"GET /api/overview HTTP/1.1\r\nhost: x\r\n" + b"x-pad: " + b"a" * 3000 + b"\r\n")
             reply = sock.recv(4096)
         assert reply.startswith(b"HTTP/1.1 431")
+
+
+def test_publish_batch_confirms_and_bounds(broker, http):
+    q = unique("batchq")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": True})
+    body = "\n".join(json.dumps({"routing_key": key, "payload": f"p{i}", "properties": {"delivery_mode": 2}})
+                     for i, key in enumerate([q, q, unique("nowhere")]))
+    r = http.post("/api/exchanges/%2F/amq.default/publish-batch", content=body)
+    assert r.status_code == 200
+    assert r.json() == {"results": [{"routed": True, "confirmed": True}, {"routed": True, "confirmed": True},
+                                    {"routed": False, "confirmed": True}], "published": 3}
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 2
+    too_many = "\n".join(json.dumps({"routing_key": q, "payload": ""}) for _ in range(10_001))
+    r = http.post("/api/exchanges/%2F/amq.default/publish-batch", content=too_many)
+    assert r.status_code == 413 and r.json()["reason"] == "at most 10000 messages per batch"
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 2
+    http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_publish_batch_is_503_with_retry_after_under_an_alarm(broker_factory):
+    proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000"})  # 2 MB of held messages
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
+        http.put("/api/queues/%2F/alarmed", json={"durable": False})
+        big = "\n".join(json.dumps({"routing_key": "alarmed", "payload": "m" * 100_000}) for _ in range(30))
+        assert http.post("/api/exchanges/%2F/amq.default/publish-batch", content=big).status_code == 200
+        for _ in range(200):  # the memory check runs on the broker's tick
+            if http.get("/api/overview").json()["alarms"] == ["memory"]:
+                break
+            time.sleep(0.05)
+        assert http.get("/api/overview").json()["alarms"] == ["memory"]
+        r = http.post("/api/exchanges/%2F/amq.default/publish-batch",
+                      content=json.dumps({"routing_key": "alarmed", "payload": "x"}))
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json() == {"error": "service_unavailable", "reason": "publishing blocked: memory alarm"}
+        http.delete("/api/queues/%2F/alarmed/contents")
+        for _ in range(200):
+            if http.get("/api/overview").json()["alarms"] == []:
+                break
+            time.sleep(0.05)
+        r = http.post("/api/exchanges/%2F/amq.default/publish-batch",
+                      content=json.dumps({"routing_key": "alarmed", "payload": "x"}))
+        assert r.status_code == 200 and r.json()["published"] == 1
+
+
+def test_stream_reject_and_nack_without_requeue_dead_letter(broker, http):
+    q, dlq = unique("rq"), unique("dlq")
+    http.put(f"/api/queues/%2F/{dlq}", json={"durable": False})
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False, "arguments": {
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}})
+    for i in range(3):
+        http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": f"r{i}"})
+    with http.stream("GET", f"/api/queues/%2F/{q}/consume") as r:
+        events = lines_of(r)
+        tag = next(events)["consumer"]
+        got = [next(events) for _ in range(3)]
+        settle = f"/api/consumers/{tag}/settle"
+        assert http.post(settle, json={"delivery_ids": [got[0]["delivery_id"]], "action": "reject",
+                                       "requeue": False}).status_code == 204
+        assert http.post(settle, json={"delivery_ids": [got[1]["delivery_id"]], "action": "nack",
+                                       "requeue": False}).status_code == 204
+        assert http.post(settle, json={"delivery_ids": [got[2]["delivery_id"]], "action": "nack",
+                                       "requeue": True}).status_code == 204
+        again = next(events)  # the requeued one comes back on the same stream
+        assert again["payload"] == "r2" and again["redelivered"] is True
+        assert http.post(settle, json={"delivery_ids": [again["delivery_id"]], "action": "ack"}).status_code == 204
+        assert http.post(settle, json={"delivery_ids": [1], "action": "drop"}).status_code == 400
+    dead = http.post(f"/api/queues/%2F/{dlq}/get", json={"count": 5, "ackmode": "ack_requeue_false"}).json()
+    assert sorted(m["payload"] for m in dead) == ["r0", "r1"]
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages"] == 0
+    http.delete(f"/api/queues/%2F/{q}")
+    http.delete(f"/api/queues/%2F/{dlq}")
