@@ -47,6 +47,13 @@ class Client:
             fail(f"{reason} (HTTP {r.status_code})", 1)
         return r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else None
 
+    def done(self, text: str, action: str, **result: Any) -> None:
+        """Report a change: one line of text, or with --json an object (action, vhost and the names)."""
+        if self.as_json:
+            click.echo(json.dumps({"action": action, "vhost": self.vhost, **result}))
+        else:
+            console.print(text, markup=False, highlight=False)
+
     def show(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
         if self.as_json:
             console.print_json(json.dumps(rows, default=str))
@@ -171,7 +178,7 @@ def exchange_declare(c: Client, name: str, type_: str, durable: bool, auto_delet
     c.call("PUT", f"/api/exchanges/{c.v}/{quote(name, safe='')}",
            {"type": type_, "durable": durable, "auto_delete": auto_delete, "internal": internal,
             "arguments": _kv(argument)})
-    console.print(f"exchange {name} declared")
+    c.done(f"exchange {name} declared", "declared", exchange=name)
 
 
 @exchange.command("delete")
@@ -179,7 +186,7 @@ def exchange_declare(c: Client, name: str, type_: str, durable: bool, auto_delet
 @pass_client
 def exchange_delete(c: Client, name: str) -> None:
     c.call("DELETE", f"/api/exchanges/{c.v}/{quote(name, safe='')}")
-    console.print(f"exchange {name} deleted")
+    c.done(f"exchange {name} deleted", "deleted", exchange=name)
 
 
 @click.group()
@@ -203,7 +210,7 @@ def queue_list(c: Client) -> None:
 def queue_declare(c: Client, name: str, durable: bool, auto_delete: bool, argument: tuple[str, ...]) -> None:
     c.call("PUT", f"/api/queues/{c.v}/{quote(name, safe='')}",
            {"durable": durable, "auto_delete": auto_delete, "arguments": _kv(argument)})
-    console.print(f"queue {name} declared")
+    c.done(f"queue {name} declared", "declared", queue=name)
 
 
 @queue.command("delete")
@@ -211,7 +218,7 @@ def queue_declare(c: Client, name: str, durable: bool, auto_delete: bool, argume
 @pass_client
 def queue_delete(c: Client, name: str) -> None:
     c.call("DELETE", f"/api/queues/{c.v}/{quote(name, safe='')}")
-    console.print(f"queue {name} deleted")
+    c.done(f"queue {name} deleted", "deleted", queue=name)
 
 
 @queue.command("purge")
@@ -219,7 +226,7 @@ def queue_delete(c: Client, name: str) -> None:
 @pass_client
 def queue_purge(c: Client, name: str) -> None:
     c.call("DELETE", f"/api/queues/{c.v}/{quote(name, safe='')}/contents")
-    console.print(f"queue {name} purged")
+    c.done(f"queue {name} purged", "purged", queue=name)
 
 
 @click.command()
@@ -234,7 +241,8 @@ def bind(c: Client, source: str, destination: str, routing_key: str, to_exchange
     letter = "e" if to_exchange else "q"
     c.call("POST", f"/api/bindings/{c.v}/e/{quote(source, safe='')}/{letter}/{quote(destination, safe='')}",
            {"routing_key": routing_key, "arguments": _kv(argument)})
-    console.print(f"bound {source} -> {destination} ({routing_key!r})")
+    c.done(f"bound {source} -> {destination} ({routing_key!r})", "bound", source=source,
+           destination=destination, routing_key=routing_key)
 
 
 @click.command()
@@ -254,7 +262,8 @@ def unbind(c: Client, source: str, destination: str, routing_key: str, to_exchan
     for b in found:
         c.call("DELETE", f"/api/bindings/{c.v}/e/{quote(source, safe='')}/{kind[0]}/{quote(destination, safe='')}/"
                          f"{quote(b['properties_key'], safe='')}")
-    console.print(f"unbound {source} -> {destination}")
+    c.done(f"unbound {source} -> {destination}", "unbound", source=source, destination=destination,
+           routing_key=routing_key)
 
 
 @click.command()
@@ -289,7 +298,7 @@ def publish(c: Client, exchange_name: str, body: str | None, routing_key: str, p
         if body is None:
             raise click.UsageError("give a BODY, --stdin-lines or --file")
         messages = [{"routing_key": routing_key, "payload": body, "properties": properties}]
-    routed = 0
+    routed = unconfirmed = 0
     with Progress(console=err, transient=True, disable=len(messages) < 100) as progress:
         task = progress.add_task("publishing", total=len(messages))
         for start in range(0, len(messages), BATCH):  # publish-batch: one request per BATCH messages
@@ -305,9 +314,14 @@ def publish(c: Client, exchange_name: str, body: str | None, routing_key: str, p
                 fail(f"cannot reach the broker at {c.http.base_url}: {exc}", 3)
             if r.status_code >= 400:
                 fail(f"{_reason(r)} (HTTP {r.status_code})", 1)
-            routed += sum(1 for x in r.json()["results"] if x["routed"])
+            results = r.json()["results"]
+            routed += sum(1 for x in results if x["routed"])
+            unconfirmed += sum(1 for x in results if not x.get("confirmed", True))
             progress.advance(task, len(chunk))
-    console.print(f"published {len(messages)}, routed {routed}")
+    c.done(f"published {len(messages)}, routed {routed}", "published", exchange=exchange_name,
+           published=len(messages), routed=routed, unconfirmed=unconfirmed)
+    if unconfirmed:  # the broker refused some (a full queue with reject-publish, a limit): not delivered
+        fail(f"{unconfirmed} of {len(messages)} messages were not confirmed by the broker", 1)
 
 
 @click.command()
@@ -376,7 +390,7 @@ def definitions_import(c: Client, path: Any) -> None:
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="PATH") from None
     c.call("POST", "/api/definitions", doc)
-    console.print("definitions imported")
+    c.done("definitions imported", "imported")
 
 
 @click.group()
@@ -398,7 +412,7 @@ def connections_close(c: Client, connection_id: str, reason: str) -> None:
     r = c.http.request("DELETE", f"/api/connections/{quote(connection_id, safe='')}", headers={"x-reason": reason})
     if r.status_code >= 400:
         fail(f"{_reason(r)} (HTTP {r.status_code})", 1)
-    console.print(f"connection {connection_id} closed")
+    c.done(f"connection {connection_id} closed", "closed", connection=connection_id)
 
 
 @click.group()
@@ -419,7 +433,7 @@ def user_list(c: Client) -> None:
 @pass_client
 def user_add(c: Client, name: str, new_password: str, tags: str) -> None:
     c.call("PUT", f"/api/users/{quote(name, safe='')}", {"password": new_password, "tags": tags})
-    console.print(f"user {name} added")
+    c.done(f"user {name} added", "added", user=name)
 
 
 @user.command("passwd")
@@ -431,7 +445,7 @@ def user_passwd(c: Client, name: str, new_password: str) -> None:
     if name not in users:
         fail(f"no user '{name}'", 1)
     c.call("PUT", f"/api/users/{quote(name, safe='')}", {"password": new_password, "tags": users[name]["tags"]})
-    console.print(f"password of {name} changed")
+    c.done(f"password of {name} changed", "password_changed", user=name)
 
 
 @user.command("delete")
@@ -439,7 +453,7 @@ def user_passwd(c: Client, name: str, new_password: str) -> None:
 @pass_client
 def user_delete(c: Client, name: str) -> None:
     c.call("DELETE", f"/api/users/{quote(name, safe='')}")
-    console.print(f"user {name} deleted")
+    c.done(f"user {name} deleted", "deleted", user=name)
 
 
 @click.group()
@@ -458,7 +472,7 @@ def vhost_list(c: Client) -> None:
 @pass_client
 def vhost_add(c: Client, name: str) -> None:
     c.call("PUT", f"/api/vhosts/{quote(name, safe='')}")
-    console.print(f"vhost {name} added")
+    c.done(f"vhost {name} added", "added", name=name)
 
 
 @vhost.command("delete")
@@ -466,7 +480,7 @@ def vhost_add(c: Client, name: str) -> None:
 @pass_client
 def vhost_delete(c: Client, name: str) -> None:
     c.call("DELETE", f"/api/vhosts/{quote(name, safe='')}")
-    console.print(f"vhost {name} deleted")
+    c.done(f"vhost {name} deleted", "deleted", name=name)
 
 
 @click.group()
@@ -489,7 +503,7 @@ def permissions_list(c: Client) -> None:
 def permissions_set(c: Client, user_name: str, configure: str, write: str, read: str) -> None:
     c.call("PUT", f"/api/permissions/{c.v}/{quote(user_name, safe='')}",
            {"configure": configure, "write": write, "read": read})
-    console.print(f"permissions of {user_name} on {c.vhost} set")
+    c.done(f"permissions of {user_name} on {c.vhost} set", "set", user=user_name)
 
 
 @permissions.command("clear")
@@ -497,7 +511,7 @@ def permissions_set(c: Client, user_name: str, configure: str, write: str, read:
 @pass_client
 def permissions_clear(c: Client, user_name: str) -> None:
     c.call("DELETE", f"/api/permissions/{c.v}/{quote(user_name, safe='')}")
-    console.print(f"permissions of {user_name} on {c.vhost} cleared")
+    c.done(f"permissions of {user_name} on {c.vhost} cleared", "cleared", user=user_name)
 
 
 @click.group()
@@ -518,7 +532,7 @@ def mirror_list(c: Client) -> None:
 @pass_client
 def mirror_enable(c: Client, exchange_name: str, max_age_ms: int | None, max_bytes: int | None) -> None:
     c.call("PUT", f"/api/mirrors/{c.v}/{quote(exchange_name, safe='')}", {"max_age_ms": max_age_ms, "max_bytes": max_bytes})
-    console.print(f"mirroring {exchange_name}")
+    c.done(f"mirroring {exchange_name}", "mirrored", exchange=exchange_name)
 
 
 @mirror.command("disable")
@@ -526,4 +540,4 @@ def mirror_enable(c: Client, exchange_name: str, max_age_ms: int | None, max_byt
 @pass_client
 def mirror_disable(c: Client, exchange_name: str) -> None:
     c.call("DELETE", f"/api/mirrors/{c.v}/{quote(exchange_name, safe='')}")
-    console.print(f"not mirroring {exchange_name}")
+    c.done(f"not mirroring {exchange_name}", "unmirrored", exchange=exchange_name)

@@ -113,3 +113,36 @@ def test_errors_are_one_plain_line_with_brackets_kept(broker):
     assert r.exit_code == 1
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and name in lines[0] and "(HTTP 404)" in lines[0]
+
+
+def test_json_results_of_changes_vhost_env_and_consume_json(broker):
+    vhost = f"v{uuid.uuid4().hex[:6]}"
+    q = f"jq-{uuid.uuid4().hex[:6]}"
+    r = run(broker, "vhost", "add", vhost, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"action": "added", "vhost": "/", "name": vhost}
+    env = {"HEADRACE_VHOST": vhost}
+    r = CliRunner().invoke(cli, ["queue", "declare", q, "--transient", "--json", "--url", broker.http_url], env=env)
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"action": "declared", "vhost": vhost, "queue": q}
+    r = CliRunner().invoke(cli, ["publish", "", "-k", q, "--stdin-lines", "--json", "--url", broker.http_url],
+                           env=env, input="a\nb\n")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout) == {"action": "published", "vhost": vhost, "exchange": "", "published": 2,
+                                    "routed": 2, "unconfirmed": 0}
+    r = CliRunner().invoke(cli, ["consume", q, "-n", "2", "--json", "--url", broker.http_url], env=env)
+    assert r.exit_code == 0
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [e["payload"] for e in events] == ["a", "b"] and all("delivery_id" in e for e in events)
+    r = CliRunner().invoke(cli, ["queue", "delete", q, "--json", "--url", broker.http_url], env=env)
+    assert json.loads(r.stdout) == {"action": "deleted", "vhost": vhost, "queue": q}
+    assert run(broker, "vhost", "delete", vhost).exit_code == 0
+
+
+def test_publish_exits_1_when_the_broker_does_not_confirm(broker):
+    q = f"full-{uuid.uuid4().hex[:6]}"
+    assert run(broker, "queue", "declare", q, "--transient", "-a", "x-max-length=1",
+               "-a", "x-overflow=reject-publish").exit_code == 0
+    r = run(broker, "publish", "", "-k", q, "--stdin-lines", input="first\nsecond\n")
+    assert r.exit_code == 1
+    assert "published 2, routed 2" in r.stdout
+    assert r.stderr == "Error: 1 of 2 messages were not confirmed by the broker\n"
+    assert run(broker, "queue", "delete", q).exit_code == 0
