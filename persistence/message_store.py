@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import gc
 import logging
+import mmap
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .fsync import FsyncMode, fsync_dir
-from .records import iter_records
+from .records import HEADER_SIZE, iter_records
 from .segments import SegmentWriter, list_segments
 from .store_ops import (
     DECODE_ERRORS,
@@ -134,6 +135,7 @@ class MessageStore:
         self._live_bytes = 0
         self._dir_dirty = False  # a segment was created since the last directory sync
         self._recovered = False
+        self._maps: dict[int, mmap.mmap] = {}  # segments mapped to load recovered messages
         self._handlers: dict[type, Callable[[Any], None]] = {
             Publish: self._on_publish,
             Ack: self._on_ack,
@@ -195,15 +197,14 @@ class MessageStore:
             self._open_segment(1)
         return Recovered(queues, delayed, replay.max_id + 1, damaged)
 
-    def _index_recovered(self, replay: Replay) -> dict[QKey, list[RecoveredMessage]]:
-        out: dict[QKey, list[RecoveredMessage]] = {}
+    def _index_recovered(self, replay: Replay) -> dict[QKey, Sequence[RecoveredMessage]]:
+        refs: dict[QKey, list[_Ref]] = {}
         drop_pos = replay.drop_pos
         purges = replay.purges
         messages = replay.messages
         for mid in sorted(messages):
-            msg = messages[mid]
+            msg = messages.pop(mid)  # freed as it is indexed: the peak is one copy, not two
             entry: _Entry = [msg.seg, msg.size]
-            fields: tuple[str, str, bytes, bytes] | None = None
             for key, count in msg.queues.items():
                 if drop_pos.get(key, 0) > msg.pos:
                     continue
@@ -213,19 +214,30 @@ class MessageStore:
                         continue
                 qkey = self._qkey(key)
                 entry += (qkey, count)
-                if fields is None:
-                    fields = decode_publish_tail(msg.payload, msg.tail)
-                exchange, routing_key, props, body = fields
-                rm = RecoveredMessage(mid, exchange, routing_key, props, body, count > 0, count,
-                                      msg.ts)
-                bucket = out.get(qkey)
+                bucket = refs.get(qkey)
                 if bucket is None:
-                    out[qkey] = bucket = []
-                bucket.append(rm)
+                    refs[qkey] = bucket = []
+                bucket.append((mid, msg.seg, msg.offset, msg.size, msg.tail, msg.ts, count))
             if len(entry) > _FIRST_Q:
                 self._live[mid] = entry
                 self._count_live(self._segments[msg.seg], msg.size)
-        return out
+        return {key: _Recovering(self, bucket) for key, bucket in refs.items()}
+
+    def _load(self, ref: _Ref) -> RecoveredMessage:
+        """A recovered message's fields, read from its segment (mapped once, until the next write)."""
+        mid, seq, offset, size, tail, ts, count = ref
+        view = self._maps.get(seq)
+        if view is None:
+            with open(self._segments[seq].path, "rb") as f:
+                view = self._maps[seq] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        exchange, routing_key, props, body = decode_publish_tail(
+            view[offset + HEADER_SIZE : offset + size], tail)
+        return RecoveredMessage(mid, exchange, routing_key, props, body, count > 0, count, ts)
+
+    def _unmap(self) -> None:
+        for view in self._maps.values():
+            view.close()
+        self._maps.clear()
 
     def _index_delayed(self, replay: Replay) -> list[Delay]:
         out: list[Delay] = []
@@ -242,6 +254,8 @@ class MessageStore:
         """Append records for ``ops`` (buffered) and update the index; rolls segments as needed."""
         if self._writer is None:
             raise StoreNotOpenError("call recover() first; the store may also be closed")
+        if self._maps:
+            self._unmap()  # recovery's reads are over
         handlers = self._handlers
         for op in ops:
             handlers[type(op)](op)
@@ -534,11 +548,42 @@ class MessageStore:
 
     def close(self) -> None:
         """Sync and close the current segment; the store is not used again."""
+        self._unmap()
         if self._writer is None:
             return
         self.sync()
         self._writer.close()
         self._writer = None
+
+
+# Where a recovered message's record is: id, segment, offset, record bytes, exchange offset in the
+# payload, timestamp ms, delivery count.
+_Ref = tuple[int, int, int, int, int, int, int]
+
+
+class _Recovering(Sequence[RecoveredMessage]):
+    """One queue's recovered messages, read from the segments as they are iterated: the shell adds
+    them to the queue one by one, and those past the resident window go to spill, so a large
+    backlog restarts in about the memory of the window plus the index."""
+
+    __slots__ = ("_refs", "_store")
+
+    def __init__(self, store: MessageStore, refs: list[_Ref]) -> None:
+        self._store = store
+        self._refs = refs
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def,override]
+        if isinstance(index, slice):
+            return [self._store._load(ref) for ref in self._refs[index]]
+        return self._store._load(self._refs[index])
+
+    def __iter__(self) -> Iterator[RecoveredMessage]:
+        load = self._store._load
+        for ref in self._refs:
+            yield load(ref)
 
 
 def _find(entry: _Entry, key: QKey) -> int:

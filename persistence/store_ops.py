@@ -139,7 +139,9 @@ class RecoveredMessage:
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    queues: dict[tuple[str, str], list[RecoveredMessage]]  # (vhost, queue) -> live, publish order
+    # (vhost, queue) -> live messages in publish order, read from the segments as they are iterated
+    # (valid until the store's next write)
+    queues: dict[tuple[str, str], Sequence[RecoveredMessage]]
     delayed: list[Delay]  # in id order
     next_message_id: int  # > every id seen in any record
     truncated_bytes: int  # bytes after the last good record of any segment (0 if clean)
@@ -324,13 +326,14 @@ def message_id_of(p: bytes) -> int:
 
 @dataclass(slots=True)
 class ScannedMessage:
-    """A message as recovery sees it while reading the log: its payload stays undecoded past the
-    queue list, since most messages in a log are dead by the end of it."""
+    """A message as recovery sees it while reading the log: where its record is, not its payload
+    (most messages in a log are dead by the end of it, and the live ones are read back one by one
+    as their queues load, so a large backlog never sits in memory whole)."""
 
     seg: int
     size: int
     pos: int  # ordinal of its latest Publish record, to apply DropQueue records after the fact
-    payload: bytes
+    offset: int  # of the record in its segment file
     ts: int
     tail: int  # offset of the exchange in ``payload``
     queues: dict[QKey, int]  # live queue -> delivery count
@@ -347,6 +350,8 @@ class Replay:
     purges: dict[QKey, list[tuple[int, frozenset[int]]]] = field(default_factory=dict)
     pos: int = 0
     max_id: int = 0
+    # one key object per queue, shared by every message (not two new strings per record)
+    keys: dict[QKey, QKey] = field(default_factory=dict)
 
     def apply(self, rec: Record, seg: int) -> None:
         self.pos += 1
@@ -355,8 +360,9 @@ class Replay:
         size = HEADER_SIZE + len(p)
         if kind == Kind.PUBLISH:
             mid, ts, vhost, names, tail = decode_publish_head(p)
-            queues = {(vhost, name): count for name, count in names}
-            self.messages[mid] = ScannedMessage(seg, size, self.pos, p, ts, tail, queues)
+            keys = self.keys
+            queues = {keys.setdefault((vhost, name), (vhost, name)): count for name, count in names}
+            self.messages[mid] = ScannedMessage(seg, size, self.pos, rec.offset, ts, tail, queues)
             self._saw(mid)
         elif kind == Kind.ACK or kind == Kind.DELIVER:
             mid, vhost, queue = decode_ref(p)
