@@ -267,3 +267,28 @@ def test_deep_spill_keeps_memory_bounded_and_order_exact(broker_factory):
             break
     ch.cancel()
     conn.close()
+
+
+def test_purge_of_spilled_durable_queue_survives_kill_9_and_spares_unacked(broker_factory):
+    proc = broker_factory(env={"HEADRACE_QUEUE_MAX_RESIDENT_MESSAGES": "500"})
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("purged", durable=True)
+    ch.queue_declare("barrier", durable=True)
+    for i in range(3_000):
+        ch.basic_publish("", "purged", b"%d" % i, PERSISTENT)
+    held = conn.channel()
+    held_ids = [int(held.basic_get("purged")[2]) for _ in range(2)]  # delivered, never acked
+    assert ch.queue_purge("purged").method.message_count == 2_998
+    ch.basic_publish("", "purged", b"after", PERSISTENT)
+    barrier(ch)
+    proc.kill()
+    proc = broker_factory(data_dir=proc.data_dir)
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    back = []
+    while (got := ch.basic_get("purged", auto_ack=True))[0] is not None:
+        back.append(got[2])
+    conn.close()
+    assert back == [b"%d" % i for i in held_ids] + [b"after"]
