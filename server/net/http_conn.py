@@ -10,6 +10,7 @@ import base64
 import binascii
 import ipaddress
 import logging
+import math
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ import h11
 import trio
 
 import headrace
+from headrace.server.auth import LoginThrottled
 from headrace.server.http import router
 from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
@@ -139,7 +141,13 @@ class HTTPServer:
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.broker.now = time.time()
         if request.path not in PUBLIC_PATHS:
-            user = self._authenticate(request.headers.get("authorization"), peer_host)
+            try:
+                user = self._authenticate(request.headers.get("authorization"), peer_host)
+            except LoginThrottled as exc:
+                # a throttled login was never checked: 401 would tell the client the password is wrong
+                wait = max(1, math.ceil(exc.retry_after))
+                return error_response(HTTPError(429, "too_many_requests", f"{exc}; retry after {wait} s",
+                                                [("retry-after", str(wait))]))
             if user is None:
                 return error_response(HTTPError(401, "not_authorised", "Login failed",
                                                 [("www-authenticate", 'Basic realm="headrace"')]))
@@ -150,7 +158,8 @@ class HTTPServer:
 
     def _authenticate(self, header: str | None, peer_host: str | None) -> Any:
         """Basic auth; a user of ``loopback_users`` (guest) is refused from a non-loopback peer, as
-        over AMQP (RabbitMQ applies loopback_users to the management listener too)."""
+        over AMQP (RabbitMQ applies loopback_users to the management listener too). Raises
+        ``LoginThrottled`` while failed logins are over their rate."""
         if not header or not header.lower().startswith("basic "):
             return None
         try:
@@ -159,7 +168,7 @@ class HTTPServer:
             return None
         if not login_allowed(user, peer_host, self.loopback_users):
             return None
-        return self.broker.users.authenticate(user, password)
+        return self.broker.users.check(user, password)  # LoginThrottled goes to _respond (429)
 
     async def _stream(self, stream: trio.abc.Stream, conn: h11.Connection, response: Response) -> None:
         """Stream an HTTP consumer's deliveries until the client goes away (its unacked messages then

@@ -470,3 +470,24 @@ def test_monitoring_user_sees_stats_but_not_messages(broker, limited):
     finally:
         with admin(broker) as http:
             http.delete(f"/api/users/{user}")
+
+
+# ---------------------------------------------------------------------------- throttle and default exchange over HTTP
+def test_throttled_http_login_is_429_with_retry_after(broker_factory):
+    proc = broker_factory()
+    with admin(proc) as http:
+        assert http.get("/api/overview").status_code == 200  # guest's login is cached now
+        with httpx.Client(base_url=proc.http_url, auth=("guest", "wrong"), timeout=10) as wrong:
+            statuses = []
+            for _ in range(400):  # far more than the burst plus what refills meanwhile; ends at the first throttle
+                r = wrong.get("/api/overview")
+                statuses.append(r.status_code)
+                if r.status_code != 401:
+                    break
+        assert r.status_code == 429
+        assert len(statuses) > 20 and set(statuses[:-1]) == {401}
+        assert r.headers["retry-after"] == "1"  # whole seconds, rounded up
+        assert r.json() == {"error": "too_many_requests",
+                            "reason": "too many failed logins, try later; retry after 1 s"}
+        assert http.get("/api/overview").status_code == 200  # a cached login still passes
+
