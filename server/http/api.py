@@ -405,7 +405,7 @@ def delete_exchange(ctx: Context, req: Request, vhost: str, name: str) -> Respon
 def publish(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
-    _perm(ctx, req, vhost, "write", "" if name == "amq.default" else name)
+    _perm(ctx, req, vhost, "write", name)  # the default exchange as amq.default, as over AMQP (RabbitMQ)
     _publishing_allowed(ctx)
     body = PublishBody.model_validate(req.json())
     if name == "amq.default":  # the management API's name for the default exchange
@@ -460,7 +460,7 @@ def publish_batch(ctx: Context, req: Request, vhost: str, name: str) -> Response
     _require(req)
     v = _vhost(ctx, req, vhost)
     exchange = "" if name == "amq.default" else name
-    _perm(ctx, req, vhost, "write", exchange)
+    _perm(ctx, req, vhost, "write", name)  # the default exchange as amq.default, as over AMQP (RabbitMQ)
     _publishing_allowed(ctx)
     lines = [line for line in req.body.splitlines() if line.strip()]
     if len(lines) > MAX_BATCH:

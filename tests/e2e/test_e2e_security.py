@@ -491,3 +491,32 @@ def test_throttled_http_login_is_429_with_retry_after(broker_factory):
                             "reason": "too many failed logins, try later; retry after 1 s"}
         assert http.get("/api/overview").status_code == 200  # a cached login still passes
 
+
+def test_http_publish_to_the_default_exchange_checks_write_on_amq_default(broker):
+    q = unique("dq")
+    users = {"denied": unique("nowrite"), "allowed": unique("defonly")}
+    with admin(broker) as http:
+        assert http.put(f"/api/queues/%2F/{q}", json={"durable": False}).status_code == 201
+        for user, write in ((users["denied"], "^$"), (users["allowed"], r"^amq\.default$")):
+            assert http.put(f"/api/users/{user}", json={"password": "pw", "tags": "management"}).status_code == 201
+            assert http.put(f"/api/permissions/%2F/{user}",
+                            json={"configure": "", "write": write, "read": ""}).status_code == 201
+        try:
+            message = {"routing_key": q, "payload": "x"}
+            with httpx.Client(base_url=broker.http_url, auth=(users["denied"], "pw"), timeout=10) as denied:
+                r = denied.post("/api/exchanges/%2F/amq.default/publish", json=message)
+                assert r.status_code == 403
+                assert r.json() == {"error": "access_refused", "reason": "write access to 'amq.default' in vhost "
+                                                                          f"'/' refused for user '{users['denied']}'"}
+                r = denied.post("/api/exchanges/%2F/amq.default/publish-batch", content=json.dumps(message))
+                assert r.status_code == 403 and r.json()["error"] == "access_refused"
+            with httpx.Client(base_url=broker.http_url, auth=(users["allowed"], "pw"), timeout=10) as allowed:
+                assert allowed.post("/api/exchanges/%2F/amq.default/publish", json=message).json() == {"routed": True}
+                r = allowed.post("/api/exchanges/%2F/amq.default/publish-batch", content=json.dumps(message))
+                assert r.status_code == 200 and r.json()["published"] == 1
+            assert http.get(f"/api/queues/%2F/{q}").json()["messages"] == 2  # only the allowed user's
+        finally:
+            for user in users.values():
+                http.delete(f"/api/users/{user}")
+            http.delete(f"/api/queues/%2F/{q}")
+
