@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -51,6 +51,13 @@ EQUIVALENCE_ARGS = frozenset({
     "x-single-active-consumer", "x-delivery-limit",
 })
 EXCHANGE = DestinationKind.EXCHANGE
+
+
+@runtime_checkable
+class PermissionChecker(Protocol):
+    """A queue owner that checks its user's permissions (an AMQP session): raises 403 if refused."""
+
+    def check_permission(self, kind: str, name: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -194,6 +201,10 @@ class VHost:
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         if not name:
             name = "amq.gen-" + secrets.token_urlsafe(16)
+            # the caller could not check a name it did not know: RabbitMQ checks configure on the
+            # generated one, so '^x-.*' cannot create server-named queues
+            if isinstance(owner, PermissionChecker):
+                owner.check_permission("configure", name)
         arguments = dict(arguments or {})
         if existing is not None:
             # RabbitMQ's strict check: another connection's exclusive queue, or an exclusive flag

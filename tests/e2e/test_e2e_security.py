@@ -520,3 +520,26 @@ def test_http_publish_to_the_default_exchange_checks_write_on_amq_default(broker
                 http.delete(f"/api/users/{user}")
             http.delete(f"/api/queues/%2F/{q}")
 
+
+def test_server_named_queue_declare_checks_configure_on_the_generated_name(broker):
+    user = unique("xonly")
+    with admin(broker) as http:
+        assert http.put(f"/api/users/{user}", json={"password": "pw", "tags": ""}).status_code == 201
+        assert http.put(f"/api/permissions/%2F/{user}",
+                        json={"configure": "^x-.*", "write": ".*", "read": ".*"}).status_code == 201
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(amqp_url(broker.amqp_port, user, "pw")))
+            ch = conn.channel()
+            named = unique("x-q")
+            assert ch.queue_declare(named, exclusive=True).method.queue == named  # its own names pass
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                ch.queue_declare("", exclusive=True)
+            assert info.value.reply_code == 403
+            prefix = "ACCESS_REFUSED - configure access to queue 'amq.gen-"
+            text = info.value.reply_text
+            assert text.startswith(prefix) and text.endswith(f"' in vhost '/' refused for user '{user}'")
+            generated = text[len("ACCESS_REFUSED - configure access to queue '"):].split("'")[0]
+            assert http.get(f"/api/queues/%2F/{quote(generated, safe='')}").status_code == 404  # not created
+            conn.close()
+        finally:
+            http.delete(f"/api/users/{user}")
