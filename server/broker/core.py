@@ -101,6 +101,8 @@ class Broker:
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
+        # called with a deleted user's name: the HTTP shell ends that user's consume streams there
+        self.user_deleted_hooks: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------------ vhosts and users
     def add_vhost(self, name: str) -> VHost:
@@ -141,6 +143,8 @@ class Broker:
         """RabbitMQ closes a deleted user's connections with 320 CONNECTION_FORCED."""
         self._close_connections(lambda session: session.user is not None and session.user.name == name,
                                 f"user '{name}' is deleted")
+        for hook in list(self.user_deleted_hooks):
+            hook(name)
 
     def _close_connections(self, match: Callable[[Any], bool], reason: str) -> None:
         for session in list(self.connections.values()):

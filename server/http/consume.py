@@ -104,10 +104,23 @@ class HTTPConsumer:
             self.vhost.dispatch(queue)
         return unknown
 
+    def end(self, reason: str) -> None:
+        """The broker ends the stream (its user was deleted): unacked messages go back to the queue
+        and the client gets a final line saying why before the terminating chunk."""
+        if self.closed:
+            return
+        self._stop()
+        self.lines.append(self.final_line(reason))
+        self.wake()
+
     def close(self) -> None:
         """The client went away: stop consuming and give every unacked message back."""
         if self.closed:
             return
+        self._stop()
+        self.lines.clear()
+
+    def _stop(self) -> None:
         self.closed = True
         queue = self.queue
         if self.vhost.queues.get(queue.name) is queue:
@@ -115,7 +128,6 @@ class HTTPConsumer:
             queue.requeue_many(list(self.unacked.values()))
             self.vhost.dispatch(queue)
         self.unacked.clear()
-        self.lines.clear()
 
 
 def json_value(value: Any) -> Any:

@@ -45,11 +45,18 @@ class HTTPServer:
         self._closing = False
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
+        self.broker.user_deleted_hooks.append(self._user_deleted)
 
     def store_bytes(self) -> int:
         """Message store size on disk (an int the flusher keeps; reading it needs no lock)."""
         storage = getattr(self.app, "storage", None)
         return storage.store.disk_bytes() if storage is not None else 0
+
+    def _user_deleted(self, name: str) -> None:
+        """A deleted user's consume streams end, as their AMQP connections are closed (320)."""
+        for consumer in list(self.http_consumers.values()):
+            if consumer.user == name:
+                consumer.end("user deleted")
 
     def shutdown(self) -> None:
         """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""
@@ -206,6 +213,9 @@ class HTTPServer:
                         if idle.cancelled_caught and not consumer.lines:
                             # a blank line keeps idle proxies from timing out and notices dead clients
                             await stream.send_all(conn.send(h11.Data(data=b"\n")))
+                    rest = consumer.take_lines()  # a final line added while the last send was under way
+                    if rest:
+                        await stream.send_all(conn.send(h11.Data(data=rest)))
                     if self._closing and not consumer.closed:
                         await stream.send_all(conn.send(h11.Data(data=consumer.final_line("broker shutdown"))))
                     await stream.send_all(conn.send(h11.EndOfMessage()))  # the terminating chunk

@@ -539,3 +539,22 @@ def test_stream_reject_and_nack_without_requeue_dead_letter(broker, http):
     assert http.get(f"/api/queues/%2F/{q}").json()["messages"] == 0
     http.delete(f"/api/queues/%2F/{q}")
     http.delete(f"/api/queues/%2F/{dlq}")
+
+
+def test_deleting_a_user_ends_their_streams(broker, http):
+    q = unique("uq")
+    user = make_user(http, "management")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": "held"})
+    with httpx.Client(base_url=broker.http_url, auth=(user, "pw"), timeout=10) as theirs:
+        with theirs.stream("GET", f"/api/queues/%2F/{q}/consume") as r:
+            events = lines_of(r)
+            tag = next(events)["consumer"]
+            assert next(events)["payload"] == "held"  # unacked on the stream
+            assert http.delete(f"/api/users/{user}").status_code == 204
+            rest = list(events)  # ends: the terminating chunk came (httpx raises on a cut body)
+    assert rest == [{"cancelled": tag, "reason": "user deleted"}]
+    queue = http.get(f"/api/queues/%2F/{q}").json()
+    assert queue["messages_ready"] == 1 and queue["consumers"] == 0  # the unacked message went back
+    http.delete(f"/api/queues/%2F/{q}")
+
