@@ -71,6 +71,13 @@ class MirrorDef(_Item):
     max_bytes: int | None = Field(None, ge=1)
 
 
+class MirrorDisabledDef(_Item):
+    """An x-mirror exchange whose mirroring was switched off: without it an import would mirror
+    the exchange again from its declare argument."""
+    exchange: str
+    vhost: str = "/"
+
+
 class DefinitionsBody(_Item):
     vhosts: list[VHostDef] = []
     users: list[UserDef] = []
@@ -79,6 +86,7 @@ class DefinitionsBody(_Item):
     queues: list[QueueDef] = []
     bindings: list[BindingDef] = []
     mirrors: list[MirrorDef] = []
+    mirrors_disabled: list[MirrorDisabledDef] = []
 
     def document(self) -> dict[str, Any]:
         """The checked document, with absent passwords left out (``import_definitions`` tells a

@@ -558,3 +558,19 @@ def test_deleting_a_user_ends_their_streams(broker, http):
     assert queue["messages_ready"] == 1 and queue["consumers"] == 0  # the unacked message went back
     http.delete(f"/api/queues/%2F/{q}")
 
+
+def test_definitions_import_keeps_a_disabled_x_mirror_off(broker_factory):
+    exported = broker_factory()
+    with httpx.Client(base_url=exported.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.put("/api/exchanges/%2F/audit", json={"type": "topic", "arguments": {"x-mirror": True}}
+                        ).status_code == 201
+        assert [m["exchange"] for m in http.get("/api/mirrors").json()] == ["audit"]
+        assert http.delete("/api/mirrors/%2F/audit").status_code == 204
+        definitions = http.get("/api/definitions").json()
+    assert definitions["mirrors_disabled"] == [{"vhost": "/", "exchange": "audit"}]
+    fresh = broker_factory()
+    with httpx.Client(base_url=fresh.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.post("/api/definitions", json=definitions).status_code == 204
+        exchange = http.get("/api/exchanges/%2F/audit").json()
+        assert exchange["arguments"] == {"x-mirror": True} and exchange["mirrored"] is False
+        assert http.get("/api/mirrors").json() == []
