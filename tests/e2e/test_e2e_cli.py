@@ -8,7 +8,6 @@ import uuid
 import pika
 import pytest
 from click.testing import CliRunner
-
 from headrace.cli.main import cli
 
 pytestmark = pytest.mark.timeout(60)

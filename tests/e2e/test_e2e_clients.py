@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
+from e2e_support import unique
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def test_aio_pika_publish_consume_ack_and_confirms(broker):

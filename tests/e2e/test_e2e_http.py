@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
 import httpx
 import pika
 import pytest
+from e2e_support import unique
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def http(broker):
-    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as client:
-        yield client
 
 
 def test_auth_required_and_errors_are_json(broker, http):

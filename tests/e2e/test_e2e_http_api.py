@@ -6,25 +6,14 @@ import base64
 import json
 import signal
 import time
-import uuid
 
 import httpx
 import pika
 import pytest
-
+from e2e_support import unique
 from headrace.server.net.http_conn import login_allowed
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def http(broker):
-    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as client:
-        yield client
 
 
 def make_user(http: httpx.Client, tags: str, read: str = ".*", write: str = ".*") -> str:

@@ -17,10 +17,9 @@ from urllib.parse import quote
 import httpx
 import pika
 import pytest
+from headrace.server.http.api import router
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from headrace.server.http.api import router
 
 FUZZ_EXAMPLES = int(os.environ.get("HEADRACE_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,

@@ -11,7 +11,6 @@ import time
 import httpx
 import pika
 import pytest
-
 from headrace.persistence.mirror_log import list_segments, read_entries
 
 pytestmark = pytest.mark.timeout(90)

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Iterator
-
 import pika
 import pika.exceptions
 import pytest
+from e2e_support import unique, wait_until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def conn(broker) -> Iterator[pika.BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
-
-
-@pytest.fixture
-def ch(conn):
-    return conn.channel()
 
 
 def drain(ch, queue: str, expected: int, timeout: float = 5) -> list[tuple]:
@@ -41,16 +21,6 @@ def drain(ch, queue: str, expected: int, timeout: float = 5) -> list[tuple]:
             break
     ch.cancel()
     return got
-
-
-def wait_until(cond, conn: pika.BlockingConnection, timeout: float = 5.0) -> bool:
-    """Process events until ``cond()`` holds, for at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        conn.process_data_events(time_limit=0.05)
-    return True
 
 
 def test_publish_to_default_exchange_and_get(ch):

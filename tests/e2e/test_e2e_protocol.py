@@ -14,15 +14,11 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-
+from e2e_support import unique
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def recv_until_closed(sock: socket.socket, timeout: float = 10) -> bytes:

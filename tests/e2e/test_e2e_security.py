@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
@@ -19,15 +18,11 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-
+from e2e_support import unique
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def amqp_url(port: int, user: str, password: str, vhost: str = "/") -> str:

@@ -6,29 +6,14 @@ blocked, and x-expires across a restart."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Iterator
 
 import httpx
 import pika
 import pika.exceptions
 import pytest
+from e2e_support import unique, wait_until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(cond: Callable[[], bool], conn: pika.BlockingConnection, timeout: float = 5.0) -> bool:
-    """Process the connection's events until ``cond`` holds (bounded, no fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        conn.process_data_events(time_limit=0.05)
-    return True
 
 
 def settle(conn: pika.BlockingConnection) -> None:
@@ -36,19 +21,6 @@ def settle(conn: pika.BlockingConnection) -> None:
     sent before its reply has reached the callbacks."""
     conn.channel().close()
     conn.process_data_events(time_limit=0)
-
-
-@pytest.fixture
-def conn(broker) -> Iterator[pika.BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
-
-
-@pytest.fixture
-def ch(conn):
-    return conn.channel()
 
 
 def collect(ch, queue: str, *, auto_ack: bool = True, **kw) -> list[tuple]:
