@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pika
+from celery import Celery
 
 
 def unique(prefix: str) -> str:
@@ -22,3 +29,29 @@ def wait_until(cond: Callable[[], bool], conn: pika.BlockingConnection, timeout:
             return False
         conn.process_data_events(time_limit=0.05)
     return True
+
+
+@contextlib.contextmanager
+def celery_worker(amqp_url: str, queue: str, cwd: Path) -> Iterator[Celery]:
+    """A real ``celery worker --pool=solo`` subprocess on ``queue`` (tests/e2e/celery_tasks.py), and a
+    client app of its own for the test: a module-level app would keep its pooled connections to the
+    broker of an earlier test module. The worker is stopped by PID (warm shutdown) and must exit 0."""
+    url = amqp_url.replace("amqp://", "pyamqp://")
+    env = {**os.environ, "E2E_BROKER_URL": url, "E2E_QUEUE": queue, "PYTHONPATH": str(Path(__file__).parent)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_tasks", "worker", "--pool=solo", "--concurrency=1",
+         "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = Celery("headrace_e2e_client", broker=url, backend="rpc://")
+    client.conf.update(task_default_queue=queue, broker_connection_retry_on_startup=True, result_expires=60)
+    try:
+        yield client
+    finally:
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        try:
+            out, _ = worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, _ = worker.communicate()
+    assert worker.returncode == 0, out

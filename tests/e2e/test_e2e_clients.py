@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from e2e_support import unique
+from e2e_support import celery_worker, unique
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -93,32 +93,6 @@ def test_kombu_simple_queue_get_put(broker):
 
 
 def test_celery_worker_subprocess_runs_tasks_with_rpc_results(broker, tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    queue = unique("celery")
-    env = {**os.environ, "E2E_BROKER_URL": broker.url.replace("amqp://", "pyamqp://"), "E2E_QUEUE": queue,
-           "PYTHONPATH": str(Path(__file__).parent)}
-    os.environ.update({"E2E_BROKER_URL": env["E2E_BROKER_URL"], "E2E_QUEUE": queue})
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_tasks", "worker", "--pool=solo", "--concurrency=1",
-         "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import celery_tasks
-
-        celery_tasks.app.conf.update(broker_url=env["E2E_BROKER_URL"], task_default_queue=queue)
-        results = [celery_tasks.add.delay(i, i) for i in range(5)]
+    with celery_worker(broker.url, unique("celery"), tmp_path) as app:
+        results = [app.send_task("e2e.add", (i, i)) for i in range(5)]
         assert [r.get(timeout=30) for r in results] == [0, 2, 4, 6, 8]
-    finally:
-        worker.send_signal(signal.SIGTERM)  # warm shutdown, by PID
-        try:
-            out, _ = worker.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            out, _ = worker.communicate()
-    assert worker.returncode == 0, out

@@ -116,7 +116,8 @@ def test_structured_requests_on_every_route_get_clean_answers(broker, http):
     assert_alive(broker)
 
 
-def test_requests_without_or_with_wrong_credentials_get_401(broker):
+def test_requests_without_or_with_wrong_credentials_get_401_or_429(broker):
+    """Missing credentials are 401; wrong ones are 401 until the failed-login throttle answers 429."""
     @FUZZ
     @given(st.sampled_from(TEMPLATES), st.one_of(st.none(), st.tuples(st.text(max_size=10), st.text(max_size=10))))
     def run(route: tuple[str, str], auth: tuple[str, str] | None) -> None:
@@ -125,6 +126,10 @@ def test_requests_without_or_with_wrong_credentials_get_401(broker):
         if template == "/metrics" or auth == ("guest", "guest"):
             return  # /metrics is open to scrapers, as RabbitMQ's Prometheus plugin is
         response = httpx.request(method, broker.http_url + path, auth=auth, timeout=10)
+        if response.status_code == 429 and auth is not None:
+            assert int(response.headers["retry-after"]) >= 1
+            assert method == "HEAD" or response.json()["error"] == "too_many_requests"
+            return
         assert response.status_code == 401, (method, path, response.status_code)
         assert method == "HEAD" or response.json()["error"] == "not_authorised"
 

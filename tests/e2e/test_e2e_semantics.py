@@ -11,7 +11,7 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import unique, wait_until
+from e2e_support import celery_worker, unique, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -451,33 +451,7 @@ def test_blocked_publisher_is_not_dropped_for_missed_heartbeats(broker_factory):
 def test_celery_worker_with_more_eta_tasks_than_prefetch_still_runs_new_tasks(broker, tmp_path):
     """celery holds ETA tasks unacked and raises its prefetch (basic.qos global=false) for each one;
     the running consumer must get that credit, or a task sent after them waits for the ETAs."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    queue = unique("celery-eta")
-    url = broker.url.replace("amqp://", "pyamqp://")
-    env = {**os.environ, "E2E_BROKER_URL": url, "E2E_QUEUE": queue, "PYTHONPATH": str(Path(__file__).parent)}
-    os.environ.update({"E2E_BROKER_URL": url, "E2E_QUEUE": queue})
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_tasks", "worker", "--pool=solo", "--concurrency=1",
-         "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import celery_tasks
-
-        celery_tasks.app.conf.update(broker_url=url, task_default_queue=queue)
+    with celery_worker(broker.url, unique("celery-eta"), tmp_path) as app:
         for i in range(6):  # prefetch is 4 (multiplier 4 x concurrency 1)
-            celery_tasks.add.apply_async((i, i), countdown=3600)
-        assert celery_tasks.add.delay(20, 22).get(timeout=30) == 42
-    finally:
-        worker.send_signal(signal.SIGTERM)  # warm shutdown, by PID
-        try:
-            out, _ = worker.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            out, _ = worker.communicate()
-    assert worker.returncode == 0, out
+            app.send_task("e2e.add", (i, i), countdown=3600)
+        assert app.send_task("e2e.add", (20, 22)).get(timeout=30) == 42
