@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 import struct
 import subprocess
 import sys
@@ -387,38 +386,6 @@ def test_first_run_admin_and_users_vhosts_permissions_survive_a_clean_restart(br
         ch.queue_declare("bob-q")
     assert info.value.reply_code == 403
     conn.close()
-
-
-# ---------------------------------------------------------------------------- HTTPS client certificates
-def make_cert(directory, name: str) -> tuple[str, str]:
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return str(cert), str(key)
-
-
-def test_https_requires_a_client_certificate_when_verify_peer(broker_factory, tmp_path):
-    server_cert, server_key = make_cert(tmp_path, "server")
-    client_cert, client_key = make_cert(tmp_path, "client")
-    proc = broker_factory(env={"HEADRACE_TLS_CERTFILE": server_cert, "HEADRACE_TLS_KEYFILE": server_key,
-                               "HEADRACE_HTTPS_PORT": "0", "HEADRACE_TLS_VERIFY_PEER": "true",
-                               "HEADRACE_TLS_CAFILE": client_cert})
-    port = json.loads((proc.data_dir / "ports.json").read_text())["https"]
-    url = f"https://127.0.0.1:{port}/api/overview"
-    no_cert = ssl.create_default_context(cafile=server_cert)
-    with pytest.raises(httpx.TransportError):
-        httpx.get(url, auth=("guest", "guest"), verify=no_cert, timeout=10)
-    with_cert = ssl.create_default_context(cafile=server_cert)
-    with_cert.load_cert_chain(client_cert, client_key)
-    r = httpx.get(url, auth=("guest", "guest"), verify=with_cert, timeout=10)
-    assert r.status_code == 200 and r.json()["product_name"] == "headrace"
-    stranger_cert, stranger_key = make_cert(tmp_path, "stranger")  # not signed by the CA the broker trusts
-    stranger = ssl.create_default_context(cafile=server_cert)
-    stranger.load_cert_chain(stranger_cert, stranger_key)
-    with pytest.raises(httpx.TransportError):
-        httpx.get(url, auth=("guest", "guest"), verify=stranger, timeout=10)
-    still_serving(proc)
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -60,3 +60,22 @@ def test_client_certificate_required(broker_factory, tmp_path):
     conn = pika.BlockingConnection(with_cert)
     assert conn.is_open
     conn.close()
+
+
+def test_https_requires_a_client_certificate_signed_by_the_trusted_ca(broker_factory, tmp_path):
+    client_cert, client_key = make_cert(tmp_path, "client")
+    proc, ports, server_cert = start(broker_factory, tmp_path, verify_peer=True, cafile=client_cert)
+    url = f"https://127.0.0.1:{ports['https']}/api/overview"
+    no_cert = ssl.create_default_context(cafile=server_cert)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, auth=("guest", "guest"), verify=no_cert, timeout=10)
+    with_cert = ssl.create_default_context(cafile=server_cert)
+    with_cert.load_cert_chain(client_cert, client_key)
+    r = httpx.get(url, auth=("guest", "guest"), verify=with_cert, timeout=10)
+    assert r.status_code == 200 and r.json()["product_name"] == "headrace"
+    stranger_cert, stranger_key = make_cert(tmp_path, "stranger")  # not signed by the CA the broker trusts
+    stranger = ssl.create_default_context(cafile=server_cert)
+    stranger.load_cert_chain(stranger_cert, stranger_key)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, auth=("guest", "guest"), verify=stranger, timeout=10)
+    assert httpx.get(proc.http_url + "/api/overview", auth=("guest", "guest"), timeout=10).status_code == 200
