@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
@@ -23,11 +24,16 @@ from run import Headrace  # noqa: E402
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord  # noqa: E402
 
 
-def publish_rate(target: amqp_load.Target, exchange: str, count: int) -> float:
+def publish_rate(target: amqp_load.Target, exchange: str, queue: str, count: int, ch: Any) -> float:
+    """Messages per second until the broker has routed all of them into ``queue`` (the producer's own
+    rate would mostly measure how fast pika fills the socket buffers)."""
     out: mp.Queue = mp.Queue()
+    start = time.perf_counter()
     amqp_load.producer(target, exchange, ["k"], b"x" * 256, count, False, False, 0, out)
-    _, sent, elapsed = out.get()
-    return sent / elapsed
+    out.get()
+    while ch.queue_declare(queue, passive=True).method.message_count < count:
+        time.sleep(0.005)
+    return count / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -49,9 +55,11 @@ def main() -> None:
                 ch.queue_declare(f"{name}-q")
                 ch.queue_bind(f"{name}-q", name)
             ratios = []
-            for _ in range(args.pairs):
-                plain = publish_rate(target, "plain", args.publish)
-                mirrored = publish_rate(target, "mirrored", args.publish)
+            for pair in range(args.pairs):
+                rates = {}
+                for name in (("plain", "mirrored") if pair % 2 == 0 else ("mirrored", "plain")):  # A B, then B A
+                    rates[name] = publish_rate(target, name, f"{name}-q", args.publish, ch)
+                plain, mirrored = rates["plain"], rates["mirrored"]
                 ratios.append(mirrored / plain)
                 ch.queue_purge("plain-q")
                 ch.queue_purge("mirrored-q")
