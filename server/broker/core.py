@@ -27,12 +27,16 @@ from headrace.server.auth import Permission, UserRegistry
 
 from .vhost import VHost
 
-__all__ = ["MIRROR_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
+__all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
 
 # Mirror records waiting for the writer task. Beyond this, connections that publish stop being
 # read until the writer catches up: ~50k records of a few hundred bytes bound the backlog to tens
 # of MB while absorbing a disk hiccup of a second or two at full publish rate.
 MIRROR_BACKLOG_MAX = 50_000
+# Store ops waiting for the flusher, the same bound for the same reason: publishers without confirms
+# are not held back by the fsync, and a Publish op keeps its body alive after the queue has spilled
+# the message, so two fast producers of persistent messages grew this to ~500k ops (~200 MB).
+STORE_BACKLOG_MAX = 50_000
 
 
 class BrokerObserver(Protocol):
@@ -79,6 +83,7 @@ class Broker:
         # store outbox: ops in order; the ticket counts ops whose fsync a confirm may wait for
         self.store_enabled = store_enabled
         self._store_ops: list[StoreOp] = []
+        self.store_backlog_max = STORE_BACKLOG_MAX  # publishing connections pause at this backlog
         # Acks of dead-lettered messages, held until their DLX copy is in the outbox
         self._deferred_acks: dict[tuple[str, str, int], Ack] = {}
         # the message a queue is enqueueing: a drop-head may discard it before its Publish is in

@@ -78,13 +78,16 @@ class Session:
     # ------------------------------------------------------------------ shell interface
     @property
     def read_paused(self) -> bool:
-        """Stop reading this socket: broker alarm (for connections that publish) or too many
-        publishes waiting for fsync."""
+        """Stop reading this socket: broker alarm (for connections that publish), too many
+        publishes waiting for fsync, or (for connections that publish) a full mirror or store
+        outbox: the flusher's ``gate.notify`` after each batch lets them read again."""
         if self.unconfirmed >= self.max_unconfirmed:
             return True
-        if self.published and self.broker.mirror_backlog >= MIRROR_BACKLOG_MAX:
+        broker = self.broker
+        if self.published and (broker.mirror_backlog >= MIRROR_BACKLOG_MAX
+                               or broker.store_backlog >= broker.store_backlog_max):
             return True
-        return bool(self.broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
+        return bool(broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
 
     def handle(self, events: list[Any]) -> None:
         for event in events:
