@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .fsync import FsyncMode, fsync_dir
-from .records import HEADER_SIZE, iter_records
+from .records import HEADER_SIZE, iter_file_records, iter_records
 from .segments import SegmentWriter, list_segments
 from .store_ops import (
     DECODE_ERRORS,
@@ -498,7 +498,7 @@ class MessageStore:
     def _rewrite_forward(self, head: _Segment) -> int:
         """Copy the head's live records to the current segment and make the copies durable."""
         copied = 0
-        for rec in iter_records(head.path.read_bytes()):
+        for rec in iter_file_records(head.path):
             if rec.kind == Kind.PUBLISH:
                 entry = self._live.get(message_id_of(rec.payload))
                 if entry is None or entry[_SEG] != head.seq:

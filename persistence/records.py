@@ -18,6 +18,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "HEADER",
@@ -26,6 +27,7 @@ __all__ = [
     "Record",
     "ScanResult",
     "encode_record",
+    "iter_file_records",
     "iter_records",
     "scan_bytes",
 ]
@@ -78,6 +80,24 @@ def iter_records(data: bytes | memoryview, start: int = 0) -> Iterator[Record]:
             return
         yield Record(pos, kind, payload)
         pos = body_end
+
+
+def iter_file_records(path: Path, chunk: int = 1 << 20) -> Iterator[Record]:
+    """``iter_records`` over a whole file, read ``chunk`` bytes at a time: a compaction pass over a
+    32 MiB segment then holds about a chunk in RAM, not the file. A record cut by a chunk boundary
+    (or a torn/corrupt one, which never completes) is carried into the next read."""
+    with open(path, "rb") as f:
+        buf = b""
+        base = 0  # file offset of buf[0]
+        while data := f.read(chunk):
+            buf = buf + data if buf else data
+            done = 0
+            for rec in iter_records(buf):
+                yield Record(base + rec.offset, rec.kind, rec.payload)
+                done = rec.end
+            if done:
+                base += done
+                buf = buf[done:]
 
 
 def scan_bytes(data: bytes | memoryview, start: int = 0) -> ScanResult:
