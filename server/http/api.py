@@ -441,13 +441,16 @@ def _message_body(body: PublishBody) -> tuple[bytes, bytes]:
 
 
 def _publishing_allowed(ctx: Context) -> None:
-    """503 + Retry-After where AMQP would stop reading a publisher: an alarm, or the mirror writer
-    too far behind (the backlog bound AMQP sessions respect)."""
+    """503 + Retry-After where AMQP would stop reading a publisher: an alarm, or the mirror writer or
+    the message store too far behind (the backlog bounds AMQP sessions respect)."""
     if ctx.broker.alarms:
         raise HTTPError(503, "service_unavailable", f"publishing blocked: {', '.join(sorted(ctx.broker.alarms))} alarm",
                         [("retry-after", "1")])
     if ctx.broker.mirror_backlog >= MIRROR_BACKLOG_MAX:
         raise HTTPError(503, "service_unavailable", "publishing paused: the mirror writer is behind",
+                        [("retry-after", "1")])
+    if ctx.broker.store_backlog >= ctx.broker.store_backlog_max:
+        raise HTTPError(503, "service_unavailable", "publishing paused: the message store is behind",
                         [("retry-after", "1")])
 
 
