@@ -14,15 +14,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from headrace.persistence.store_ops import (
-    Ack, Delay, Deliver, DropQueue, Publish, PurgeQueue, StoreOp, Undelay,
-)
 from headrace.persistence.mirror_log import MirrorRecord
+from headrace.persistence.store_ops import (
+    Ack,
+    Delay,
+    Deliver,
+    DropQueue,
+    Publish,
+    PurgeQueue,
+    StoreOp,
+    Undelay,
+)
 from headrace.queues import Message, Queue, QueueEntry
 from headrace.queues.backing import Backing
+from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.properties import decode_properties
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.amqp.errors import ChannelException
 from headrace.server.auth import Permission, UserRegistry
 
 from .vhost import VHost
