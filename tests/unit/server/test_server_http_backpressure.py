@@ -7,18 +7,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
-from headrace.server.broker import Broker
 from headrace.server.http import api
 from headrace.server.http.routes import HTTPError, Request
-
-
-def durable_broker(backlog_max: int) -> Broker:
-    b = Broker(store_enabled=True)
-    b.ensure_default("/", "guest", "guest")
-    b.vhosts["/"].declare_queue("d", owner=None, durable=True)
-    b.store_backlog_max = backlog_max
-    return b
+from session_support import durable_broker
 
 
 def publish(ctx: SimpleNamespace, n: int) -> None:

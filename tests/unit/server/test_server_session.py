@@ -10,18 +10,14 @@ from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.session import Session
+from session_support import handshake
 
 
 def open_session(broker: Broker, **kw) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
     session = Session(broker, conn, **kw)
     caps = {"capabilities": {"connection.blocked": True, "consumer_cancel_notify": True}}
-    session.handle(conn.receive_data(
-        b"AMQP\x00\x00\x09\x01"
-        + encode_method_frame(0, m.ConnectionStartOk(caps, "PLAIN", b"\x00guest\x00guest", "en_US"))
-        + encode_method_frame(0, m.ConnectionTuneOk(0, 131072, 0))
-        + encode_method_frame(0, m.ConnectionOpen("/"))
-        + encode_method_frame(1, m.ChannelOpen())))
+    session.handle(conn.receive_data(handshake(capabilities=caps)))
     conn.data_to_send()
     return session, conn
 

@@ -11,7 +11,7 @@ from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.auth import Permission, hash_password
 from headrace.server.broker import Broker, Limits
 from headrace.server.session import Session
-
+from session_support import handshake
 
 PASSWORDS = {"alice": "pw", "guest": "guest"}
 CAPS = {"capabilities": {"connection.blocked": True}}
@@ -20,13 +20,7 @@ CAPS = {"capabilities": {"connection.blocked": True}}
 def open_session(broker: Broker, user: str = "alice", vhost: str = "/") -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
     session = Session(broker, conn)
-    session.handle(conn.receive_data(
-        b"AMQP\x00\x00\x09\x01"
-        + encode_method_frame(0, m.ConnectionStartOk(CAPS, "PLAIN", f"\x00{user}\x00{PASSWORDS[user]}".encode(),
-                                                     "en_US"))
-        + encode_method_frame(0, m.ConnectionTuneOk(0, 131072, 0))
-        + encode_method_frame(0, m.ConnectionOpen(vhost))
-        + encode_method_frame(1, m.ChannelOpen())))
+    session.handle(conn.receive_data(handshake(user, PASSWORDS[user], vhost, CAPS)))
     conn.data_to_send()
     assert session.id in broker.connections
     return session, conn
@@ -129,12 +123,7 @@ def test_refused_login_with_pipelined_open_sends_one_close():
     b = make_broker()
     conn = AMQPConnection(server_properties={})
     session = Session(b, conn)
-    session.handle(conn.receive_data(
-        b"AMQP\x00\x00\x09\x01"
-        + encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00alice\x00wrong", "en_US"))
-        + encode_method_frame(0, m.ConnectionTuneOk(0, 131072, 0))
-        + encode_method_frame(0, m.ConnectionOpen("/"))
-        + encode_method_frame(1, m.ChannelOpen())))
+    session.handle(conn.receive_data(handshake("alice", "wrong")))
     sent = closes(conn.data_to_send())
     assert [(c[0], c[1], c[2]) for c in sent] == [(0, 10, 403)]
     assert session.vhost is None and not b.connections

@@ -13,17 +13,13 @@ from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.broker.core import STORE_BACKLOG_MAX
 from headrace.server.session import Session
+from session_support import durable_broker, handshake
 
 
 def open_session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
     session = Session(broker, conn)
-    session.handle(conn.receive_data(
-        b"AMQP\x00\x00\x09\x01"
-        + encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US"))
-        + encode_method_frame(0, m.ConnectionTuneOk(0, 131072, 0))
-        + encode_method_frame(0, m.ConnectionOpen("/"))
-        + encode_method_frame(1, m.ChannelOpen())))
+    session.handle(conn.receive_data(handshake()))
     conn.data_to_send()
     return session, conn
 
@@ -32,14 +28,6 @@ def publish(persistent: bool = True) -> bytes:
     props = encode_properties(BasicProperties(delivery_mode=2 if persistent else 1))
     return (encode_method_frame(1, m.BasicPublish(exchange="", routing_key="d"))
             + encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 1) + props) + encode_frame(3, 1, b"x"))
-
-
-def durable_broker(backlog_max: int) -> Broker:
-    b = Broker(store_enabled=True)
-    b.ensure_default("/", "guest", "guest")
-    b.vhosts["/"].declare_queue("d", owner=None, durable=True)
-    b.store_backlog_max = backlog_max
-    return b
 
 
 def test_store_backlog_pauses_publishers_until_the_flusher_takes_a_batch():
