@@ -225,7 +225,7 @@ def test_message_rates_per_queue_and_in_overview(broker, http):
 
 
 def test_metrics_against_known_traffic(broker_factory):
-    proc = broker_factory()
+    proc = broker_factory(env={"HEADRACE_METRICS": "per-queue"})
     q = unique("metq")
     conn = pika.BlockingConnection(pika.URLParameters(proc.url))
     ch = conn.channel()
