@@ -321,8 +321,12 @@ def purge_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
     _perm(ctx, req, vhost, "read", name)
+    before = ctx.broker.store_ticket
     v.purge_queue(name, None)
-    return Response(204)
+    response = Response(204)
+    if ctx.broker.store_ticket > before:
+        response.wait_ticket = ctx.broker.store_ticket  # answered once the purge is fsynced
+    return response
 
 
 def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:

@@ -86,6 +86,10 @@ class HTTPServer:
                 with trio.move_on_after(self.request_timeout) as answering:
                     if response.wait_ticket:
                         await self._wait_synced(response.wait_ticket)
+                        if self.broker.ticket_failed(response.wait_ticket):
+                            response = error_response(HTTPError(
+                                503, "service_unavailable", "the message store could not write to disk",
+                                [("retry-after", "1")]))
                     await self._send(stream, conn, response, head_only)
                 if answering.cancelled_caught:
                     return

@@ -164,9 +164,11 @@ class ChannelSession:
         last_ack = 0
         count = 0
         send = self.conn.send_method
+        # tickets the store failed to write (disk full) are nacked, not confirmed
+        failed_lo, failed_hi = self.session.broker.failing or (0, 0)
         while pending and pending[0][1] <= synced:
-            seq, _, nack = pending.popleft()
-            if nack:
+            seq, ticket, nack = pending.popleft()
+            if nack or failed_lo < ticket <= failed_hi:
                 if last_ack:
                     send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
                     last_ack = count = 0

@@ -72,7 +72,8 @@ class Session:
         self.connected_at = broker.now
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
-        self.pending_commits: list[tuple[int, int]] = []  # (channel, store ticket) awaiting fsync
+        # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
+        self.pending_commits: list[tuple[int, int, Any]] = []
 
     # ------------------------------------------------------------------ shell interface
     @property
@@ -188,13 +189,22 @@ class Session:
     # ------------------------------------------------------------------ BrokerObserver
     def store_synced(self, ticket: int) -> None:
         if self.pending_commits:
+            failing = self.broker.failing
             waiting = []
-            for channel_id, needed in self.pending_commits:
-                if needed <= ticket:
-                    if self.conn.is_channel_open(channel_id):
-                        self.conn.send_method(channel_id, m.TxCommitOk())
+            for channel_id, needed, reply in self.pending_commits:
+                if needed > ticket:
+                    waiting.append((channel_id, needed, reply))
+                elif not self.conn.is_channel_open(channel_id):
+                    continue
+                elif failing is not None and failing[0] < needed:
+                    # the store could not write it: the change is not durable, say so (RabbitMQ
+                    # closes the channel when its queue cannot take the write)
+                    self.conn.close_channel(channel_id, ChannelException(
+                        ReplyCode.INTERNAL_ERROR,
+                        "INTERNAL_ERROR - the message store could not write to disk"))
+                    self._drop_channel(channel_id)
                 else:
-                    waiting.append((channel_id, needed))
+                    self.conn.send_method(channel_id, reply)
             self.pending_commits = waiting
             self.wake()
         if self.confirm_channels:
@@ -410,8 +420,14 @@ class Session:
     def _queue_purge(self, ch: ChannelSession, method: m.QueuePurge) -> None:
         queue = method.queue or self.last_queue
         self._check("read", "queue", queue)
+        before = self.broker.store_ticket
         count = self.vhost.purge_queue(queue, self)
-        if not method.nowait:
+        if method.nowait:
+            return
+        if self.broker.store_ticket > before:
+            # purge-ok only once the purge record is fsynced: a crash must not bring them back
+            self.pending_commits.append((ch.id, self.broker.store_ticket, m.QueuePurgeOk(message_count=count)))
+        else:
             self.conn.send_method(ch.id, m.QueuePurgeOk(message_count=count))
 
     def _queue_delete(self, ch: ChannelSession, method: m.QueueDelete) -> None:
@@ -442,7 +458,7 @@ class Session:
         ch.tx_commit()
         if ch.last_ticket > before and self.broker.store_enabled:
             # the whole transaction is on disk with one group fsync before commit-ok goes out
-            self.pending_commits.append((ch.id, ch.last_ticket))
+            self.pending_commits.append((ch.id, ch.last_ticket, m.TxCommitOk()))
         else:
             self.conn.send_method(ch.id, m.TxCommitOk())
 
