@@ -104,8 +104,6 @@ class ChannelSession:
         """The queue went away under the consumer: tell clients that asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.session.deleting_channel == self.id:
-            return  # this channel deleted the queue itself: it knows (RabbitMQ sends nothing either)
         if self.session.capabilities.get("consumer_cancel_notify"):
             # sent after the reply to the method being handled (e.g. the queue.delete-ok of this
             # very channel), as RabbitMQ's asynchronous notification arrives after it
