@@ -29,6 +29,7 @@ from headrace.server.amqp.properties import quick_props, decode_properties, repl
 from . import errors
 from .dead_letters import dead_letter_message
 from .delayed import DELAYED_TYPE, DelayedMessages
+from .reply_to import REPLY_PREFIX
 
 if TYPE_CHECKING:
     from .core import Broker
@@ -383,6 +384,8 @@ class VHost:
     def publish(self, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes, *,
                 check_internal: bool = True, cycle_guard: str | None = None,
                 delayed: bool = True) -> PublishResult:
+        if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
+            return PublishResult(self.broker.replies.deliver(routing_key, props_raw, body))
         exchange = self._exchange_get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, self.name)

@@ -33,6 +33,7 @@ from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import LoginThrottled, User
 from headrace.server.broker import Broker, VHost, errors
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
+from headrace.server.broker.reply_to import REPLY_QUEUE
 
 from .channel import ChannelSession
 
@@ -383,6 +384,12 @@ class Session:
             self.conn.send_method(ch.id, m.ExchangeUnbindOk())
 
     def _queue_declare(self, ch: ChannelSession, method: m.QueueDeclare) -> None:
+        if method.queue.startswith(REPLY_QUEUE):  # RabbitMQ answers for the pseudo-queue itself
+            if not self.broker.replies.exists(method.queue):
+                raise errors.not_found("queue", method.queue, self.vhost.name)
+            if not method.nowait:
+                self.conn.send_method(ch.id, m.QueueDeclareOk(queue=method.queue, message_count=0, consumer_count=1))
+            return
         if not method.passive and method.queue:
             if method.queue.startswith("amq."):
                 # RabbitMQ's check_name refuses every active declare of a reserved name, even of a
