@@ -10,6 +10,7 @@ broker only calls them.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from headrace.server.amqp.properties import decode_properties
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import Permission, UserRegistry
 
+from .reply_to import ReplyRegistry
 from .vhost import VHost
 
 __all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
@@ -44,6 +46,8 @@ MIRROR_BACKLOG_MAX = 50_000
 # are not held back by the fsync, and a Publish op keeps its body alive after the queue has spilled
 # the message, so two fast producers of persistent messages grew this to ~500k ops (~200 MB).
 STORE_BACKLOG_MAX = 50_000
+# Failed store groups remembered for late askers (an HTTP publish answering after the flush).
+FAILED_RANGES_KEPT = 64
 
 
 class BrokerObserver(Protocol):
@@ -100,6 +104,11 @@ class Broker:
         self._held_acks: list[Ack] = []
         self.store_ticket = 0
         self.synced_ticket = 0
+        # tickets whose ops the store could not write (disk full): their confirms go out as nacks.
+        # ``failing`` is set only while ``store_failed`` releases them; ``failed_ranges`` keeps the
+        # last few for answers that look later (HTTP publish waits).
+        self.failing: tuple[int, int] | None = None
+        self.failed_ranges: deque[tuple[int, int]] = deque(maxlen=FAILED_RANGES_KEPT)
         self.on_store_pending: Callable[[], None] = _noop
         # mirror outbox: (vhost, exchange, record)
         self._mirror: list[tuple[str, str, MirrorRecord]] = []
@@ -111,6 +120,7 @@ class Broker:
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
+        self.replies = ReplyRegistry()  # direct reply-to consumers by address
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there
@@ -278,12 +288,16 @@ class Broker:
             if len(self._store_ops) == 1:
                 self.on_store_pending()
 
-    def queue_purged(self, queue: Queue) -> None:
-        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued)."""
-        if self.store_enabled and queue.durable:
-            self._store_ops.append(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
-            if len(self._store_ops) == 1:
-                self.on_store_pending()
+    def queue_purged(self, queue: Queue) -> int:
+        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued).
+        It takes a ticket: purge-ok waits for its fsync, or a crash would bring the messages back."""
+        if not (self.store_enabled and queue.durable):
+            return 0
+        self._store_ops.append(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
+        self.store_ticket += 1
+        if len(self._store_ops) == 1:
+            self.on_store_pending()
+        return self.store_ticket
 
     def take_store_ops(self, limit: int | None = None) -> tuple[list[StoreOp], int]:
         """The oldest ops (at most ``limit``) and the ticket they cover: one group commit."""
@@ -292,8 +306,8 @@ class Broker:
             self._store_ops = []
             return ops, self.store_ticket
         taken, self._store_ops = ops[:limit], ops[limit:]
-        # only Publish and Delay ops take a ticket; those left behind are not covered yet
-        left = sum(1 for op in self._store_ops if isinstance(op, (Publish, Delay)))
+        # only Publish, Delay and PurgeQueue ops take a ticket; those left behind are not covered yet
+        left = sum(1 for op in self._store_ops if isinstance(op, (Publish, Delay, PurgeQueue)))
         return taken, self.store_ticket - left
 
     @property
@@ -307,6 +321,23 @@ class Broker:
         self.synced_ticket = ticket
         for observer in list(self.observers):
             observer.store_synced(ticket)
+
+    def store_failed(self, ticket: int) -> None:
+        """The store could not write the ops up to ``ticket`` (disk full or failing): whoever waits
+        on them is released now with a failure (basic.nack, a channel error, HTTP 503) instead of
+        a confirm. The store keeps retrying their records, so nothing it acknowledged is lost."""
+        if ticket <= self.synced_ticket:
+            return
+        failed = (self.synced_ticket, ticket)
+        self.failed_ranges.append(failed)
+        self.failing = failed
+        try:
+            self.store_synced(ticket)
+        finally:
+            self.failing = None
+
+    def ticket_failed(self, ticket: int) -> bool:
+        return any(lo < ticket <= hi for lo, hi in self.failed_ranges)
 
     def mirror(self, vhost: str, exchange: str, message: Message) -> None:
         headers = message.headers
