@@ -33,6 +33,7 @@ from headrace.server.amqp.properties import decode_properties
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import Permission, UserRegistry
 
+from .dedup import Dedup
 from .reply_to import ReplyRegistry
 from .vhost import VHost
 
@@ -112,6 +113,7 @@ class Broker:
         self.on_store_pending: Callable[[], None] = _noop
         # mirror outbox: (vhost, exchange, record)
         self._mirror: list[tuple[str, str, MirrorRecord]] = []
+        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
         self.on_mirror_pending: Callable[[], None] = _noop
         self.on_definitions_changed: Callable[[], None] = _noop
         self.alarms: frozenset[str] = frozenset()

@@ -411,6 +411,10 @@ class VHost:
                 return self._hold(exchange_name, routing_key, props_raw, body, delay,
                                   delivery_mode == 2 and exchange.durable)
         result = exchange.route(routing_key, headers, self._exchange_get)
+        targets = broker.dedup.screen(self.name, exchange_name, exchange.arguments, result.queues, self.queues,
+                                      props_raw, headers, now)
+        if targets is None:  # a duplicate (dedup.py): confirmed once what came before it is, not routed nor stored
+            return PublishResult(True, False, broker.store_ticket)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
             props_raw = replace_headers(props_raw, headers)
@@ -420,13 +424,13 @@ class VHost:
         )
         if exchange_name in self.mirrored:
             broker.mirror(self.name, exchange_name, message)
-        if not result.queues:
+        if not targets:
             return PublishResult(False)
         rejected = False
         durable: list[str] = []
         accepted: list[Queue] = []
         queues = self.queues
-        for qname in result.queues:
+        for qname in targets:
             queue = queues.get(qname)
             if queue is None or qname == cycle_guard:
                 continue

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from headrace.persistence import DropQueue, FsyncMode, MessageStore, PurgeQueue, StoreOp, Undelay
+from headrace.persistence.dedup_journal import DedupJournal
 from headrace.persistence.mirror_log import MirrorLog, Retention
 from headrace.persistence.spill import SpillStore
 from headrace.queues import Message, QueueEntry
@@ -57,6 +58,7 @@ class Storage:
                                   fsync=FsyncMode(settings.fsync))
         self.spill = SpillStore(data_dir / "spill")
         self.mirror_root = data_dir
+        self.dedup = DedupJournal(data_dir / "dedup")
         self.mirrors: dict[tuple[str, str], MirrorLog] = {}
         self._store_kick = trio.Event()
         self._mirror_kick = trio.Event()
@@ -77,6 +79,8 @@ class Storage:
         if recovered.truncated_bytes:
             log.warning("message store: truncated %d bytes of torn tail", recovered.truncated_bytes)
         broker.set_next_message_id(recovered.next_message_id)
+        broker.dedup.restore(self.dedup.load())
+        self.dedup.rewrite(broker.dedup.snapshot(broker.now))  # compacted, torn tail gone
         count = 0
         # records nothing will ever ack (a queue or delayed exchange that did not survive: exclusive,
         # deleted while down, ...) are killed in the log, or they would pin disk forever and come
@@ -159,6 +163,7 @@ class Storage:
                     else:
                         took = await trio.to_thread.run_sync(self._timed_sync)
                     self._sync_ewma += SYNC_EWMA_WEIGHT * (took - self._sync_ewma)
+        self._journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
         broker.store_synced(ticket)
         if gate is not None:
             gate.notify()
@@ -168,6 +173,13 @@ class Storage:
             reclaimed = await trio.to_thread.run_sync(self.store.maybe_compact)
             if reclaimed:
                 log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+
+    def _journal_dedup(self, broker: Broker) -> None:
+        added = broker.dedup.take_added()
+        if added:
+            self.dedup.append(added, sync=self.store.fsync_mode is not FsyncMode.OFF)
+            if self.dedup.wants_compaction:
+                self.dedup.rewrite(broker.dedup.snapshot(broker.now))
 
     def _timed_sync(self) -> float:
         start = time.perf_counter()
@@ -269,8 +281,10 @@ class Storage:
         while broker.store_backlog:
             await self._flush_once(broker, None)
         await self._write_mirrors(broker)
+        self._journal_dedup(broker)
 
     def close(self) -> None:
+        self.dedup.close()
         self.store.close()
         self.spill.close()
         for mirror in self.mirrors.values():
