@@ -17,6 +17,7 @@ group go out, so a key whose publish was confirmed after an fsync survives a kil
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,9 @@ class Window:
     size: int
     ttl_ms: int | None = None
     header: str = DEFAULT_HEADER
-    entries: dict[str, float | None] = field(default_factory=dict)  # key -> expires at (None: never)
+    # key -> expires at (None: never), oldest first; an OrderedDict because dropping the oldest of a
+    # plain dict is O(deleted slots) until it resizes, which a full window hits on every add
+    entries: OrderedDict[str, float | None] = field(default_factory=OrderedDict)
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> Window | None:
@@ -92,7 +95,7 @@ class Window:
         entries = self.entries
         entries.pop(key, None)
         while len(entries) >= self.size:
-            del entries[next(iter(entries))]
+            entries.popitem(last=False)
         ttl = ttl_ms if ttl_ms is not None else self.ttl_ms
         expires = now + ttl / 1000 if ttl is not None else None
         entries[key] = expires
@@ -105,7 +108,7 @@ class Window:
                 self.entries.pop(key, None)
                 self.entries[key] = expires
         while len(self.entries) > self.size:
-            del self.entries[next(iter(self.entries))]
+            self.entries.popitem(last=False)
 
     def key_of(self, headers: Mapping[str, Any] | None, props_raw: bytes) -> str | None:
         if headers:
