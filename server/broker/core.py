@@ -11,6 +11,7 @@ installs; the broker only calls them.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,9 +26,13 @@ from headrace.server.auth import Permission, UserRegistry
 
 from .delivery import Delivery
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
+from .reply_to import ReplyRegistry
 from .vhost import VHost
 
 __all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
+
+# Failed store groups remembered for late askers (an HTTP publish answering after the flush).
+FAILED_RANGES_KEPT = 64
 
 
 class BrokerObserver(Protocol):
@@ -71,7 +76,13 @@ class Broker:
         self._spill_factory = spill_factory
         self.store = StoreOutbox(store_enabled)
         self.mirrors = MirrorOutbox()
-        self.delivery = Delivery(self.store, self.mirrors)
+        self.replies = ReplyRegistry()  # direct reply-to consumers by address
+        self.delivery = Delivery(self.store, self.mirrors, self.replies)
+        # tickets whose ops the store could not write (disk full): their confirms go out as nacks.
+        # ``failing`` is set only while ``store_failed`` releases them; ``failed_ranges`` keeps the
+        # last few for answers that look later (HTTP publish waits).
+        self.failing: tuple[int, int] | None = None
+        self.failed_ranges: deque[tuple[int, int]] = deque(maxlen=FAILED_RANGES_KEPT)
         self.on_definitions_changed: Callable[[], None] = _noop
         self.alarms: frozenset[str] = frozenset()
         self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
@@ -219,6 +230,23 @@ class Broker:
         self.store.synced = ticket
         for observer in list(self.observers):
             observer.store_synced(ticket)
+
+    def store_failed(self, ticket: int) -> None:
+        """The store could not write the ops up to ``ticket`` (disk full or failing): whoever waits
+        on them is released now with a failure (basic.nack, a channel error, HTTP 503) instead of
+        a confirm. The store keeps retrying their records, so nothing it acknowledged is lost."""
+        if ticket <= self.synced_ticket:
+            return
+        failed = (self.synced_ticket, ticket)
+        self.failed_ranges.append(failed)
+        self.failing = failed
+        try:
+            self.store_synced(ticket)
+        finally:
+            self.failing = None
+
+    def ticket_failed(self, ticket: int) -> bool:
+        return any(lo < ticket <= hi for lo, hi in self.failed_ranges)
 
     def take_mirror_records(self) -> list[tuple[str, str, MirrorRecord]]:
         return self.mirrors.take()

@@ -80,12 +80,15 @@ class VHost:
         self, name: str, type_: str, *, passive: bool = False, durable: bool = False,
         auto_delete: bool = False, internal: bool = False, arguments: Mapping[str, Any] | None = None,
     ) -> Exchange:
+        if name == "":
+            # RabbitMQ's check_not_default_exchange, for passive and active declares alike
+            raise errors.access_refused("operation not permitted on the default exchange")
         existing = self.exchanges.get(name)
         if passive:
             if existing is None:
                 raise errors.not_found("exchange", name, self.name)
             return existing
-        if name == "" or (existing is None and name.startswith("amq.")):
+        if existing is None and name.startswith("amq."):
             raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(arguments or {})
         routing_type = type_
@@ -195,6 +198,9 @@ class VHost:
             if isinstance(owner, PermissionChecker):
                 owner.check_permission("configure", name)
         arguments = dict(arguments or {})
+        # RabbitMQ: an exclusive queue is never durable (it dies with its connection), so the
+        # durable flag of an exclusive declare is ignored, on creation and on redeclare alike
+        durable = durable and not exclusive
         if existing is not None:
             # RabbitMQ's strict check: another connection's exclusive queue, or an exclusive flag
             # that differs from the original declaration, is 405 RESOURCE_LOCKED (not 406)
@@ -289,11 +295,14 @@ class VHost:
 
     def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
                arguments: Mapping[str, Any] | None) -> bool:
-        exchange = self._bindable_source(source)
-        if kind is QUEUE:
-            self.get_queue(destination)
-        else:
-            self.get_exchange(destination)
+        if source == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+        exchange = self.exchanges.get(source)
+        present = self.queues if kind is QUEUE else self.exchanges
+        if exchange is None or destination not in present:
+            # RabbitMQ 3.x: unbinding from or to something already gone is unbind-ok (RPC helpers
+            # unbind their auto-deleted reply queues when they close)
+            return False
         binding = Binding.make(source, destination, kind, routing_key, arguments)
         removed = exchange.unbind(binding)
         if removed:

@@ -22,6 +22,7 @@ from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
+from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
 
 if TYPE_CHECKING:
     from .session import Session
@@ -40,7 +41,7 @@ class ChannelSession:
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "unstamped", "last_ticket", "tx_bytes",
-        "delivery",
+        "delivery", "reply",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -71,6 +72,7 @@ class ChannelSession:
         self.delivered_at: deque[tuple[int, float]] = deque()
         self.unstamped: list[int] = []
         self.last_ticket = 0  # store ticket of this channel's latest persistent publish
+        self.reply: ReplyConsumer | None = None  # the direct reply-to consumer, if any
 
     # ------------------------------------------------------------------ ConsumerSink
     def has_capacity(self) -> bool:
@@ -97,6 +99,14 @@ class ChannelSession:
                                msg.routing_key, props_raw, msg.body)
         self.session.wake()
 
+    def deliver_reply(self, consumer_tag: str, exchange: str, routing_key: str, props_raw: bytes,
+                      body: bytes) -> None:
+        """A direct reply-to reply: delivered at once, no ack, outside prefetch (as RabbitMQ)."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
+        self.session.wake()
+
     def oldest_unacked_since(self, now: float) -> float | None:
         times = self.delivered_at
         unacked = self.unacked
@@ -111,8 +121,6 @@ class ChannelSession:
         """The queue went away under the consumer: tell clients that asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.session.deleting_channel == self.id:
-            return  # this channel deleted the queue itself: it knows (RabbitMQ sends nothing either)
         if self.session.capabilities.get("consumer_cancel_notify"):
             # sent after the reply to the method being handled (e.g. the queue.delete-ok of this
             # very channel), as RabbitMQ's asynchronous notification arrives after it
@@ -146,10 +154,11 @@ class ChannelSession:
             ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
         if not ok:
             self.session.check_permission("write", exchange)
+        props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)
             return
-        result = self.delivery.publish(self.vhost, exchange, method.routing_key, event.props_raw, event.body,
+        result = self.delivery.publish(self.vhost, exchange, method.routing_key, props_raw, event.body,
                                        self.session.now)
         if result.ticket:
             self.last_ticket = result.ticket
@@ -173,9 +182,11 @@ class ChannelSession:
         last_ack = 0
         count = 0
         send = self.conn.send_method
+        # tickets the store failed to write (disk full) are nacked, not confirmed
+        failed_lo, failed_hi = self.session.broker.failing or (0, 0)
         while pending and pending[0][1] <= synced:
-            seq, _, nack = pending.popleft()
-            if nack:
+            seq, ticket, nack = pending.popleft()
+            if nack or failed_lo < ticket <= failed_hi:
                 if last_ack:
                     send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
                     last_ack = count = 0
@@ -237,9 +248,14 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ consumers
     def consume(self, method: m.BasicConsume) -> None:
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
         tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-        if tag in self.consumers:
+        if method.queue == REPLY_QUEUE and tag not in self.consumers:
+            self.reply = self.session.broker.replies.consume(self, self.reply, tag, method.no_ack)
+            if not method.nowait:
+                self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
+            return
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                       f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
         self.delivery.check_consumer_allowed(self.vhost, queue, method.exclusive)
@@ -257,10 +273,17 @@ class ChannelSession:
 
     def cancel(self, method: m.BasicCancel) -> None:
         item = self.consumers.pop(method.consumer_tag, None)
-        if item is not None:
+        if self.reply is not None and self.reply.tag == method.consumer_tag:
+            self._cancel_reply()
+        elif item is not None:
             self.delivery.remove_consumer(self.vhost, item[0], method.consumer_tag, self.session.now)
         if not method.nowait:
             self.conn.send_method(self.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+
+    def _cancel_reply(self) -> None:
+        if self.reply is not None:
+            self.session.broker.replies.cancel(self.reply)
+            self.reply = None
 
     def get(self, method: m.BasicGet) -> None:
         queue = self._queue_for(method.queue or self.session.last_queue, "read")
@@ -348,6 +371,7 @@ class ChannelSession:
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """The channel is gone: cancel its consumers and return every unacked message."""
+        self._cancel_reply()
         now = self.session.now
         for tag, (queue, _) in list(self.consumers.items()):
             self.delivery.remove_consumer(self.vhost, queue, tag, now)

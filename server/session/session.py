@@ -33,6 +33,7 @@ from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import LoginThrottled, User
 from headrace.server.broker import Broker, VHost, errors
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
+from headrace.server.broker.reply_to import REPLY_QUEUE
 
 from .channel import ChannelSession
 
@@ -73,8 +74,8 @@ class Session:
         self.connected_at = 0.0
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
-        self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
-        self.pending_commits: list[tuple[int, int]] = []  # (channel, store ticket) awaiting fsync
+        # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
+        self.pending_commits: list[tuple[int, int, Any]] = []
 
     # ------------------------------------------------------------------ shell interface
     @property
@@ -196,13 +197,22 @@ class Session:
     # ------------------------------------------------------------------ BrokerObserver
     def store_synced(self, ticket: int) -> None:
         if self.pending_commits:
+            failing = self.broker.failing
             waiting = []
-            for channel_id, needed in self.pending_commits:
-                if needed <= ticket:
-                    if self.conn.is_channel_open(channel_id):
-                        self.conn.send_method(channel_id, m.TxCommitOk())
+            for channel_id, needed, reply in self.pending_commits:
+                if needed > ticket:
+                    waiting.append((channel_id, needed, reply))
+                elif not self.conn.is_channel_open(channel_id):
+                    continue
+                elif failing is not None and failing[0] < needed:
+                    # the store could not write it: the change is not durable, say so (RabbitMQ
+                    # closes the channel when its queue cannot take the write)
+                    self.conn.close_channel(channel_id, ChannelException(
+                        ReplyCode.INTERNAL_ERROR,
+                        "INTERNAL_ERROR - the message store could not write to disk"))
+                    self._drop_channel(channel_id)
                 else:
-                    waiting.append((channel_id, needed))
+                    self.conn.send_method(channel_id, reply)
             self.pending_commits = waiting
             self.wake()
         if self.confirm_channels:
@@ -381,7 +391,17 @@ class Session:
             self.conn.send_method(ch.id, m.ExchangeUnbindOk())
 
     def _queue_declare(self, ch: ChannelSession, method: m.QueueDeclare) -> None:
+        if method.queue.startswith(REPLY_QUEUE):  # RabbitMQ answers for the pseudo-queue itself
+            if not self.broker.replies.exists(method.queue):
+                raise errors.not_found("queue", method.queue, self.vhost.name)
+            if not method.nowait:
+                self.conn.send_method(ch.id, m.QueueDeclareOk(queue=method.queue, message_count=0, consumer_count=1))
+            return
         if not method.passive and method.queue:
+            if method.queue.startswith("amq."):
+                # RabbitMQ's check_name refuses every active declare of a reserved name, even of a
+                # queue that exists (a server-named amq.gen-... one redeclared by its name)
+                raise errors.access_refused(f"queue name '{method.queue}' contains reserved prefix 'amq.*'")
             self._check("configure", "queue", method.queue)
         queue = self.vhost.declare_queue(
             method.queue, owner=self, now=self.now, passive=method.passive, durable=method.durable,
@@ -405,26 +425,30 @@ class Session:
         queue = method.queue or self.last_queue
         self._check("write", "queue", queue)
         self._check("read", "exchange", method.exchange)
-        self.vhost.check_exclusive(self.vhost.get_queue(queue), self)  # as for bind: 405 for others
+        existing = self.vhost.queues.get(queue)
+        if existing is not None:  # a queue already gone is unbind-ok (see VHost.unbind)
+            self.vhost.check_exclusive(existing, self)  # as for bind: 405 for others
         self.vhost.unbind(method.exchange, queue, DestinationKind.QUEUE, method.routing_key, method.arguments)
         self.conn.send_method(ch.id, m.QueueUnbindOk())
 
     def _queue_purge(self, ch: ChannelSession, method: m.QueuePurge) -> None:
         queue = method.queue or self.last_queue
         self._check("read", "queue", queue)
+        before = self.broker.store_ticket
         count = self.vhost.purge_queue(queue, self)
-        if not method.nowait:
+        if method.nowait:
+            return
+        if self.broker.store_ticket > before:
+            # purge-ok only once the purge record is fsynced: a crash must not bring them back
+            self.pending_commits.append((ch.id, self.broker.store_ticket, m.QueuePurgeOk(message_count=count)))
+        else:
             self.conn.send_method(ch.id, m.QueuePurgeOk(message_count=count))
 
     def _queue_delete(self, ch: ChannelSession, method: m.QueueDelete) -> None:
         queue = method.queue or self.last_queue
         self._check("configure", "queue", queue)
-        self.deleting_channel = ch.id
-        try:
-            count = self.vhost.delete_queue(queue, owner=self, if_unused=method.if_unused,
-                                            if_empty=method.if_empty)
-        finally:
-            self.deleting_channel = 0
+        count = self.vhost.delete_queue(queue, owner=self, if_unused=method.if_unused,
+                                        if_empty=method.if_empty)
         if not method.nowait:
             self.conn.send_method(ch.id, m.QueueDeleteOk(message_count=count))
 
@@ -448,7 +472,7 @@ class Session:
         ch.tx_commit()
         if ch.last_ticket > before and self.broker.store_enabled:
             # the whole transaction is on disk with one group fsync before commit-ok goes out
-            self.pending_commits.append((ch.id, ch.last_ticket))
+            self.pending_commits.append((ch.id, ch.last_ticket, m.TxCommitOk()))
         else:
             self.conn.send_method(ch.id, m.TxCommitOk())
 
