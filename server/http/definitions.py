@@ -20,5 +20,5 @@ def get_definitions(ctx: Context, req: Request) -> Response:
 @routes.post("/api/definitions", admin=True)
 def post_definitions(ctx: Context, req: Request) -> Response:
     body = DefinitionsBody.model_validate(req.json())
-    import_definitions(ctx.broker, body.document())
+    import_definitions(ctx.broker, body.document(), ctx.now)
     return Response(204)

@@ -34,10 +34,10 @@ def aliveness(ctx: Context, req: Request, vhost: VHost) -> Response:
         check_permission(ctx, user_of(req), vhost.name, kind, ALIVENESS_QUEUE, status=401)
     name = f"{ALIVENESS_QUEUE}.{secrets.token_hex(8)}"
     token = secrets.token_bytes(16)
-    queue = vhost.declare_queue(name, owner=None, durable=False)
+    queue = vhost.declare_queue(name, owner=None, now=ctx.now, durable=False)
     try:
-        vhost.publish("", name, encode_properties(BasicProperties()), token)
-        entry = queue.get(ctx.broker.now, no_ack=True, owner=None)
+        ctx.broker.delivery.publish(vhost, "", name, encode_properties(BasicProperties()), token, ctx.now)
+        entry = ctx.broker.delivery.get(vhost, queue, ctx.now, no_ack=True, owner=None)
         ok = entry is not None and entry.message.body == token
     finally:
         vhost.delete_queue(name)

@@ -42,7 +42,7 @@ def page(req: Request, items: list[Any]) -> Response:
 
 def message_stats(ctx: Context, key: tuple[str, str], owner: object, counts: tuple[int, ...]) -> dict[str, Any]:
     """Counters with their rates, in RabbitMQ's shape: ``publish`` and ``publish_details: {"rate"}``."""
-    rates = ctx.rates.sample(key, owner, counts, ctx.broker.now)
+    rates = ctx.rates.sample(key, owner, counts, ctx.now)
     out: dict[str, Any] = {}
     for (_, name), count in zip(FIELDS, counts, strict=True):
         out[name] = count

@@ -13,7 +13,7 @@ import binascii
 from pydantic import ValidationError
 
 from headrace.server.amqp.properties import BasicProperties, encode_properties
-from headrace.server.broker import VHost
+from headrace.server.broker import Settle, VHost
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
 
 from .consume import HTTPConsumer, properties_json
@@ -36,7 +36,7 @@ def publish(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     if name == "amq.default":  # the management API's name for the default exchange
         name = ""
     payload, props_raw = _message_body(body)
-    result = vhost.publish(name, body.routing_key, props_raw, payload)
+    result = ctx.broker.delivery.publish(vhost, name, body.routing_key, props_raw, payload, ctx.now)
     response = json_response(200, {"routed": result.routed})
     response.wait_ticket = result.ticket
     return response
@@ -102,7 +102,7 @@ def publish_batch(ctx: Context, req: Request, vhost: VHost, name: str) -> Respon
     results = []
     ticket = 0
     for payload, props_raw, body in parsed:
-        result = vhost.publish(exchange, body.routing_key, props_raw, payload)
+        result = ctx.broker.delivery.publish(vhost, exchange, body.routing_key, props_raw, payload, ctx.now)
         ticket = max(ticket, result.ticket)
         results.append({"routed": result.routed, "confirmed": not result.rejected})
     response = json_response(200, {"results": results, "published": len(results)})
@@ -123,7 +123,7 @@ def get_messages(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
     taken = []
     out = []
     for _ in range(body.count):
-        entry = queue.get(ctx.broker.now, no_ack=False, owner=owner)
+        entry = ctx.broker.delivery.get(vhost, queue, ctx.now, no_ack=False, owner=owner)
         if entry is None:
             break
         taken.append(entry)
@@ -139,15 +139,11 @@ def get_messages(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
         out.append({"payload": text, "payload_encoding": encoding, "payload_bytes": len(msg.body),
                     "redelivered": entry.redelivered, "exchange": msg.exchange, "routing_key": msg.routing_key,
                     "message_count": queue.messages_ready, "properties": properties_json(msg.props_raw)})
-    for entry in taken:
-        if body.ackmode.endswith("requeue_true"):
-            queue.requeue(entry)
-        elif body.ackmode.startswith("reject"):
-            queue.reject(entry)
-        else:
-            queue.ack(entry)
-    vhost.drain_dead_letters(queue)
-    vhost.dispatch(queue)
+    if body.ackmode.endswith("requeue_true"):
+        action = Settle.REQUEUE
+    else:
+        action = Settle.REJECT if body.ackmode.startswith("reject") else Settle.ACK
+    ctx.broker.delivery.settle(vhost, [(queue, entry) for entry in taken], action, ctx.now)
     return json_response(200, out)
 
 
@@ -160,7 +156,7 @@ def consume(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
         prefetch = int(req.arg("prefetch", "10") or 10)
     except ValueError:
         raise HTTPError(400, "bad_request", "prefetch must be an integer") from None
-    consumer = HTTPConsumer(vhost, queue, prefetch, lambda: None, user=user_of(req).name)
+    consumer = HTTPConsumer(ctx.broker.delivery, vhost, queue, prefetch, lambda: None, user=user_of(req).name)
     response = Response(200, content_type="application/x-ndjson")
     response.stream = consumer
     return response
@@ -177,7 +173,7 @@ def settle(ctx: Context, req: Request, tag: str) -> Response:
     body = SettleBody.model_validate(req.json())
     if body.action not in ("ack", "nack", "reject"):
         raise HTTPError(400, "bad_request", f"invalid action '{body.action}'")
-    unknown = consumer.settle(body.delivery_ids, body.action, body.requeue)
+    unknown = consumer.settle(body.delivery_ids, body.action, body.requeue, ctx.now)
     if unknown:
         raise HTTPError(406, "precondition_failed", f"unknown delivery ids {unknown}")
     return Response(204)

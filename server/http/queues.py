@@ -52,7 +52,7 @@ def put_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     check_object_name(name)
     body = QueueBody.model_validate(req.json())
     existed = name in vhost.queues
-    vhost.declare_queue(name, owner=None, durable=body.durable, auto_delete=body.auto_delete,
+    vhost.declare_queue(name, owner=None, now=ctx.now, durable=body.durable, auto_delete=body.auto_delete,
                         arguments=body.arguments)
     return Response(204 if existed else 201)
 

@@ -62,6 +62,7 @@ class Context(Protocol):
     """What handlers see of the HTTP server (``net/http_conn.HTTPServer``)."""
     broker: Broker
     version: str
+    now: float  # the time of the request (the shell stamps it; handlers never read the clock)
     http_consumers: dict[str, Any]
     rates: RateTracker
     metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
