@@ -214,6 +214,10 @@ class Router:
             regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", route.pattern) + "$"
             self._routes.append((re.compile(regex), route))
 
+    def is_public(self, path: str) -> bool:
+        """True for a path that takes no credentials (an ``auth=False`` route: ``/metrics``)."""
+        return any(not route.auth and regex.match(path) for regex, route in self._routes)
+
     def templates(self) -> list[tuple[str, str]]:
         """(method, path template) of every route: for documentation and fuzzing."""
         return [(route.method, route.pattern) for _, route in self._routes]

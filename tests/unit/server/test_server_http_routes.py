@@ -84,3 +84,4 @@ def test_the_api_router_holds_every_resource_module_and_no_path_twice():
     broker_routes = {pattern for _, pattern in templates}
     assert {"/api/overview", "/api/queues/{vhost}/{name}", "/api/bindings/{vhost}/e/{source}/q/{dest}/{props}",
             "/metrics"} <= broker_routes
+    assert router.is_public("/metrics") and not router.is_public("/api/overview")  # the shell asks no login
