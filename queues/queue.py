@@ -144,14 +144,26 @@ class Queue:
         entry = self._new_entry(message, now)
         self._push(entry)
         if args.max_length is not None or args.max_length_bytes is not None:
-            while self._over_limit():
-                head = self._pop_any()
-                if head is None:
-                    break
-                self.stats.dropped += 1
-                self._dead_letter(head.message, "maxlen", head.delivery_count)
-                self._discard(head)
+            self._drop_over_limit()
         return EnqueueOutcome.ACCEPTED
+
+    def _drop_over_limit(self) -> None:
+        while self._over_limit():
+            head = self._pop_any()
+            if head is None:
+                break
+            self.stats.dropped += 1
+            self._dead_letter(head.message, "maxlen", head.delivery_count)
+            self._discard(head)
+
+    def apply_args(self, args: QueueArgs) -> None:
+        """New effective arguments (a policy changed): limits apply at once, as RabbitMQ's
+        drop-head trims the queue to a lower max-length (the reject modes refuse the next publish);
+        a new TTL applies to messages enqueued from now on. ``x-max-priority`` cannot change."""
+        self.args = args
+        self._ttl = args.message_ttl_ms / 1000 if args.message_ttl_ms is not None else None
+        if args.overflow is Overflow.DROP_HEAD:
+            self._drop_over_limit()
 
     def _would_overflow(self, size: int) -> bool:
         args = self.args

@@ -29,6 +29,7 @@ from headrace.server.amqp.properties import quick_props, decode_properties, repl
 from . import errors
 from .dead_letters import dead_letter_message
 from .delayed import DELAYED_TYPE, DelayedMessages
+from .policies import apply_exchange_policy, queue_args
 from .reply_to import REPLY_PREFIX
 
 if TYPE_CHECKING:
@@ -129,6 +130,8 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
+        if self.broker.policies.applied(self.name, "exchange", name).definition:
+            apply_exchange_policy(self, exchange)
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -237,6 +240,7 @@ class VHost:
             args = QueueArgs.parse(arguments, name)
         except QueueArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
+        args = queue_args(self.broker.policies, self.name, name, arguments, args)
         self.broker.check_limit("queues", self)
         queue = Queue(
             name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,

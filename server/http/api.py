@@ -19,10 +19,12 @@ from headrace.server.auth import Permission, User
 from headrace.server.broker import Broker, VHost
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
+from headrace.server.broker.policies import Applied
 
 from .consume import HTTPConsumer, properties_json
 from .definitions_body import DefinitionsBody
 from .metrics import render_metrics
+from .policies import ROUTES as POLICY_ROUTES
 from .rates import FIELDS, RateTracker
 from .routes import HTTPError, Request, Response, Router, json_response
 
@@ -208,15 +210,26 @@ def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
         "message_bytes_unacknowledged": q.message_bytes_unacked,
         "spilled": q.spilled_count(),
         "message_stats": _message_stats(ctx, (vhost.name, name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
-        "state": "running",
+        "state": "running", **_policy_json(ctx.broker.policies.applied(vhost.name, "queue", name)),
     }
+
+
+def _policy_json(applied: Applied) -> dict[str, Any]:
+    """RabbitMQ's policy fields of a queue or exchange listing."""
+    return {"policy": applied.policy.name if applied.policy else None,
+            "operator_policy": applied.operator_policy.name if applied.operator_policy else None,
+            "effective_policy_definition": applied.definition}
 
 
 def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
     ex = vhost.exchanges[name]
-    return {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
-            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
-            "mirrored": name in vhost.mirrored}
+    out = {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
+           "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
+           "mirrored": name in vhost.mirrored}
+    policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
+    if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
+        out["policy"] = policy.name
+    return out
 
 
 def _visible_vhosts(ctx: Context, req: Request) -> list[VHost]:
@@ -822,3 +835,5 @@ _r("GET", "/api/mirrors", list_mirrors)
 _r("PUT", "/api/mirrors/{vhost}/{name}", put_mirror)
 _r("DELETE", "/api/mirrors/{vhost}/{name}", delete_mirror)
 _r("GET", "/metrics", metrics)
+for _route in POLICY_ROUTES:
+    _r(*_route)
