@@ -271,7 +271,7 @@ def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str
         return own
 
 
-def apply_policies(vhost: VHost) -> None:
+def apply_policies(vhost: VHost, now: float) -> None:
     """A policy changed: every queue and exchange of ``vhost`` takes its effective arguments now
     (a lower max-length drops or refuses at once per the overflow mode; a new DLX takes the next
     dead letter; an alternate exchange takes the next unroutable message)."""
@@ -279,8 +279,7 @@ def apply_policies(vhost: VHost) -> None:
     for queue in list(vhost.queues.values()):
         args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name))
         if args != queue.args:
-            queue.apply_args(args)
-            vhost.drain_dead_letters(queue)
+            vhost.broker.delivery.apply_args(vhost, queue, args, now)
     for exchange in vhost.exchanges.values():
         if exchange.name:
             apply_exchange_policy(vhost, exchange)

@@ -2,93 +2,75 @@
 
 Bodies are RabbitMQ's ``{"pattern", "definition", "priority", "apply-to"}``; a refused policy is a
 400 whose reason is RabbitMQ's validation text. Policies need the ``policymaker`` or
-``administrator`` tag (and, for a policymaker, access to the vhost); operator policies need
-``administrator``. The broker owns the policies (``Broker.set_policy``); these are thin handlers.
+``administrator`` tag; operator policies need ``administrator``. The broker owns the policies
+(``Broker.set_policy``); these are thin handlers.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
 
-from headrace.server.broker import Broker
-from headrace.server.broker.policies import Policy, PolicyError
+from headrace.server.broker import VHost
+from headrace.server.broker.policies import PolicyError
 
-from .routes import Handler, HTTPError, Request, Response, json_response
+from .listing import visible_vhosts
+from .routes import Context, Handler, HTTPError, Request, Response, Routes, json_response, user_of
 
-__all__ = ["ROUTES"]
+__all__ = ["routes"]
+
+routes = Routes()
+NOT_FOUND = HTTPError(404, "Object Not Found", "Not Found")  # RabbitMQ's body for a missing policy
 
 
-class _Context(Protocol):
-    broker: Broker
-
-
-def _allowed(ctx: _Context, req: Request, vhost: str | None, operator: bool) -> None:
-    user = req.user
-    assert user is not None
-    if operator:
-        if not user.is_administrator:
-            raise HTTPError(403, "not_authorised", "Not administrator user")
-    elif not user.is_administrator and "policymaker" not in user.tags:
+def _allowed(req: Request, operator: bool) -> None:
+    user = user_of(req)
+    if operator and not user.is_administrator:
+        raise HTTPError(403, "not_authorised", "Not administrator user")
+    if not user.is_administrator and "policymaker" not in user.tags:
         raise HTTPError(403, "not_authorised", "Not policymaker user")
-    if vhost is not None:
-        if ctx.broker.vhost(vhost) is None:
-            raise HTTPError(404, "Object Not Found", "Not Found")
-        if not user.is_administrator and ctx.broker.users.permission(user.name, vhost) is None:
-            raise HTTPError(403, "not_authorised", f"access to vhost '{vhost}' refused")
 
 
-def _visible(ctx: _Context, req: Request, policy: Policy) -> bool:
-    user = req.user
-    assert user is not None
-    return user.is_administrator or ctx.broker.users.permission(user.name, policy.vhost) is not None
+def _each(method: str, suffix: str) -> Callable[[Handler], Handler]:
+    """Register a handler for both ``/api/policies`` and ``/api/operator-policies``."""
+    def register(handler: Handler) -> Handler:
+        for base, operator in (("/api/policies", False), ("/api/operator-policies", True)):
+            routes.add(method, base + suffix, params={"operator": operator})(handler)
+        return handler
+    return register
 
 
-def _list(operator: bool) -> Handler:
-    def handler(ctx: _Context, req: Request, vhost: str | None = None) -> Response:
-        _allowed(ctx, req, vhost, operator)
-        policies = ctx.broker.policies.list(vhost, operator=operator)
-        return json_response(200, [p.as_json() for p in policies if _visible(ctx, req, p)])
-    return handler
+@_each("GET", "")
+@_each("GET", "/{vhost}")
+def list_policies(ctx: Context, req: Request, operator: bool, vhost: VHost | None = None) -> Response:
+    _allowed(req, operator)
+    names = {v.name for v in ([vhost] if vhost is not None else visible_vhosts(ctx, req))}
+    return json_response(200, [p.as_json() for p in ctx.broker.policies.list(operator=operator)
+                               if p.vhost in names])
 
 
-def _get(operator: bool) -> Handler:
-    def handler(ctx: _Context, req: Request, vhost: str, name: str) -> Response:
-        _allowed(ctx, req, vhost, operator)
-        policy = ctx.broker.policies.get(vhost, name, operator=operator)
-        if policy is None:
-            raise HTTPError(404, "Object Not Found", "Not Found")
-        return json_response(200, policy.as_json())
-    return handler
+@_each("GET", "/{vhost}/{name}")
+def get_policy(ctx: Context, req: Request, vhost: VHost, name: str, operator: bool) -> Response:
+    _allowed(req, operator)
+    policy = ctx.broker.policies.get(vhost.name, name, operator=operator)
+    if policy is None:
+        raise NOT_FOUND
+    return json_response(200, policy.as_json())
 
 
-def _put(operator: bool) -> Handler:
-    def handler(ctx: _Context, req: Request, vhost: str, name: str) -> Response:
-        _allowed(ctx, req, vhost, operator)
-        body: Any = req.json()
-        existed = ctx.broker.policies.get(vhost, name, operator=operator) is not None
-        try:
-            ctx.broker.set_policy(vhost, name, body, operator=operator)
-        except PolicyError as exc:
-            raise HTTPError(400, "bad_request", str(exc)) from None
-        return Response(204 if existed else 201)
-    return handler
+@_each("PUT", "/{vhost}/{name}")
+def put_policy(ctx: Context, req: Request, vhost: VHost, name: str, operator: bool) -> Response:
+    _allowed(req, operator)
+    existed = ctx.broker.policies.get(vhost.name, name, operator=operator) is not None
+    try:
+        ctx.broker.set_policy(vhost.name, name, req.json(), ctx.now, operator=operator)
+    except PolicyError as exc:
+        raise HTTPError(400, "bad_request", str(exc)) from None
+    return Response(204 if existed else 201)
 
 
-def _delete(operator: bool) -> Handler:
-    def handler(ctx: _Context, req: Request, vhost: str, name: str) -> Response:
-        _allowed(ctx, req, vhost, operator)
-        if not ctx.broker.clear_policy(vhost, name, operator=operator):
-            raise HTTPError(404, "Object Not Found", "Not Found")
-        return Response(204)
-    return handler
-
-
-ROUTES: list[tuple[str, str, Handler]] = []
-for _base, _operator in (("/api/policies", False), ("/api/operator-policies", True)):
-    ROUTES += [
-        ("GET", _base, _list(_operator)),
-        ("GET", _base + "/{vhost}", _list(_operator)),
-        ("GET", _base + "/{vhost}/{name}", _get(_operator)),
-        ("PUT", _base + "/{vhost}/{name}", _put(_operator)),
-        ("DELETE", _base + "/{vhost}/{name}", _delete(_operator)),
-    ]
+@_each("DELETE", "/{vhost}/{name}")
+def delete_policy(ctx: Context, req: Request, vhost: VHost, name: str, operator: bool) -> Response:
+    _allowed(req, operator)
+    if not ctx.broker.clear_policy(vhost.name, name, ctx.now, operator=operator):
+        raise NOT_FOUND
+    return Response(204)

@@ -16,14 +16,18 @@ from headrace.server.broker.policies import (
 )
 
 PLAIN = encode_properties(BasicProperties())
+NOW = 1000.0
 
 
 @pytest.fixture
 def broker() -> Broker:
     b = Broker()
     b.ensure_default("/", "guest", "guest")
-    b.now = 1000.0
     return b
+
+
+def publish(vhost, queue: str, body: bytes = b"m"):
+    return vhost.broker.delivery.publish(vhost, "", queue, PLAIN, body, NOW)
 
 
 def body(definition, pattern="^", priority=0, apply_to="all") -> dict:
@@ -89,43 +93,43 @@ def test_precedence_against_x_arguments():
 
 def test_lower_max_length_drops_head_into_the_dlx_at_once(broker):
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("dead", owner=None)
-    queue = vhost.declare_queue("work", owner=None)
+    vhost.declare_queue("dead", now=NOW, owner=None)
+    queue = vhost.declare_queue("work", now=NOW, owner=None)
     for i in range(5):
-        vhost.publish("", "work", PLAIN, b"%d" % i)
+        publish(vhost, "work", b"%d" % i)
     broker.set_policy("/", "cap", body({"max-length": 2, "dead-letter-exchange": "", "dead-letter-routing-key": "dead"},
-                                       pattern="^work$"))
+                                       pattern="^work$"), NOW)
     assert queue.messages_ready == 2 and vhost.queues["dead"].messages_ready == 3
-    assert queue.get(broker.now, no_ack=True, owner=None).message.body == b"3"  # the head went
-    broker.clear_policy("/", "cap")
+    assert broker.delivery.get(vhost, queue, NOW, no_ack=True, owner=None).message.body == b"3"  # the head went
+    broker.clear_policy("/", "cap", NOW)
     assert queue.args.max_length is None
     for i in range(5):
-        vhost.publish("", "work", PLAIN, b"x")
+        publish(vhost, "work", b"x")
     assert queue.messages_ready == 6
 
 
 def test_reject_publish_policy_keeps_messages_and_refuses_new_ones(broker):
     vhost = broker.vhosts["/"]
-    queue = vhost.declare_queue("bounded", owner=None)
+    queue = vhost.declare_queue("bounded", now=NOW, owner=None)
     for _ in range(3):
-        vhost.publish("", "bounded", PLAIN, b"m")
-    broker.set_policy("/", "cap", body({"max-length": 1, "overflow": "reject-publish"}))
+        publish(vhost, "bounded", b"m")
+    broker.set_policy("/", "cap", body({"max-length": 1, "overflow": "reject-publish"}), NOW)
     assert queue.messages_ready == 3
-    assert vhost.publish("", "bounded", PLAIN, b"m").rejected
+    assert publish(vhost, "bounded", b"m").rejected
 
 
 def test_new_queues_and_exchanges_take_the_policy_and_definitions_keep_it(broker):
-    broker.set_policy("/", "ae", body({"alternate-exchange": "amq.fanout"}, apply_to="exchanges"))
-    broker.set_policy("/", "cap", body({"max-length": 7}), operator=True)
+    broker.set_policy("/", "ae", body({"alternate-exchange": "amq.fanout"}, apply_to="exchanges"), NOW)
+    broker.set_policy("/", "cap", body({"max-length": 7}), NOW, operator=True)
     vhost = broker.vhosts["/"]
     exchange = vhost.declare_exchange("routed", "direct")
     assert exchange.alternate == "amq.fanout"
-    assert vhost.declare_queue("capped", owner=None, arguments={"x-max-length": 100}).args.max_length == 7
+    assert vhost.declare_queue("capped", now=NOW, owner=None, arguments={"x-max-length": 100}).args.max_length == 7
     doc = export_definitions(broker)
     assert doc["policies"] == [{"vhost": "/", "name": "ae", "pattern": "^", "apply-to": "exchanges",
                                 "definition": {"alternate-exchange": "amq.fanout"}, "priority": 0}]
     assert [p["name"] for p in doc["operator_policies"]] == ["cap"]
     fresh = Broker()
-    import_definitions(fresh, doc)
+    import_definitions(fresh, doc, NOW)
     assert fresh.policies.get("/", "cap", operator=True).definition == {"max-length": 7}
-    assert fresh.vhosts["/"].declare_queue("capped2", owner=None).args.max_length == 7
+    assert fresh.vhosts["/"].declare_queue("capped2", now=NOW, owner=None).args.max_length == 7
