@@ -51,10 +51,10 @@ class Settle(Enum):
 
 
 class Delivery:
-    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry | None = None) -> None:
+    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry) -> None:
         self.store = store
         self.mirror = mirror
-        self.replies = replies if replies is not None else ReplyRegistry()  # direct reply-to consumers
+        self.replies = replies
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
 
     # ------------------------------------------------------------------ ids
@@ -249,10 +249,11 @@ class Delivery:
 
     # ------------------------------------------------------------------ whole queues
     def purge(self, queue: Queue) -> int:
-        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued)."""
+        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued).
+        It takes a ticket: purge-ok waits for its fsync, or a crash would bring the messages back."""
         count = queue.purge()
         if self.store.enabled and queue.durable:
-            self.store.add(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
+            self.store.add_ticketed(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
         return count
 
     def queue_deleted(self, queue: Queue) -> None:
