@@ -17,6 +17,7 @@ from . import (
     mirrors,
     overview,
     permissions,
+    policies,
     queues,
     users,
     vhosts,
@@ -26,6 +27,6 @@ from .routes import Router
 __all__ = ["RESOURCES", "router"]
 
 RESOURCES = (overview, vhosts, users, permissions, connections, exchanges, queues, bindings, messages,
-             definitions, health, mirrors)
+             definitions, health, mirrors, policies)
 
 router = Router(module.routes for module in RESOURCES)
