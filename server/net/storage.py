@@ -27,6 +27,8 @@ from headrace.server.amqp.properties import quick_props
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
+from .stream_writer import STREAM_OPS, StreamWriter, Written
+
 if TYPE_CHECKING:
     from .gate import Gate
 
@@ -58,6 +60,7 @@ class Storage:
         self.spill = SpillStore(data_dir / "spill")
         self.mirror_root = data_dir
         self.mirrors: dict[tuple[str, str], MirrorLog] = {}
+        self.streams = StreamWriter(data_dir, settings.fsync != "off")
         self._store_kick = trio.Event()
         self._mirror_kick = trio.Event()
         self._pager_kick = trio.Event()
@@ -108,6 +111,7 @@ class Storage:
             vhost.delayed.add(delay.due_ms / 1000, delay.exchange, delay.routing_key, delay.props_raw,
                               delay.body, delay.message_id)
             count += 1
+        self.streams.recover(broker)
         if orphans:
             self.store.write_and_sync(orphans)
         if count:
@@ -138,7 +142,15 @@ class Storage:
                 self._store_kick.set()  # more than fsync_batch_max were waiting
 
     async def _flush_once(self, broker: Broker, gate: Gate | None) -> None:
-        ops, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        ops: list = taken
+        if taken:
+            stream_ops = [op for op in taken if type(op) in STREAM_OPS]
+            if stream_ops:
+                ops = [op for op in taken if type(op) not in STREAM_OPS]
+                await self._write_streams(broker, stream_ops + [op for op in ops if type(op) is DropQueue])
+            elif any(type(op) is DropQueue for op in taken):
+                await self._write_streams(broker, [op for op in taken if type(op) is DropQueue])
         if ops:
             store = self.store
             need_sync = ticket > broker.synced_ticket
@@ -170,6 +182,22 @@ class Storage:
             if reclaimed:
                 log.debug("message store: compaction reclaimed %d bytes", reclaimed)
 
+    async def _write_streams(self, broker: Broker, ops: list) -> None:
+        appends, tracks, drops = self.streams.plan(broker, ops)
+        if not (appends or tracks or drops):
+            return
+        queues = {key: self.streams.queue(broker, key) for key in appends}
+        written = await trio.to_thread.run_sync(self.streams.write, queues, appends, tracks, drops)
+        self._streams_written(broker, written)
+
+    def _streams_written(self, broker: Broker, written: list[Written]) -> None:
+        now = time.time()
+        for item in written:
+            queue = self.streams.queue(broker, item.key)
+            if queue is not None:
+                broker.delivery.stream_appended(broker.vhosts[item.key[0]], queue, item.end, item.last_ts,
+                                                item.first, now)
+
     def _timed_sync(self) -> float:
         start = time.perf_counter()
         self.store.sync()
@@ -188,6 +216,11 @@ class Storage:
             if trio.current_time() - self._last_retention >= interval:
                 self._last_retention = trio.current_time()
                 await self._enforce_mirror_retention(broker)
+                targets = self.streams.retention_targets(broker)
+                if targets:
+                    written = await trio.to_thread.run_sync(self.streams.enforce_retention, targets,
+                                                            int(time.time() * 1000))
+                    self._streams_written(broker, written)
 
     def _mirror_log(self, key: tuple[str, str], retention: Retention) -> MirrorLog:
         """The open log of a mirrored exchange, reopened when its retention changed."""
@@ -274,3 +307,4 @@ class Storage:
         self.spill.close()
         for mirror in self.mirrors.values():
             mirror.close()
+        self.streams.close()
