@@ -31,6 +31,7 @@ from headrace.server.broker import Broker, Limits
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
+from headrace.server.net.admission import Admission
 from headrace.server.net.alarms import run_alarms
 from headrace.server.net.clock import run_clock
 from headrace.server.net.gate import Gate
@@ -67,6 +68,7 @@ class App:
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
+        self.admission = Admission(settings.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
 
@@ -114,20 +116,21 @@ class App:
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:
         try:
             peer = _socket_of(stream).getpeername()[:2]
-        except OSError:
-            return
-        unauthenticated = sum(1 for h in self.amqp_handlers if h.session.user is None)
-        if unauthenticated >= self.settings.max_unauthenticated:
-            log.warning("dropping connection from %s: %d connections are still in their handshake",
-                        peer[0], unauthenticated)
+        except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
+        ticket = self.admission.enter()
+        admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
-                                        headrace.__version__, after_batch=self.after_batch)
+                                        headrace.__version__, after_batch=self.after_batch,
+                                        on_header=lambda: admission.header_received(ticket),
+                                        on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
         try:
-            await handler.run()
+            with ticket.scope:  # cancelled if evicted before it authenticates
+                await handler.run()
         finally:
+            admission.leave(ticket)
             self.amqp_handlers.discard(handler)
             self.after_batch()
 

@@ -43,18 +43,37 @@ def test_slowloris_amqp_and_http_are_dropped(broker_factory):
 
 
 def test_connection_limits(broker_factory):
-    proc = broker_factory(env={"HEADRACE_MAX_CONNECTIONS": "3", "HEADRACE_MAX_UNAUTHENTICATED": "2"})
+    # timeouts far beyond the test's waits: a socket closed within them was evicted
+    proc = broker_factory(env={"HEADRACE_MAX_CONNECTIONS": "3", "HEADRACE_MAX_UNAUTHENTICATED": "2",
+                               "HEADRACE_HEADER_TIMEOUT": "60", "HEADRACE_HANDSHAKE_TIMEOUT": "60"})
     conns = [pika.BlockingConnection(pika.URLParameters(proc.url)) for _ in range(3)]
     with pytest.raises(pika.exceptions.AMQPConnectionError) as info:
         pika.BlockingConnection(pika.URLParameters(proc.url))
     assert "530" in repr(info.value) or "NOT_ALLOWED" in repr(info.value)
     for c in conns:
         c.close()
-    idle = [socket.create_connection(("127.0.0.1", proc.amqp_port)) for _ in range(2)]
-    extra = socket.create_connection(("127.0.0.1", proc.amqp_port))
-    assert closed_within(extra, 10)  # beyond the bound on handshakes in progress: dropped at once
-    for s in idle:
-        s.close()
+
+    def connect(header: bool) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", proc.amqp_port))
+        if header:
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            assert sock.recv(7)  # connection.start: the broker has seen the header
+        return sock
+
+    # at the bound on handshakes in progress a new socket gets in and the oldest of those that got
+    # least far makes room: first the ones that sent nothing, then the oldest unauthenticated one
+    silent, started = connect(False), connect(True)
+    extra = connect(False)
+    assert closed_within(silent, 5)
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    assert conn.is_open and closed_within(extra, 5)
+    newer = connect(True)
+    last = connect(False)
+    assert closed_within(started, 5)
+    assert not closed_within(newer, 0.5) and not closed_within(last, 0.1)
+    conn.close()
+    for sock in (silent, started, extra, newer, last):
+        sock.close()
 
 
 def test_consumer_that_never_reads_keeps_memory_bounded(broker_factory):
