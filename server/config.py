@@ -90,8 +90,8 @@ class Settings(BaseSettings):
     # limits (issue: hostile clients); each refusal is reported with an AMQP/HTTP error
     max_connections: int = Field(10_000, ge=1)
     max_connections_per_user: int | None = Field(None, ge=1)
-    # sockets that have not authenticated yet; at this bound a new socket is admitted and the oldest
-    # one that has not sent its protocol header (else the oldest unauthenticated one) is closed
+    # sockets that have not authenticated yet; at this bound a new socket is still admitted and the
+    # one stuck longest (since connecting, or since its protocol header) is closed
     max_unauthenticated: int = Field(512, ge=1)
     max_queues_per_vhost: int = Field(100_000, ge=1)
     max_exchanges_per_vhost: int = Field(100_000, ge=1)

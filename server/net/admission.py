@@ -1,17 +1,18 @@
 """The bound on AMQP sockets that have not authenticated yet, and who gives way at that bound.
 
 A bound that refuses new sockets lets idle ones lock every real client out: 512 sockets that never
-speak, reopened as they are closed, kept the broker full indefinitely. So at the bound the socket
-that has got least far, and among those the oldest, is evicted to make room for the new one. A
-real client sends its protocol header as soon as it connects and authenticates one round trip
-later, so it is never the oldest idle socket, while an attacker's sockets only push each other out.
+speak, reopened as they are closed, kept the broker full indefinitely. So at the bound a new socket
+is always admitted, and the socket that has been stuck longest makes room: the one whose last step
+(connecting, then sending the whole protocol header) is oldest. A real client sends its header as
+soon as it connects and authenticates one round trip later, so it is never stuck for long, while an
+attacker's sockets, stuck by design, only push each other out. Dribbling bytes does not count as a
+step; only a complete header does.
 
-Stages, least advanced first: connected (nothing received yet), then header received. A socket
-leaves admission once it has authenticated (``connection.start-ok`` accepted): from then on
+A socket leaves admission once it has authenticated (``connection.start-ok`` accepted): from then on
 ``max_connections`` and the per-user limits apply.
 
-Rule: ``Admission`` owns the set of sockets in their handshake; connection tasks enter, report
-progress and leave; only ``Admission`` cancels a ticket's scope.
+Rule: ``Admission`` owns the set of sockets in their handshake; connection tasks enter, report the
+header and leave; only ``Admission`` cancels a ticket's scope.
 """
 
 from __future__ import annotations
@@ -35,48 +36,45 @@ class Ticket:
     """One socket in its handshake; cancelling ``scope`` ends its connection task."""
 
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    stage: int = 0  # 0: nothing received, 1: protocol header received
     evicted: bool = False
 
 
 class Admission:
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        # one insertion-ordered dict per stage: the first key is the oldest socket of that stage
-        self._stages: tuple[dict[Ticket, None], dict[Ticket, None]] = ({}, {})
+        # insertion-ordered by last step: the first key is the socket stuck longest
+        self._waiting: dict[Ticket, None] = {}
         self.evicted = 0
         self._last_warning = -WARN_INTERVAL
 
     def __len__(self) -> int:
-        return len(self._stages[0]) + len(self._stages[1])
+        return len(self._waiting)
 
     def enter(self) -> Ticket:
-        """A new socket: admitted always, at the cost of the least advanced, oldest one at the bound."""
-        while len(self) >= self.limit:
+        """A new socket: always admitted, at the cost of the one stuck longest at the bound."""
+        while len(self._waiting) >= self.limit:
             self._evict()
         ticket = Ticket()
-        self._stages[0][ticket] = None
+        self._waiting[ticket] = None
         return ticket
 
     def header_received(self, ticket: Ticket) -> None:
-        if ticket in self._stages[0]:
-            del self._stages[0][ticket]
-            ticket.stage = 1
-            self._stages[1][ticket] = None
+        """A step forward: the socket goes to the back of the line."""
+        if self._waiting.pop(ticket, 0) is None:
+            self._waiting[ticket] = None
 
     def leave(self, ticket: Ticket) -> None:
         """Authenticated, or gone: no longer counted, never evicted."""
-        self._stages[ticket.stage].pop(ticket, None)
+        self._waiting.pop(ticket, None)
 
     def _evict(self) -> None:
-        stage = self._stages[0] if self._stages[0] else self._stages[1]
-        victim = next(iter(stage))
-        del stage[victim]
+        victim = next(iter(self._waiting))
+        del self._waiting[victim]
         victim.evicted = True
         victim.scope.cancel()
         self.evicted += 1
         now = time.monotonic()
         if now - self._last_warning >= WARN_INTERVAL:
             self._last_warning = now
-            log.warning("%d sockets are in their AMQP handshake (the bound): closing the oldest idle ones "
+            log.warning("%d sockets are in their AMQP handshake (the bound): closing the ones stuck longest "
                         "to admit new connections (%d so far)", self.limit, self.evicted)
