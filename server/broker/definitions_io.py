@@ -12,6 +12,7 @@ from headrace.exchanges import DestinationKind
 from headrace.server.auth import Permission
 
 from .core import Broker
+from .policies import apply_policies
 from .vhost import PREDECLARED
 
 __all__ = ["export_definitions", "import_definitions"]
@@ -41,6 +42,8 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         # and x-mirror exchanges whose mirroring was switched off
         "mirrors": [],
         "mirrors_disabled": [],
+        "policies": [p.as_json() for p in broker.policies.list()],
+        "operator_policies": [p.as_json() for p in broker.policies.list(operator=True)],
     }
     for vname, vhost in broker.vhosts.items():
         for ename, ex in vhost.exchanges.items():
@@ -76,7 +79,7 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
     return out
 
 
-def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
+def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
     """Apply a definitions document; raises ValueError (bad document) or the AMQP exceptions of the
     declare it failed on. Existing objects are kept (declare is idempotent)."""
     if not isinstance(doc, dict):
@@ -98,6 +101,14 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
     for p in doc.get("permissions", []):
         users.set_permission(_field(p, "user"), _field(p, "vhost"),
                              Permission(p.get("configure", ".*"), p.get("write", ".*"), p.get("read", ".*")))
+    # policies first: the queues and exchanges declared below take them as they are created
+    touched: set[str] = set()
+    for key, operator in (("policies", False), ("operator_policies", True)):
+        for p in doc.get(key, []):
+            vhost_name = p.get("vhost", "/") if isinstance(p, dict) else "/"
+            broker.add_vhost(vhost_name)
+            broker.policies.set(vhost_name, _field(p, "name"), p, operator=operator)
+            touched.add(vhost_name)
     for e in doc.get("exchanges", []):
         vhost = broker.add_vhost(e.get("vhost", "/"))
         vhost.declare_exchange(_field(e, "name"), e.get("type", "direct"), durable=e.get("durable", True),
@@ -105,7 +116,7 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
                                arguments=e.get("arguments") or {})
     for q in doc.get("queues", []):
         vhost = broker.add_vhost(q.get("vhost", "/"))
-        vhost.declare_queue(_field(q, "name"), owner=None, durable=q.get("durable", True),
+        vhost.declare_queue(_field(q, "name"), owner=None, now=now, durable=q.get("durable", True),
                             auto_delete=q.get("auto_delete", False), arguments=q.get("arguments") or {})
     for b in doc.get("bindings", []):
         vhost = broker.add_vhost(b.get("vhost", "/"))
@@ -119,6 +130,8 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
     for mirror in doc.get("mirrors_disabled", []):
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
         vhost.set_mirror(_field(mirror, "exchange"), False)
+    for vhost_name in touched:  # queues and exchanges that existed before the import
+        apply_policies(broker.vhosts[vhost_name], now)
     broker.definitions_changed()
 
 

@@ -67,8 +67,10 @@ def test_connection_limits(broker_factory):
 
     # at the bound on handshakes in progress a new socket gets in and the one stuck longest (since it
     # connected, or since it sent its header) makes room
-    early, silent = connect(), connect()
-    send_header(early)  # a step forward: now silent is stuck longest
+    silent = connect()
+    pika.BlockingConnection(pika.URLParameters(proc.url)).close()  # the broker has taken silent in by now
+    early = connect()
+    send_header(early)  # early's last step is after silent's: silent is stuck longest
     extra = connect()
     assert closed_within(silent, 5) and not closed_within(early, 0.3)
     conn = pika.BlockingConnection(pika.URLParameters(proc.url))
