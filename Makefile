@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean
+.PHONY: run test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,19 @@ lint: $(VENV)/.dev
 	for d in exchanges queues server persistence cli spark_bridge; do cp -r $$d $(LINT_TREE)/headrace/$$d; done
 	cd $(LINT_TREE) && PYTHONPATH=. ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
 
-test: $(VENV)/.dev lint
+test: $(VENV)/.dev lint browser
 	$(PY) -m pytest tests
+
+# the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
+# at test time); installed once, as root (CI runs as root)
+browser: /usr/bin/chromium
+/usr/bin/chromium:
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
 
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev
+e2e: $(VENV)/.dev browser
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev

@@ -19,7 +19,7 @@ import trio
 
 import headrace
 from headrace.server.auth import LoginThrottled
-from headrace.server.http import router
+from headrace.server.http import is_console_path, router
 from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
 
@@ -147,7 +147,7 @@ class HTTPServer:
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.broker.now = time.time()
-        if request.path not in PUBLIC_PATHS:
+        if request.path not in PUBLIC_PATHS and not is_console_path(request.path):
             try:
                 user = self._authenticate(request.headers.get("authorization"), peer_host)
             except LoginThrottled as exc:
@@ -155,9 +155,10 @@ class HTTPServer:
                 wait = max(1, math.ceil(exc.retry_after))
                 return error_response(HTTPError(429, "too_many_requests", f"{exc}; retry after {wait} s",
                                                 [("retry-after", str(wait))]))
-            if user is None:
+            if user is None:  # no challenge to a script (the console): the browser would prompt
+                script = request.headers.get("x-requested-with", "").lower() == "xmlhttprequest"
                 return error_response(HTTPError(401, "not_authorised", "Login failed",
-                                                [("www-authenticate", 'Basic realm="headrace"')]))
+                                                [] if script else [("www-authenticate", 'Basic realm="headrace"')]))
             request.user = user
         response = router.dispatch(self, request)
         self.app.after_batch()
