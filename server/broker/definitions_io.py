@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from headrace.exchanges import DestinationKind
-from headrace.server.auth import Permission
+from headrace.server.auth import Permission, TopicPermission
 
 from .core import Broker
 from .vhost import PREDECLARED
 
-__all__ = ["export_definitions", "import_definitions"]
+__all__ = ["export_definitions", "import_definitions", "import_settings"]
 
 _PREDECLARED_NAMES = {"", *(name for name, _ in PREDECLARED)}
 
@@ -26,7 +26,7 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         "product_version": version,
         "users": [
             {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": "pbkdf2_sha256",
-             "tags": list(u.tags)}
+             "tags": list(u.tags), "limits": dict(broker.parameters.user_limits.get(u.name, {}))}
             for u in users.users.values()
         ],
         "vhosts": [{"name": name} for name in broker.vhosts],
@@ -34,6 +34,13 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
             {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
             for (user, vhost), p in users.permissions.items()
         ],
+        "topic_permissions": [
+            {"user": user, "vhost": vhost, "exchange": exchange, "write": p.write, "read": p.read}
+            for (user, vhost, exchange), p in users.topic_permissions.items()
+        ],
+        "parameters": broker.parameters.list_parameters(),
+        "global_parameters": [{"name": name, "value": value}
+                              for name, value in sorted(broker.parameters.global_parameters.items())],
         "exchanges": [],
         "queues": [],
         "bindings": [],
@@ -98,6 +105,7 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
     for p in doc.get("permissions", []):
         users.set_permission(_field(p, "user"), _field(p, "vhost"),
                              Permission(p.get("configure", ".*"), p.get("write", ".*"), p.get("read", ".*")))
+    import_settings(broker, doc)
     for e in doc.get("exchanges", []):
         vhost = broker.add_vhost(e.get("vhost", "/"))
         vhost.declare_exchange(_field(e, "name"), e.get("type", "direct"), durable=e.get("durable", True),
@@ -120,6 +128,21 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
         vhost.set_mirror(_field(mirror, "exchange"), False)
     broker.definitions_changed()
+
+
+def import_settings(broker: Broker, doc: dict[str, Any]) -> None:
+    """User limits, topic permissions, runtime and global parameters of a definitions document."""
+    params = broker.parameters
+    for u in doc.get("users", []):
+        for name, value in (u.get("limits") or {}).items():
+            params.set_user_limit(_field(u, "name"), name, value)
+    for p in doc.get("topic_permissions", []):
+        broker.users.set_topic_permission(_field(p, "user"), _field(p, "vhost"), TopicPermission(
+            _field(p, "exchange"), p.get("write", ".*"), p.get("read", ".*")))
+    for p in doc.get("parameters", []):
+        params.set_parameter(_field(p, "component"), _field(p, "vhost"), _field(p, "name"), _field(p, "value"))
+    for p in doc.get("global_parameters", []):
+        params.set_global(_field(p, "name"), _field(p, "value"))
 
 
 def _field(obj: Any, key: str) -> Any:

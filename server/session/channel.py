@@ -20,6 +20,7 @@ from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import errors
+from headrace.server.broker.topic_auth import check_topic_write
 
 if TYPE_CHECKING:
     from .session import Session
@@ -140,6 +141,8 @@ class ChannelSession:
             ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
         if not ok:
             self.session.check_permission("write", exchange)
+        if self.session.broker.users.topic_permissions:
+            check_topic_write(self.vhost, self.session.user.name, exchange, method.routing_key)
         if self.tx:
             self._tx_buffer(event)
             return

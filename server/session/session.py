@@ -101,6 +101,7 @@ class Session:
                     self._method(event.channel, event.method)
                 elif kind is ChannelOpened:
                     self._require_open()
+                    self._check_limit(self.broker.channel_refused(self.user.name, self), 20, 10)
                     self.channels[event.channel] = ChannelSession(self, event.channel)
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)
@@ -311,6 +312,11 @@ class Session:
     def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
         return None
 
+    def _check_limit(self, refused: str | None, class_id: int, method_id: int) -> None:
+        """A vhost or user limit (runtime parameters) closes the connection with 530, as RabbitMQ."""
+        if refused is not None:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", class_id, method_id)
+
     def _open(self, method: m.ConnectionOpen) -> None:
         if self.closing:
             return  # the login was refused earlier in this batch (a pipelining client): already closing
@@ -333,6 +339,7 @@ class Session:
             raise ConnectionException(
                 ReplyCode.NOT_ALLOWED,
                 f"NOT_ALLOWED - connection limit ({per_user}) for user '{self.user.name}' is reached", 10, 40)
+        self._check_limit(self.broker.connection_refused(name, self.user.name), 10, 40)
         self.vhost = vhost
         self.conn.send_method(0, m.ConnectionOpenOk())
         self.broker.observers.add(self)
