@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from importlib import resources
 
-from .routes import HTTPError, Request, Response
+from .routes import Context, HTTPError, Request, Response, Routes
 
-__all__ = ["console_file", "console_index", "is_console_path"]
+__all__ = ["routes"]
+
+routes = Routes()
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -44,11 +46,6 @@ def _load() -> dict[str, bytes]:
 _FILES = _load()
 
 
-def is_console_path(path: str) -> bool:
-    """The console's own paths, answered without a login (the API calls they make need one)."""
-    return path == "/" or path.startswith("/console/")
-
-
 def _file(name: str) -> Response:
     body = _FILES.get(name)
     if body is None:
@@ -58,9 +55,12 @@ def _file(name: str) -> Response:
     return Response(200, body, list(headers), content_type=content_type)
 
 
-def console_index(ctx: object, req: Request) -> Response:
+# answered without a login (auth=False): the API calls the console makes need one
+@routes.get("/", auth=False)
+def console_index(ctx: Context, req: Request) -> Response:
     return _file("index.html")
 
 
-def console_file(ctx: object, req: Request, name: str) -> Response:
+@routes.get("/console/{name}", auth=False)
+def console_file(ctx: Context, req: Request, name: str) -> Response:
     return _file(name)

@@ -21,7 +21,7 @@ from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
-from headrace.server.session import Session
+from headrace.server.session import Lifecycle, Session
 
 from .gate import Gate
 
@@ -52,6 +52,7 @@ def server_properties(version: str) -> dict[str, Any]:
             "consumer_priorities": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
+            "direct_reply_to": True,
         },
     }
 
@@ -98,7 +99,7 @@ class AMQPConnectionHandler:
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
-            self.session.connection_lost()
+            self.session.connection_lost(time.time())
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
                     await self.stream.aclose()
@@ -106,49 +107,44 @@ class AMQPConnectionHandler:
     async def _reader(self) -> None:
         conn = self.conn
         session = self.session
-        broker = self.broker
         receive = self.stream.receive_some
         with trio.move_on_after(self.settings.handshake_timeout) as handshake:
             await self._read_until_open()
         if handshake.cancelled_caught:
             log.info("handshake timeout for %s", session.peer)
-            conn.close(ConnectionException(ReplyCode.CONNECTION_FORCED,
-                                           "CONNECTION_FORCED - handshake timeout"))
-            session.closing = True
+            session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
             self.wake()
             return
-        while not session.finished and not session.closing:
+        while session.reading:
             if session.read_paused:
                 await self._wait_unpaused()
                 continue
             data = await receive(READ_SIZE)
             if not data:
                 return
-            broker.now = time.time()
-            session.handle(conn.receive_data(data))
+            session.handle(conn.receive_data(data), time.time())
             self.after_batch()
         # we sent connection.close: read until close-ok, for a bounded time
         with trio.move_on_after(CLOSE_TIMEOUT):
-            while not session.finished:
+            while not session.closed:
                 data = await receive(READ_SIZE)
                 if not data:
                     return
-                session.handle(conn.receive_data(data))
+                session.handle(conn.receive_data(data), time.time())
 
     async def _read_until_open(self) -> None:
         session = self.session
         conn = self.conn
-        while session.vhost is None and not session.finished and not session.closing:
+        while session.state is Lifecycle.HANDSHAKE:
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
-                session.finished = True
+                session.connection_lost(time.time())
                 return
-            self.broker.now = time.time()
-            session.handle(conn.receive_data(data))
+            session.handle(conn.receive_data(data), time.time())
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:
-        while self.session.read_paused and not self.session.finished:
+        while self.session.read_paused and not self.session.closed:
             await self.gate.wait_changed()
 
     async def _writer(self) -> None:
@@ -166,8 +162,8 @@ class AMQPConnectionHandler:
                 if data:
                     await send_all(data)
                     if not conn.bytes_pending:
-                        session.on_drain()
-                if session.finished and not conn.bytes_pending:
+                        session.on_drain(time.time())
+                if session.closed and not conn.bytes_pending:
                     return
         finally:
             self._closed.set()
@@ -175,16 +171,16 @@ class AMQPConnectionHandler:
     async def _heartbeat(self) -> None:
         while self.conn.heartbeat == 0 or self.session.vhost is None:
             await trio.sleep(1)
-            if self.session.finished:
+            if self.session.closed:
                 return
         interval = max(self.conn.heartbeat / 2, 0.5)
-        while not self.session.finished:
+        while not self.session.closed:
             await trio.sleep(interval)
             if self.session.read_paused:
                 self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
             if not self.conn.tick(time.monotonic()):
                 log.info("missed heartbeats from %s, closing", self.session.peer)
-                self.session.connection_lost()
+                self.session.connection_lost(time.time())
                 if self.cancel_scope is not None:
                     self.cancel_scope.cancel()
                 return
@@ -193,11 +189,9 @@ class AMQPConnectionHandler:
 
     def force_close(self, code: ReplyCode, text: str) -> None:
         """Shutdown: tell the client with connection.close and stop reading."""
-        if self.session.finished:
+        if self.session.closed:
             if self.cancel_scope is not None:
                 self.cancel_scope.cancel()
             return
-        self.conn.close(ConnectionException(code, text))
-        self.session.closing = True
-        self.session.cleanup()
+        self.session.close(ConnectionException(code, text))
         self.wake()

@@ -19,7 +19,7 @@ import trio
 
 import headrace
 from headrace.server.auth import LoginThrottled
-from headrace.server.http import is_console_path, router
+from headrace.server.http import router
 from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
 
@@ -28,9 +28,10 @@ __all__ = ["HTTPServer"]
 log = logging.getLogger("headrace.http")
 
 READ_SIZE = 64 * 1024
-PUBLIC_PATHS = {"/metrics"}
 # An idle consume stream sends a blank line this often, so dead clients are noticed.
 STREAM_KEEPALIVE = 10.0
+# after refusing a request whose body is not read, how long the rest of it is read and dropped
+LINGER_SECONDS = 5.0
 
 
 class HTTPServer:
@@ -42,7 +43,9 @@ class HTTPServer:
         self.max_header = app.settings.http_max_header_bytes
         self.loopback_users = frozenset(app.settings.loopback_users)
         self.request_timeout = app.settings.http_request_timeout
+        self.metrics = app.settings.metrics
         self._closing = False
+        self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
         self.broker.user_deleted_hooks.append(self._user_deleted)
@@ -56,7 +59,7 @@ class HTTPServer:
         """A deleted user's consume streams end, as their AMQP connections are closed (320)."""
         for consumer in list(self.http_consumers.values()):
             if consumer.user == name:
-                consumer.end("user deleted")
+                consumer.end("user deleted", time.time())
 
     def shutdown(self) -> None:
         """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""
@@ -86,6 +89,10 @@ class HTTPServer:
                 with trio.move_on_after(self.request_timeout) as answering:
                     if response.wait_ticket:
                         await self._wait_synced(response.wait_ticket)
+                        if self.broker.ticket_failed(response.wait_ticket):
+                            response = error_response(HTTPError(
+                                503, "service_unavailable", "the message store could not write to disk",
+                                [("retry-after", "1")]))
                     await self._send(stream, conn, response, head_only)
                 if answering.cancelled_caught:
                     return
@@ -122,20 +129,20 @@ class HTTPServer:
                 # h11 bounds a head that arrives in pieces; one that arrived whole is measured here
                 head_size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
                 if head_size > self.max_header:
-                    await self._send(stream, conn, error_response(HTTPError(
+                    await self._refuse(stream, conn, HTTPError(
                         431, "request_header_fields_too_large",
-                        f"request head of about {head_size} bytes exceeds {self.max_header}")))
+                        f"request head of about {head_size} bytes exceeds {self.max_header}"))
                     return None
                 length = _content_length(event)
                 if length is not None and length > self.max_body:
-                    await self._send(stream, conn, error_response(HTTPError(
-                        413, "payload_too_large", f"body of {length} bytes exceeds {self.max_body}")))
+                    await self._refuse(stream, conn, HTTPError(
+                        413, "payload_too_large", f"body of {length} bytes exceeds {self.max_body}"))
                     return None
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self.max_body:
-                    await self._send(stream, conn, error_response(HTTPError(
-                        413, "payload_too_large", f"body exceeds {self.max_body} bytes")))
+                    await self._refuse(stream, conn, HTTPError(
+                        413, "payload_too_large", f"body exceeds {self.max_body} bytes"))
                     return None
             elif isinstance(event, h11.EndOfMessage):
                 assert head is not None
@@ -145,9 +152,23 @@ class HTTPServer:
             elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return None
 
+    async def _refuse(self, stream: trio.abc.Stream, conn: h11.Connection, error: HTTPError) -> None:
+        """Answer a request that will not be read (413, 431), then close gracefully: the client may
+        still be sending its body, and closing a socket with unread data resets it, which destroys
+        the answer before the client reads it. So: the answer, then our FIN, then the rest of what the
+        client sends is read and dropped (bounded in time) until it closes too ("lingering close")."""
+        error.headers.append(("connection", "close"))
+        await self._send(stream, conn, error_response(error))
+        send_eof = getattr(stream, "send_eof", None)
+        if send_eof is not None:
+            await send_eof()
+        with trio.move_on_after(LINGER_SECONDS):
+            while await stream.receive_some(READ_SIZE):
+                pass
+
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
-        self.broker.now = time.time()
-        if request.path not in PUBLIC_PATHS and not is_console_path(request.path):
+        self.now = time.time()
+        if not router.is_public(request.path):
             try:
                 user = self._authenticate(request.headers.get("authorization"), peer_host)
             except LoginThrottled as exc:
@@ -190,7 +211,7 @@ class HTTPServer:
         consumer.wake = kick
         self.http_consumers[consumer.tag] = consumer
         try:
-            consumer.start()
+            consumer.start(time.time())
             headers = [("content-type", response.content_type), ("server", f"headrace/{self.version}"),
                        ("cache-control", "no-store")]
             await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
@@ -225,7 +246,7 @@ class HTTPServer:
                 pass  # the client went away
         finally:
             self.http_consumers.pop(consumer.tag, None)
-            consumer.close()
+            consumer.close(time.time())
             self.app.after_batch()
 
     async def _wait_synced(self, ticket: int) -> None:

@@ -22,13 +22,13 @@ def broker() -> Broker:
 def test_max_queues_refuses_the_next_new_queue_but_not_a_redeclare(broker):
     vhost = broker.vhosts["/"]
     broker.parameters.set_vhost_limit("/", "max-queues", 1)
-    vhost.declare_queue("a", owner=None)
-    vhost.declare_queue("a", owner=None)  # an existing queue is not a new one
+    vhost.declare_queue("a", owner=None, now=0.0)
+    vhost.declare_queue("a", owner=None, now=0.0)  # an existing queue is not a new one
     with pytest.raises(ChannelException) as exc:
-        vhost.declare_queue("b", owner=None)
+        vhost.declare_queue("b", owner=None, now=0.0)
     assert exc.value.reply_code == 406 and "queue limit in vhost '/' (1) is reached" in exc.value.reply_text
     broker.parameters.set_vhost_limit("/", "max-queues", -1)  # negative: no limit, as RabbitMQ's -1
-    vhost.declare_queue("b", owner=None)
+    vhost.declare_queue("b", owner=None, now=0.0)
 
 
 def test_limits_are_checked_by_name_and_type(broker):
@@ -63,7 +63,7 @@ def test_settings_survive_an_export_and_import(broker):
     assert {"component": "vhost-limits", "name": "limits", "vhost": "/",
             "value": {"max-connections": 5}} in doc["parameters"]
     other = Broker()
-    import_definitions(other, doc)
+    import_definitions(other, doc, 0.0)
     assert other.users.topic_permission("bob", "/", "amq.topic") == TopicPermission("amq.topic", "^a", "^b")
     assert other.parameters.vhost_limit("/", "max-connections") == 5
     assert other.parameters.user_limit("bob", "max-channels") == 3
