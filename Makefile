@@ -30,7 +30,13 @@ lint: $(VENV)/.dev
 	for d in exchanges queues server persistence cli spark_bridge; do cp -r $$d $(LINT_TREE)/headrace/$$d; done
 	cd $(LINT_TREE) && PYTHONPATH=. ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
 
-test: $(VENV)/.dev lint browser
+# the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
+NODE_DIR := tests/node
+$(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+test: $(VENV)/.dev lint browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests
 
 # the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
@@ -42,7 +48,7 @@ browser: /usr/bin/chromium
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev browser
+e2e: $(VENV)/.dev browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev
@@ -67,4 +73,4 @@ fuzz: $(VENV)/.dev
 	HEADRACE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/amqp tests/e2e/test_e2e_http_fuzz.py -k fuzz -q -p no:timeout
 
 clean:
-	rm -rf $(VENV) build *.egg-info headrace-data
+	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules

@@ -24,6 +24,7 @@ from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import Permission, UserRegistry
 
+from .policies import Policy, PolicyStore, apply_policies
 from .delivery import Delivery
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
@@ -91,6 +92,7 @@ class Broker:
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
+        self.policies = PolicyStore()
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there
@@ -121,6 +123,7 @@ class Broker:
         for key in [k for k in self.users.topic_permissions if k[1] == name]:
             del self.users.topic_permissions[key]
         self.parameters.vhost_deleted(name)
+        self.policies.drop_vhost(name)
         self.users.changed()
         self.definitions_changed()
         return True
@@ -179,6 +182,25 @@ class Broker:
             self.users.add_user(user, password, ("administrator",))
             self.users.set_permission(user, vhost, Permission())
             self.definitions_changed()
+
+    def set_policy(self, vhost: str, name: str, body: Any, now: float, *, operator: bool = False) -> Policy:
+        """Add or replace a (operator) policy; it applies at once. ``PolicyError`` if refused."""
+        target = self.vhosts.get(vhost)
+        if target is None:
+            raise KeyError(vhost)
+        policy = self.policies.set(vhost, name, body, operator=operator)
+        apply_policies(target, now)
+        self.definitions_changed()
+        return policy
+
+    def clear_policy(self, vhost: str, name: str, now: float, *, operator: bool = False) -> bool:
+        if not self.policies.clear(vhost, name, operator=operator):
+            return False
+        target = self.vhosts.get(vhost)
+        if target is not None:
+            apply_policies(target, now)
+        self.definitions_changed()
+        return True
 
     def check_limit(self, kind: str, vhost: VHost) -> None:
         limit = self.parameters.vhost_limit(vhost.name, "max-queues") if kind == "queues" else None

@@ -12,6 +12,7 @@ from headrace.exchanges import DestinationKind
 from headrace.server.auth import Permission, TopicPermission
 
 from .core import Broker
+from .policies import apply_policies
 from .vhost import PREDECLARED
 
 __all__ = ["export_definitions", "import_definitions", "import_settings"]
@@ -48,6 +49,8 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         # and x-mirror exchanges whose mirroring was switched off
         "mirrors": [],
         "mirrors_disabled": [],
+        "policies": [p.as_json() for p in broker.policies.list()],
+        "operator_policies": [p.as_json() for p in broker.policies.list(operator=True)],
     }
     for vname, vhost in broker.vhosts.items():
         for ename, ex in vhost.exchanges.items():
@@ -106,6 +109,14 @@ def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
         users.set_permission(_field(p, "user"), _field(p, "vhost"),
                              Permission(p.get("configure", ".*"), p.get("write", ".*"), p.get("read", ".*")))
     import_settings(broker, doc)
+    # policies first: the queues and exchanges declared below take them as they are created
+    touched: set[str] = set()
+    for key, operator in (("policies", False), ("operator_policies", True)):
+        for p in doc.get(key, []):
+            vhost_name = p.get("vhost", "/") if isinstance(p, dict) else "/"
+            broker.add_vhost(vhost_name)
+            broker.policies.set(vhost_name, _field(p, "name"), p, operator=operator)
+            touched.add(vhost_name)
     for e in doc.get("exchanges", []):
         vhost = broker.add_vhost(e.get("vhost", "/"))
         vhost.declare_exchange(_field(e, "name"), e.get("type", "direct"), durable=e.get("durable", True),
@@ -127,6 +138,8 @@ def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
     for mirror in doc.get("mirrors_disabled", []):
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
         vhost.set_mirror(_field(mirror, "exchange"), False)
+    for vhost_name in touched:  # queues and exchanges that existed before the import
+        apply_policies(broker.vhosts[vhost_name], now)
     broker.definitions_changed()
 
 

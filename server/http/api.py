@@ -18,6 +18,7 @@ from . import (
     mirrors,
     overview,
     permissions,
+    policies,
     queues,
     users,
     vhosts,
@@ -27,6 +28,6 @@ from .routes import Router
 __all__ = ["RESOURCES", "router"]
 
 RESOURCES = (overview, vhosts, users, permissions, connections, exchanges, queues, bindings, messages,
-             definitions, health, mirrors, console)
+             definitions, health, mirrors, policies, console)
 
 router = Router(module.routes for module in RESOURCES)

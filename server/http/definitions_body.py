@@ -1,6 +1,6 @@
 """The definitions document of ``POST /api/definitions``, checked before anything is applied.
 
-RabbitMQ's export format; keys headrace does not use (operator policies, ...) are
+RabbitMQ's export format; keys headrace does not use are
 ignored so a RabbitMQ export loads as is. A wrong type anywhere is a 400 with pydantic's account.
 """
 
@@ -111,6 +111,9 @@ class DefinitionsBody(_Item):
     bindings: list[BindingDef] = []
     mirrors: list[MirrorDef] = []
     mirrors_disabled: list[MirrorDisabledDef] = []
+    # checked by the policy store itself, which gives RabbitMQ's validation texts
+    policies: list[dict[str, Any]] = []
+    operator_policies: list[dict[str, Any]] = []
 
     def document(self) -> dict[str, Any]:
         """The checked document, with absent passwords left out (``import_definitions`` tells a
