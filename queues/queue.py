@@ -120,7 +120,8 @@ class Queue:
         """Append ``message``; the length bounds may drop heads (or this very message) into ``left``."""
         args = self.args
         if args.max_length is not None or args.max_length_bytes is not None:
-            if args.overflow is not Overflow.DROP_HEAD and self._would_overflow(len(message.body)):
+            full = args.exceeded_by(self.messages_ready + 1, self.message_bytes_ready + len(message.body))
+            if full and args.overflow is not Overflow.DROP_HEAD:
                 self.stats.dropped += 1
                 if args.overflow is Overflow.REJECT_PUBLISH_DLX:
                     self._gone(left, self._new_entry(message, now), "maxlen", held=False)
@@ -133,7 +134,7 @@ class Queue:
         return EnqueueOutcome.ACCEPTED
 
     def _drop_over_limit(self, left: list[Left] | None) -> None:
-        while self._over_limit():
+        while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):
             head = self._pop_any()
             if head is None:
                 break
@@ -149,18 +150,6 @@ class Queue:
         self._ttl = args.message_ttl_ms / 1000 if args.message_ttl_ms is not None else None
         if args.overflow is Overflow.DROP_HEAD:
             self._drop_over_limit(left)
-
-    def _would_overflow(self, size: int) -> bool:
-        args = self.args
-        if args.max_length is not None and self.messages_ready + 1 > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.message_bytes_ready + size > args.max_length_bytes
-
-    def _over_limit(self) -> bool:
-        args = self.args
-        if args.max_length is not None and self.messages_ready > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.message_bytes_ready > args.max_length_bytes
 
     def _push(self, entry: QueueEntry) -> None:
         ready = self._ready
