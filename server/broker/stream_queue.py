@@ -63,6 +63,10 @@ class StreamQueue(Queue):
 
     @property
     def messages_unacked(self) -> int:
+        return 0  # as RabbitMQ's streams: the log's length is the count; deliveries hold only credit
+
+    @property
+    def in_flight(self) -> int:
         return self._in_flight
 
     @property
@@ -220,14 +224,16 @@ class StreamQueue(Queue):
         return super().delete()
 
     # ------------------------------------------------------------------ reporting
+    def describe_consumers(self) -> list[dict[str, Any]]:
+        """Each consumer's next offset and lag (messages committed it has not been sent yet)."""
+        return [{"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
+                 "lag": max(self.end - reader.cursor.offset, 0)} for tag, reader in self.readers.items()]
+
     def describe(self) -> dict[str, Any]:
         """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""
         stats = stream_stats(self.data_dir, self.vhost, self.name)
         last = self.end - 1 if self.end > self.first else None
-        consumers = []
-        for tag, reader in self.readers.items():
-            consumers.append({"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
-                              "lag": max(self.end - reader.cursor.offset, 0)})
+        consumers = self.describe_consumers()
         return {
             "type": "stream", "size_on_disk": stats.size, "segments": stats.segments,
             "first_offset": self.first if last is not None else None, "last_offset": last,

@@ -252,8 +252,8 @@ def test_named_consumer_resumes_after_reconnect_and_restart(broker_factory, tmp_
                     prefetch=1, tag="lavin-tag")
     assert lavin[0][0] == 0
     conn.close()
-    proc.stop()
-    proc.start()
+    assert proc.stop() == 0
+    proc = broker_factory(data_dir=proc.data_dir)  # a new process object: its own readiness signal
     conn, ch = connect(proc)
     resumed = consume(conn, ch, name, 5, named, prefetch=1)
     assert resumed[0][0] == last + 1
@@ -325,3 +325,87 @@ def http_json(broker, path: str) -> dict:
     req.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.load(resp)
+
+
+# ---------------------------------------------------------------- kill -9
+
+def test_confirmed_messages_survive_kill_9_with_contiguous_offsets(broker_factory):
+    import threading
+
+    proc = broker_factory()
+    name = unique("s")
+    conn, ch = connect(proc)
+    declare_stream(ch, name, **{"x-stream-max-segment-size-bytes": 20_000})
+    conn.close()
+    confirmed: list[bytes] = []
+    enough = threading.Event()
+
+    def publisher() -> None:
+        try:
+            c = pika.BlockingConnection(pika.URLParameters(proc.url))
+            chan = c.channel()
+            chan.confirm_delivery()
+            i = 0
+            while True:
+                body = f"m{i}".encode() * 20
+                chan.basic_publish("", name, body)
+                confirmed.append(body)
+                i += 1
+                if i >= 300:
+                    enough.set()
+        except (pika.exceptions.AMQPError, OSError):
+            return
+
+    thread = threading.Thread(target=publisher, daemon=True)
+    thread.start()
+    assert enough.wait(60)
+    proc.kill()
+    thread.join(10)
+    proc = broker_factory(data_dir=proc.data_dir)
+    conn, ch = connect(proc)
+    count = ch.queue_declare(name, durable=True, passive=True).method.message_count
+    assert count >= len(confirmed)
+    got = consume(conn, ch, name, count, {"x-stream-offset": "first"}, prefetch=500, timeout=30)
+    offsets = [o for o, _ in got]
+    assert offsets == list(range(count))  # unique and contiguous
+    bodies = [b for _, b in got]
+    assert bodies[:len(confirmed)] == confirmed  # every confirmed message, in order
+    # the log goes on from where it was cut
+    publish(ch, name, [b"after"])
+    assert consume(conn, ch, name, 1, {"x-stream-offset": "last"}) == [(count, b"after")]
+    conn.close()
+
+
+# ---------------------------------------------------------------- HTTP, CLI, metrics
+
+def test_http_cli_and_metrics_show_stream_offsets_and_lag(broker_factory):
+    import subprocess
+    import sys
+
+    proc = broker_factory(env={"HEADRACE_METRICS": "per-queue"})
+    name = unique("s")
+    conn, ch = connect(proc)
+    declare_stream(ch, name)
+    publish(ch, name, [b"a" * 100 for _ in range(40)])
+    got: list[int] = []
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume(name, lambda c, m, p, b: got.append(m.delivery_tag), arguments={"x-stream-offset": 25},
+                     consumer_tag="reader-1")
+    assert wait_until(lambda: len(got) == 10, conn)
+    info = http_json(proc, f"/api/queues/%2F/{name}")
+    assert info["type"] == "stream" and info["messages"] == 40
+    stream = info["stream"]
+    assert stream["first_offset"] == 0 and stream["last_offset"] == 39 and stream["size_on_disk"] > 4000
+    assert stream["first_timestamp"] <= stream["last_timestamp"]
+    assert stream["consumers"] == [{"consumer_tag": "reader-1", "name": None, "offset": 35, "lag": 5}]
+    with urllib.request.urlopen(proc.http_url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert f'headrace_stream_consumer_lag{{vhost="/",queue="{name}",consumer="reader-1"}} 5' in metrics
+    out = subprocess.run([sys.executable, "-m", "headrace", "queue", "stream", name, "--url", proc.http_url,
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["consumers"][0]["lag"] == 5
+    out = subprocess.run([sys.executable, "-m", "headrace", "queue", "stream", "amq.nope", "--url",
+                          proc.http_url], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "amq.nope" in out.stderr
+    conn.close()
