@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean
+.PHONY: run test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,13 +36,19 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
 	touch $@
 
-test: $(VENV)/.dev lint $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests
+
+# the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
+# at test time); installed once, as root (CI runs as root)
+browser: /usr/bin/chromium
+/usr/bin/chromium:
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
 
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev $(NODE_DIR)/node_modules/.installed
+e2e: $(VENV)/.dev browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev

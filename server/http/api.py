@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (
     bindings,
     connections,
+    console,
     definitions,
     exchanges,
     health,
@@ -27,6 +28,6 @@ from .routes import Router
 __all__ = ["RESOURCES", "router"]
 
 RESOURCES = (overview, vhosts, users, permissions, connections, exchanges, queues, bindings, messages,
-             definitions, health, mirrors, policies)
+             definitions, health, mirrors, policies, console)
 
 router = Router(module.routes for module in RESOURCES)
