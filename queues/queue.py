@@ -46,6 +46,7 @@ class QueueStats:
     expired: int = 0
     dropped: int = 0  # drop-head, reject-publish
     dead_lettered: int = 0
+    spill_damaged: int = 0  # spilled entries lost to a damaged spill record
 
 
 class Queue:
@@ -170,10 +171,16 @@ class Queue:
         if self._backing_factory is not None and (
             self._spilled or ready.count >= self.resident_max_messages or ready.bytes >= self.resident_max_bytes
         ):
-            backing = self._backing
-            if backing is None:
-                backing = self._backing = self._backing_factory()
-            backing.append((entry,))
+            try:
+                backing = self._backing
+                if backing is None:
+                    backing = self._backing = self._backing_factory()
+                backing.append((entry,))
+            except OSError:
+                if self._spilled:
+                    raise
+                ready.append(entry)  # no room on disk for a first spill file: it stays in memory
+                return
             self._spilled += 1
             self._spilled_bytes += len(entry.message.body)
             return
@@ -442,6 +449,12 @@ class Queue:
         """How many entries and body bytes one page-in may bring back without passing the bounds."""
         return (max(self.resident_max_messages - self._ready.count, 1),
                 max(self.resident_max_bytes - self._ready.bytes, 1))
+
+    def spill_lost(self, count: int, body_bytes: int) -> None:
+        """The backing skipped ``count`` spilled entries it could not read back (damaged)."""
+        self._spilled = max(self._spilled - count, 0)
+        self._spilled_bytes = max(self._spilled_bytes - body_bytes, 0) if self._spilled else 0
+        self.stats.spill_damaged += count
 
     def take_backing(self) -> Backing | None:
         return self._backing

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -126,3 +126,55 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
     yield make  # type: ignore[misc]
     for proc in started:
         proc.kill()
+
+
+class Tmpfs:
+    """A tmpfs mounted on a directory of its own: a small real filesystem to fill up."""
+
+    def __init__(self, path: Path, size: str) -> None:
+        self.path = path
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            # not a skip: these tests stand for the full-disk behaviour and must run (as root)
+            pytest.fail(f"cannot mount a tmpfs on {path} (tests need root): {result.stderr.strip()}")
+        self._filler = 0
+
+    def free(self) -> int:
+        return os.statvfs(self.path).f_bavail * os.statvfs(self.path).f_frsize
+
+    def fill(self, leave: int = 0) -> Path:
+        """Write a filler file until ``leave`` bytes or fewer are free; returns it."""
+        self._filler += 1
+        filler = self.path / f"filler-{self._filler}"
+        chunk = b"\0" * (64 << 10)
+        with open(filler, "wb") as f:
+            try:
+                while self.free() > leave:
+                    f.write(chunk[: max(min(len(chunk), self.free() - leave), 1)])
+                    f.flush()
+            except OSError:
+                pass  # full
+        return filler
+
+    def unmount(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Tmpfs]]:
+    """Mount tmpfs filesystems of a given size (``small_tmpfs("8m")``); unmounted at the end."""
+    mounts: list[Tmpfs] = []
+
+    def mount(size: str = "8m") -> Tmpfs:
+        path = tmp_path / f"tmpfs-{len(mounts)}"
+        path.mkdir()
+        fs = Tmpfs(path, size)
+        mounts.append(fs)
+        return fs
+
+    try:
+        yield mount
+    finally:
+        for fs in mounts:
+            fs.unmount()

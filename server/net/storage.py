@@ -27,6 +27,8 @@ from headrace.server.amqp.properties import quick_props
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
+from .alarms import DiskWatch
+
 if TYPE_CHECKING:
     from .gate import Gate
 
@@ -48,6 +50,8 @@ IDLE_COMPACT_MIN_WAIT = 0.5
 WHOLE_QUEUE_OPS = frozenset({DropQueue, PurgeQueue})
 # Weight of the newest fsync in the running average that picks inline or threaded syncs.
 SYNC_EWMA_WEIGHT = 0.2
+# While the store cannot write (disk full), the flusher tries its pending records again this often.
+WRITE_RETRY_INTERVAL = 0.5
 
 
 class Storage:
@@ -55,7 +59,8 @@ class Storage:
         self.settings = settings
         self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.segment_max_bytes,
                                   fsync=FsyncMode(settings.fsync))
-        self.spill = SpillStore(data_dir / "spill")
+        self.disk = DiskWatch(data_dir, settings.disk_free_limit)
+        self.spill = SpillStore(data_dir / "spill", report=self.disk)
         self.mirror_root = data_dir
         self.mirrors: dict[tuple[str, str], MirrorLog] = {}
         self._store_kick = trio.Event()
@@ -108,12 +113,16 @@ class Storage:
                               delay.body, delay.message_id)
             count += 1
         if orphans:
-            self.store.write_and_sync(orphans)
+            try:
+                self.store.write_and_sync(orphans)
+            except OSError as exc:  # disk full at start: the flusher writes them once it has room
+                log.warning("message store: cannot record dropped orphans yet: %s", exc)
         if count:
             log.info("message store: recovered %d messages", count)
 
     # ------------------------------------------------------------------ tasks
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
+        self.disk.broker, self.disk.gate = broker, gate
         broker.on_store_pending = lambda: self._store_kick.set()
         broker.on_mirror_pending = lambda: self._mirror_kick.set()
         nursery.start_soon(self._flusher, broker, gate)
@@ -125,9 +134,13 @@ class Storage:
         while True:
             # wake for ops, and when compaction is due: an idle broker must still reclaim the
             # segments its last acks killed
-            due = self._last_compact + COMPACT_INTERVAL - trio.current_time()
-            with trio.move_on_after(max(due, IDLE_COMPACT_MIN_WAIT)):
+            due = max(self._last_compact + COMPACT_INTERVAL - trio.current_time(), IDLE_COMPACT_MIN_WAIT)
+            if self.store.failing is not None or "spill" in self.disk.failures:
+                due = min(due, WRITE_RETRY_INTERVAL)  # records wait for room: try them again
+            with trio.move_on_after(due):
                 await self._store_kick.wait()
+            if "spill" in self.disk.failures and self.spill.retry():
+                self.disk.write_ok("spill")
             if window > 0 and self._store_kick.is_set() \
                     and broker.store_backlog < self.settings.fsync_batch_max:
                 await trio.sleep(window)  # let a bigger group gather behind this one
@@ -138,36 +151,63 @@ class Storage:
 
     async def _flush_once(self, broker: Broker, gate: Gate | None) -> None:
         ops, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
-        if ops:
-            store = self.store
-            need_sync = ticket > broker.synced_ticket
-            if store.fsync_mode is FsyncMode.ALWAYS:
-                await trio.to_thread.run_sync(store.write_and_sync, ops)
-            else:
-                # Appending is a copy into the page cache: done here, without a thread hop. The fsync
-                # runs here too while the disk is fast, in a worker thread when it is not, and only
-                # when a confirm, tx.commit-ok or HTTP answer waits for these ops: acks and delivery
-                # marks alone need only survive a crash of the process, which the page cache gives.
-                if any(type(op) in WHOLE_QUEUE_OPS for op in ops):
-                    # a purge or delete walks the store's whole index: off the event loop
-                    await trio.to_thread.run_sync(store.write_and_flush, ops)
-                else:
-                    store.write_and_flush(ops)
-                if need_sync:
-                    if self._sync_ewma < self._inline_sync_max:
-                        took = self._timed_sync()
-                    else:
-                        took = await trio.to_thread.run_sync(self._timed_sync)
-                    self._sync_ewma += SYNC_EWMA_WEIGHT * (took - self._sync_ewma)
-        broker.store_synced(ticket)
+        store = self.store
+        before = store.disk_bytes()
+        try:
+            await self._write_group(broker, ops, ticket)
+        except OSError as exc:
+            # disk full (or failing): the store cut its files back to the last whole record and
+            # keeps these records pending; publishers of this group get nacks, not confirms
+            if "store" not in self.disk.failures:
+                log.warning("message store: writes fail (%s): publishes are nacked until they "
+                            "succeed again", exc.strerror or exc)
+            self.disk.write_failed("store")
+            broker.store_failed(ticket)
+        else:
+            self.disk.wrote(max(store.disk_bytes() - before, 0))
+            if store.failing is None:
+                self.disk.write_ok("store")
+            broker.store_synced(ticket)
         if gate is not None:
             gate.notify()
         now = trio.current_time()
         if now - self._last_compact > COMPACT_INTERVAL:
             self._last_compact = now
-            reclaimed = await trio.to_thread.run_sync(self.store.maybe_compact)
-            if reclaimed:
-                log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+            try:
+                reclaimed = await trio.to_thread.run_sync(store.maybe_compact)
+            except OSError as exc:
+                log.warning("message store: compaction stopped: %s", exc)
+            else:
+                if reclaimed:
+                    log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+
+    async def _write_group(self, broker: Broker, ops: list[StoreOp], ticket: int) -> None:
+        """Write ``ops`` and, when a confirm waits for them (or earlier records wait for room),
+        make them durable; raises the OSError of a failed write."""
+        store = self.store
+        if not ops:
+            if store.failing is not None:
+                await trio.to_thread.run_sync(store.sync)  # nothing new: retry what is pending
+            return
+        need_sync = ticket > broker.synced_ticket or store.failing is not None
+        if store.fsync_mode is FsyncMode.ALWAYS:
+            await trio.to_thread.run_sync(store.write_and_sync, ops)
+            return
+        # Appending is a copy into the page cache: done here, without a thread hop. The fsync
+        # runs here too while the disk is fast, in a worker thread when it is not, and only
+        # when a confirm, tx.commit-ok or HTTP answer waits for these ops: acks and delivery
+        # marks alone need only survive a crash of the process, which the page cache gives.
+        if any(type(op) in WHOLE_QUEUE_OPS for op in ops):
+            # a purge or delete walks the store's whole index: off the event loop
+            await trio.to_thread.run_sync(store.write_and_flush, ops)
+        else:
+            store.write_and_flush(ops)
+        if need_sync:
+            if self._sync_ewma < self._inline_sync_max:
+                took = self._timed_sync()
+            else:
+                took = await trio.to_thread.run_sync(self._timed_sync)
+            self._sync_ewma += SYNC_EWMA_WEIGHT * (took - self._sync_ewma)
 
     def _timed_sync(self) -> float:
         start = time.perf_counter()
@@ -257,6 +297,9 @@ class Storage:
                         entries: list[QueueEntry] = await trio.to_thread.run_sync(
                             backing.read_batch, min(PAGE_IN_COUNT, room_count),
                             min(PAGE_IN_BYTES, room_bytes))
+                        lost, lost_bytes = backing.take_lost()
+                        if lost and generation == queue.generation:
+                            queue.spill_lost(lost, lost_bytes)  # damaged records, logged there
                         if not entries:
                             break
                         queue.page_in(entries, generation)
@@ -271,7 +314,10 @@ class Storage:
         await self._write_mirrors(broker)
 
     def close(self) -> None:
-        self.store.close()
+        try:
+            self.store.close()
+        except OSError as exc:
+            log.error("message store: records not written at shutdown (%s); none was confirmed", exc)
         self.spill.close()
         for mirror in self.mirrors.values():
             mirror.close()
