@@ -20,6 +20,9 @@ class QueueArgumentError(ValueError):
     pass
 
 
+QUEUE_MODES = ("default", "lazy")  # RabbitMQ's x-queue-mode values
+
+
 def _int(args: Mapping[str, Any], key: str, queue: str, *, minimum: int, maximum: int | None = None) -> int | None:
     value = args.get(key)
     if value is None:
@@ -65,6 +68,12 @@ class QueueArgs:
         except ValueError:
             raise QueueArgumentError(f"invalid arg 'x-overflow' for queue '{queue_name}': {overflow_s!r} "
                                      "(expected drop-head, reject-publish or reject-publish-dlx)") from None
+        mode = _str(args, "x-queue-mode", queue_name)
+        if mode is not None and mode not in QUEUE_MODES:
+            # accepted and ignored when valid (every classic queue pages to disk here), refused
+            # otherwise, as RabbitMQ 3.10 refuses an unknown mode
+            raise QueueArgumentError(f"invalid arg 'x-queue-mode' for queue '{queue_name}': {mode!r} "
+                                     "(expected default or lazy)")
         sac = args.get("x-single-active-consumer", False)
         if not isinstance(sac, bool):
             raise QueueArgumentError(f"invalid arg 'x-single-active-consumer' for queue '{queue_name}': "

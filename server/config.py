@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     http_max_header_bytes: int = Field(16 * 1024, ge=1024, le=1 * MiB)
     # an HTTP request must arrive whole within this time; idle keep-alive connections close after it
     http_request_timeout: float = Field(15.0, gt=0)
+    # what GET /metrics (Prometheus text, no credentials) tells: "off" = not served (404),
+    # "aggregate" = totals per vhost without queue names, "per-queue" = every queue by name
+    metrics: Literal["off", "aggregate", "per-queue"] = "off"
 
     # TLS (amqps and https); enabled when a certificate and key are given
     amqps_port: int | None = Field(None, ge=0, le=65535)  # RabbitMQ's default is 5671

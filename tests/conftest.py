@@ -104,9 +104,11 @@ class BrokerProcess:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker per test module (tests use their own queue names)."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker")).start()
+def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker per test module (tests use their own queue names), with the settings in the
+    module's ``BROKER_ENV`` (``HEADRACE_*`` variables) if it has one."""
+    env = getattr(request.module, "BROKER_ENV", None)
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"), env=env).start()
     yield proc
     code = proc.stop()
     assert code == 0, proc.log[-4000:]

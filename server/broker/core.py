@@ -33,6 +33,7 @@ from headrace.server.amqp.properties import decode_properties
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import Permission, UserRegistry
 
+from .reply_to import ReplyRegistry
 from .vhost import VHost
 
 __all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
@@ -119,6 +120,7 @@ class Broker:
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
+        self.replies = ReplyRegistry()  # direct reply-to consumers by address
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there

@@ -20,7 +20,7 @@ def dead_letter_message(letter: DeadLetter, queue: Queue, now: float) -> tuple[s
     props = decode_properties(message.props_raw)
     headers = x_death_headers(
         props.headers, queue=queue.name, reason=letter.reason, exchange=message.exchange,
-        routing_keys=[message.routing_key], now=now,
+        routing_keys=[message.routing_key], now=now, original_expiration=props.expiration,
     )
     props = dataclasses.replace(props, headers=headers, expiration=None)
     routing_key = queue.args.dead_letter_routing_key

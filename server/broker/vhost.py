@@ -29,6 +29,7 @@ from headrace.server.amqp.properties import quick_props, decode_properties, repl
 from . import errors
 from .dead_letters import dead_letter_message
 from .delayed import DELAYED_TYPE, DelayedMessages
+from .reply_to import REPLY_PREFIX
 
 if TYPE_CHECKING:
     from .core import Broker
@@ -90,12 +91,15 @@ class VHost:
         self, name: str, type_: str, *, passive: bool = False, durable: bool = False,
         auto_delete: bool = False, internal: bool = False, arguments: Mapping[str, Any] | None = None,
     ) -> Exchange:
+        if name == "":
+            # RabbitMQ's check_not_default_exchange, for passive and active declares alike
+            raise errors.access_refused("operation not permitted on the default exchange")
         existing = self.exchanges.get(name)
         if passive:
             if existing is None:
                 raise errors.not_found("exchange", name, self.name)
             return existing
-        if name == "" or (existing is None and name.startswith("amq.")):
+        if existing is None and name.startswith("amq."):
             raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         arguments = dict(arguments or {})
         routing_type = type_
@@ -206,6 +210,9 @@ class VHost:
             if isinstance(owner, PermissionChecker):
                 owner.check_permission("configure", name)
         arguments = dict(arguments or {})
+        # RabbitMQ: an exclusive queue is never durable (it dies with its connection), so the
+        # durable flag of an exclusive declare is ignored, on creation and on redeclare alike
+        durable = durable and not exclusive
         if existing is not None:
             # RabbitMQ's strict check: another connection's exclusive queue, or an exclusive flag
             # that differs from the original declaration, is 405 RESOURCE_LOCKED (not 406)
@@ -329,11 +336,14 @@ class VHost:
 
     def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
                arguments: Mapping[str, Any] | None) -> bool:
-        exchange = self._bindable_source(source)
-        if kind is QUEUE:
-            self.get_queue(destination)
-        else:
-            self.get_exchange(destination)
+        if source == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+        exchange = self.exchanges.get(source)
+        present = self.queues if kind is QUEUE else self.exchanges
+        if exchange is None or destination not in present:
+            # RabbitMQ 3.x: unbinding from or to something already gone is unbind-ok (RPC helpers
+            # unbind their auto-deleted reply queues when they close)
+            return False
         binding = Binding.make(source, destination, kind, routing_key, arguments)
         removed = exchange.unbind(binding)
         if removed:
@@ -374,6 +384,8 @@ class VHost:
     def publish(self, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes, *,
                 check_internal: bool = True, cycle_guard: str | None = None,
                 delayed: bool = True) -> PublishResult:
+        if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
+            return PublishResult(self.broker.replies.deliver(routing_key, props_raw, body))
         exchange = self._exchange_get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, self.name)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Protocol
+import secrets
+from typing import Annotated, Any, Protocol
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from headrace.exchanges import DestinationKind
 from headrace.server.amqp.properties import BasicProperties, encode_properties
@@ -34,22 +35,44 @@ class Context(Protocol):
     version: str
     http_consumers: dict[str, Any]
     rates: RateTracker
+    metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
 
     def store_bytes(self) -> int: ...
 
 
 # ---------------------------------------------------------------------- request bodies
+def _flag(value: Any) -> Any:
+    """RabbitMQ's ``parse_bool``: true/false or the strings "true"/"false"; anything else ("yes", 1)
+    is a 400 rather than pydantic's lax reading of it as a bool."""
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise ValueError(f"{value!r} is not a boolean (true or false)")
+
+
+Flag = Annotated[bool, BeforeValidator(_flag)]
+
+
+def _object_name(value: str) -> str:
+    """``.`` and ``..`` are path segments that clients and proxies resolve away, so a queue or
+    exchange of that name could never be addressed by a URL again."""
+    if value in (".", ".."):
+        raise HTTPError(400, "bad_request", f"'{value}' is not a valid queue or exchange name")
+    return value
+
+
 class ExchangeBody(BaseModel):
     type: str = "direct"
-    durable: bool = True
-    auto_delete: bool = False
-    internal: bool = False
+    durable: Flag = True
+    auto_delete: Flag = False
+    internal: Flag = False
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
 class QueueBody(BaseModel):
-    durable: bool = True
-    auto_delete: bool = False
+    durable: Flag = True
+    auto_delete: Flag = False
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -136,12 +159,12 @@ def _user(req: Request) -> User:
 
 def _require(req: Request, *, admin: bool = False, monitor: bool = False) -> None:
     user = _user(req)
+    if not user.can_manage:  # RabbitMQ: 401, as for a failed login (the user may not use the API at all)
+        raise HTTPError(401, "not_authorised", "Not management user")
     if admin and not user.is_administrator:
         raise HTTPError(403, "not_authorised", "Not administrator user")
     if monitor and not user.can_monitor:
         raise HTTPError(403, "not_authorised", "Not monitor user")
-    if not user.can_manage:
-        raise HTTPError(403, "not_authorised", "Not management user")
 
 
 def _vhost(ctx: Context, req: Request, name: str) -> VHost:
@@ -227,18 +250,26 @@ def _visible_vhosts(ctx: Context, req: Request) -> list[VHost]:
 
 # ---------------------------------------------------------------------- overview and listings
 def overview(ctx: Context, req: Request) -> Response:
+    """Totals over the vhosts the user can see (all of them for an administrator), as RabbitMQ's."""
+    _require(req)
     b = ctx.broker
-    queues = b.queues()
+    user = _user(req)
+    vhosts = _visible_vhosts(ctx, req)
+    names = {v.name for v in vhosts}
+    queues = [q for v in vhosts for q in v.queues.values()]
+    sessions = [s for s in b.connections.values() if s.user is not None and s.vhost.name in names
+                and (user.can_monitor or s.user.name == user.name)]
+    rate_key = ("", "") if user.is_administrator else ("", "user:" + user.name)
     return json_response(200, {
         "product_name": "headrace", "product_version": ctx.version, "management_version": ctx.version,
         "node": "headrace@localhost",
-        "object_totals": {"connections": len(b.connections), "channels": sum(len(s.channels) for s in b.connections.values()),
-                          "exchanges": sum(len(v.exchanges) for v in b.vhosts.values()), "queues": len(queues),
+        "object_totals": {"connections": len(sessions), "channels": sum(len(s.channels) for s in sessions),
+                          "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues),
                           "consumers": sum(q.consumer_count for q in queues)},
         "queue_totals": {"messages": sum(q.messages_ready + q.messages_unacked for q in queues),
                          "messages_ready": sum(q.messages_ready for q in queues),
                          "messages_unacknowledged": sum(q.messages_unacked for q in queues)},
-        "message_stats": _message_stats(ctx, ("", ""), ctx.rates,
+        "message_stats": _message_stats(ctx, rate_key, ctx.rates,
                                         tuple(sum(getattr(q.stats, f) for q in queues) for f, _ in FIELDS)),
         "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
         "disk_free": b.disk_free,
@@ -246,6 +277,7 @@ def overview(ctx: Context, req: Request) -> Response:
 
 
 def whoami(ctx: Context, req: Request) -> Response:
+    _require(req)
     user = _user(req)
     return json_response(200, {"name": user.name, "tags": list(user.tags)})
 
@@ -258,10 +290,12 @@ def _vhost_json(v: VHost) -> dict[str, Any]:
 
 
 def list_vhosts(ctx: Context, req: Request) -> Response:
+    _require(req)
     return _page(req, [_vhost_json(v) for v in _visible_vhosts(ctx, req)])
 
 
 def get_vhost(ctx: Context, req: Request, name: str) -> Response:
+    _require(req)
     return json_response(200, _vhost_json(_vhost(ctx, req, name)))
 
 
@@ -302,6 +336,7 @@ def put_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
     _perm(ctx, req, vhost, "configure", name)
+    _object_name(name)
     body = QueueBody.model_validate(req.json())
     existed = name in v.queues
     v.declare_queue(name, owner=None, durable=body.durable, auto_delete=body.auto_delete, arguments=body.arguments)
@@ -390,6 +425,7 @@ def put_exchange(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _require(req)
     v = _vhost(ctx, req, vhost)
     _perm(ctx, req, vhost, "configure", name)
+    _object_name(name)
     body = ExchangeBody.model_validate(req.json())
     existed = name in v.exchanges
     v.declare_exchange(name, body.type, durable=body.durable, auto_delete=body.auto_delete,
@@ -719,18 +755,37 @@ def _safe(value: Any) -> Any:
 
 
 def alarms(ctx: Context, req: Request) -> Response:
+    _require(req)
     if ctx.broker.alarms:
         return json_response(503, {"status": "failed", "reason": f"alarms in effect: {', '.join(sorted(ctx.broker.alarms))}"})
     return json_response(200, {"status": "ok"})
 
 
+ALIVENESS_QUEUE = "aliveness-test"
+
+
 def aliveness(ctx: Context, req: Request, vhost: str) -> Response:
+    """RabbitMQ's aliveness test: declare, publish, get. The caller needs the rights those use on
+    ``aliveness-test`` (401 otherwise, as RabbitMQ answers). The round trip runs through a queue of
+    its own, declared and deleted within this one synchronous call, so it never takes a message
+    somebody else published to ``aliveness-test``."""
     _require(req)
     v = _vhost(ctx, req, vhost)
-    v.declare_queue("aliveness-test", owner=None, durable=False)
-    v.publish("", "aliveness-test", encode_properties(BasicProperties()), b"test")
-    entry = v.queues["aliveness-test"].get(ctx.broker.now, no_ack=True, owner=None)
-    return json_response(200 if entry is not None else 500, {"status": "ok" if entry is not None else "failed"})
+    user = _user(req)
+    for kind in ("configure", "write", "read"):
+        if not ctx.broker.users.allowed(user.name, vhost, kind, ALIVENESS_QUEUE):
+            raise HTTPError(401, "not_authorised", f"{kind} access to '{ALIVENESS_QUEUE}' in vhost '{vhost}' "
+                                                   f"refused for user '{user.name}'")
+    name = f"{ALIVENESS_QUEUE}.{secrets.token_hex(8)}"
+    token = secrets.token_bytes(16)
+    queue = v.declare_queue(name, owner=None, durable=False)
+    try:
+        v.publish("", name, encode_properties(BasicProperties()), token)
+        entry = queue.get(ctx.broker.now, no_ack=True, owner=None)
+        ok = entry is not None and entry.message.body == token
+    finally:
+        v.delete_queue(name)
+    return json_response(200 if ok else 500, {"status": "ok" if ok else "failed"})
 
 
 def list_mirrors(ctx: Context, req: Request) -> Response:
@@ -761,8 +816,11 @@ def delete_mirror(ctx: Context, req: Request, vhost: str, name: str) -> Response
 
 
 def metrics(ctx: Context, req: Request) -> Response:
-    return Response(200, render_metrics(ctx.broker, store_bytes=ctx.store_bytes()).encode(),
-                    content_type="text/plain; version=0.0.4")
+    """Open to scrapers without credentials, so off unless the ``metrics`` setting says otherwise."""
+    if ctx.metrics == "off":
+        raise HTTPError(404, "not_found", "metrics are off (the 'metrics' setting: aggregate or per-queue)")
+    text = render_metrics(ctx.broker, store_bytes=ctx.store_bytes(), per_queue=ctx.metrics == "per-queue")
+    return Response(200, text.encode(), content_type="text/plain; version=0.0.4")
 
 
 router = Router()

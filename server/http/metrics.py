@@ -1,8 +1,16 @@
 """Prometheus text exposition (format 0.0.4) of the broker's state, written by hand: the format is
-a few lines per family and the core package stays free of a client library."""
+a few lines per family and the core package stays free of a client library.
+
+``/metrics`` is read without credentials (as scrapers do), so how much it tells is the ``metrics``
+setting's: nothing (``off``, the default), totals per vhost with no queue names (``aggregate``),
+or every queue by name (``per-queue``, for a port only trusted scrapers reach)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
+
+from headrace.queues import Queue
 from headrace.server.broker import Broker
 
 __all__ = ["render_metrics"]
@@ -12,7 +20,7 @@ def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render_metrics(broker: Broker, *, store_bytes: int = 0) -> str:
+def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = False) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -21,18 +29,27 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0) -> str:
         for labels, value in samples:
             lines.append(f"{name}{labels} {value}")
 
-    per_queue = [(f'{{vhost="{_esc(q.vhost)}",queue="{_esc(q.name)}"}}', q) for q in broker.queues()]
-    family("headrace_queue_messages_ready", "gauge", "Messages ready for delivery.",
-           [(lbl, q.messages_ready) for lbl, q in per_queue])
-    family("headrace_queue_messages_unacked", "gauge", "Messages delivered and not yet acknowledged.",
-           [(lbl, q.messages_unacked) for lbl, q in per_queue])
-    family("headrace_queue_messages_spilled", "gauge", "Ready messages kept on disk.",
-           [(lbl, q.spilled_count()) for lbl, q in per_queue])
-    family("headrace_queue_consumers", "gauge", "Consumers.", [(lbl, q.consumer_count) for lbl, q in per_queue])
+    # one group of queues per sample: each queue by name, or all of a vhost's queues together
+    if per_queue:
+        prefix = "headrace_queue"
+        groups = [(f'{{vhost="{_esc(q.vhost)}",queue="{_esc(q.name)}"}}', [q]) for q in broker.queues()]
+    else:
+        prefix = "headrace_vhost"
+        groups = [(f'{{vhost="{_esc(v.name)}"}}', list(v.queues.values())) for v in broker.vhosts.values()]
+        family("headrace_vhost_queues", "gauge", "Queues.", [(lbl, len(qs)) for lbl, qs in groups])
+
+    def total(value: Callable[[Queue], int]) -> list[tuple[str, float]]:
+        return [(lbl, sum(value(q) for q in qs)) for lbl, qs in groups]
+
+    family(f"{prefix}_messages_ready", "gauge", "Messages ready for delivery.", total(lambda q: q.messages_ready))
+    family(f"{prefix}_messages_unacked", "gauge", "Messages delivered and not yet acknowledged.",
+           total(lambda q: q.messages_unacked))
+    family(f"{prefix}_messages_spilled", "gauge", "Ready messages kept on disk.", total(lambda q: q.spilled_count()))
+    family(f"{prefix}_consumers", "gauge", "Consumers.", total(lambda q: q.consumer_count))
     for field, help_text in (("published", "Messages enqueued."), ("delivered", "Deliveries and gets."),
                              ("acked", "Acknowledgements."), ("redelivered", "Redeliveries.")):
-        family(f"headrace_queue_messages_{field}_total", "counter", help_text,
-               [(lbl, getattr(q.stats, field)) for lbl, q in per_queue])
+        family(f"{prefix}_messages_{field}_total", "counter", help_text,
+               total(attrgetter(f"stats.{field}")))
     family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])
     family("headrace_channels", "gauge", "Open AMQP channels.",
            [("", sum(len(s.channels) for s in broker.connections.values()))])

@@ -27,6 +27,7 @@ log = logging.getLogger("headrace.http")
 # AMQP reply code -> HTTP status (RabbitMQ's management plugin answers 404 for missing objects,
 # 400 for precondition failures such as inequivalent re-declares, 405 for locked queues)
 _STATUS = {404: 404, 403: 403, 405: 405, 406: 400, 503: 400, 530: 400, 540: 501}
+NESTED_TOO_DEEP = "invalid JSON body: nested too deeply"
 
 
 @dataclass(slots=True)
@@ -45,6 +46,8 @@ class Request:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise HTTPError(400, "bad_request", f"invalid JSON body: {exc}") from None
+        except RecursionError:
+            raise HTTPError(400, "bad_request", NESTED_TOO_DEEP) from None
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)
@@ -117,6 +120,8 @@ class Router:
                 return error_response(HTTPError(400, "bad_request", str(exc.errors(include_url=False))))
             except (ValueError, KeyError) as exc:
                 return error_response(HTTPError(400, "bad_request", str(exc)))
+            except RecursionError:  # a value nested deeper than validating or encoding it can go
+                return error_response(HTTPError(400, "bad_request", NESTED_TOO_DEEP))
             except Exception:  # a bug in a handler: answer it and keep the connection (and broker) up
                 log.exception("HTTP handler failed: %s %s", request.method, request.path)
                 return error_response(HTTPError(500, "internal_error", "the handler failed; see the broker log"))
@@ -127,6 +132,10 @@ class Router:
 
 
 def parse_target(target: bytes) -> tuple[str, dict[str, list[str]]]:
+    """Path and query of a request target. Every path also answers with one trailing slash, as
+    RabbitMQ's does (``/api/queues/%2F/`` is ``/api/queues/%2F``)."""
     text = target.decode("latin-1")
     path, _, query = text.partition("?")
+    if len(path) > 1 and path.endswith("/"):
+        path = path[:-1]
     return path, parse_qs(query)

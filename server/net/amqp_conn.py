@@ -52,6 +52,7 @@ def server_properties(version: str) -> dict[str, Any]:
             "consumer_priorities": True,
             "authentication_failure_close": True,
             "per_consumer_qos": True,
+            "direct_reply_to": True,
         },
     }
 

@@ -31,6 +31,8 @@ READ_SIZE = 64 * 1024
 PUBLIC_PATHS = {"/metrics"}
 # An idle consume stream sends a blank line this often, so dead clients are noticed.
 STREAM_KEEPALIVE = 10.0
+# after refusing a request whose body is not read, how long the rest of it is read and dropped
+LINGER_SECONDS = 5.0
 
 
 class HTTPServer:
@@ -42,6 +44,7 @@ class HTTPServer:
         self.max_header = app.settings.http_max_header_bytes
         self.loopback_users = frozenset(app.settings.loopback_users)
         self.request_timeout = app.settings.http_request_timeout
+        self.metrics = app.settings.metrics
         self._closing = False
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
@@ -126,20 +129,20 @@ class HTTPServer:
                 # h11 bounds a head that arrives in pieces; one that arrived whole is measured here
                 head_size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
                 if head_size > self.max_header:
-                    await self._send(stream, conn, error_response(HTTPError(
+                    await self._refuse(stream, conn, HTTPError(
                         431, "request_header_fields_too_large",
-                        f"request head of about {head_size} bytes exceeds {self.max_header}")))
+                        f"request head of about {head_size} bytes exceeds {self.max_header}"))
                     return None
                 length = _content_length(event)
                 if length is not None and length > self.max_body:
-                    await self._send(stream, conn, error_response(HTTPError(
-                        413, "payload_too_large", f"body of {length} bytes exceeds {self.max_body}")))
+                    await self._refuse(stream, conn, HTTPError(
+                        413, "payload_too_large", f"body of {length} bytes exceeds {self.max_body}"))
                     return None
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self.max_body:
-                    await self._send(stream, conn, error_response(HTTPError(
-                        413, "payload_too_large", f"body exceeds {self.max_body} bytes")))
+                    await self._refuse(stream, conn, HTTPError(
+                        413, "payload_too_large", f"body exceeds {self.max_body} bytes"))
                     return None
             elif isinstance(event, h11.EndOfMessage):
                 assert head is not None
@@ -148,6 +151,20 @@ class HTTPServer:
                 return Request(head.method.decode(), path, query, headers, bytes(body))
             elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return None
+
+    async def _refuse(self, stream: trio.abc.Stream, conn: h11.Connection, error: HTTPError) -> None:
+        """Answer a request that will not be read (413, 431), then close gracefully: the client may
+        still be sending its body, and closing a socket with unread data resets it, which destroys
+        the answer before the client reads it. So: the answer, then our FIN, then the rest of what the
+        client sends is read and dropped (bounded in time) until it closes too ("lingering close")."""
+        error.headers.append(("connection", "close"))
+        await self._send(stream, conn, error_response(error))
+        send_eof = getattr(stream, "send_eof", None)
+        if send_eof is not None:
+            await send_eof()
+        with trio.move_on_after(LINGER_SECONDS):
+            while await stream.receive_some(READ_SIZE):
+                pass
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.broker.now = time.time()

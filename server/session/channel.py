@@ -20,6 +20,7 @@ from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import errors
+from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
 
 if TYPE_CHECKING:
     from .session import Session
@@ -38,6 +39,7 @@ class ChannelSession:
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "last_ticket", "tx_bytes",
+        "reply",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -65,6 +67,7 @@ class ChannelSession:
         # at the oldest one still unacked (entries already settled are skipped lazily)
         self.delivered_at: deque[tuple[int, float]] = deque()
         self.last_ticket = 0  # store ticket of this channel's latest persistent publish
+        self.reply: ReplyConsumer | None = None  # the direct reply-to consumer, if any
 
     # ------------------------------------------------------------------ ConsumerSink
     def has_capacity(self) -> bool:
@@ -93,6 +96,14 @@ class ChannelSession:
                                msg.routing_key, props_raw, msg.body)
         self.session.wake()
 
+    def deliver_reply(self, consumer_tag: str, exchange: str, routing_key: str, props_raw: bytes,
+                      body: bytes) -> None:
+        """A direct reply-to reply: delivered at once, no ack, outside prefetch (as RabbitMQ)."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
+        self.session.wake()
+
     def oldest_unacked_since(self) -> float | None:
         times = self.delivered_at
         unacked = self.unacked
@@ -104,8 +115,6 @@ class ChannelSession:
         """The queue went away under the consumer: tell clients that asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.session.deleting_channel == self.id:
-            return  # this channel deleted the queue itself: it knows (RabbitMQ sends nothing either)
         if self.session.capabilities.get("consumer_cancel_notify"):
             # sent after the reply to the method being handled (e.g. the queue.delete-ok of this
             # very channel), as RabbitMQ's asynchronous notification arrives after it
@@ -140,10 +149,11 @@ class ChannelSession:
             ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
         if not ok:
             self.session.check_permission("write", exchange)
+        props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)
             return
-        result = self.vhost.publish(exchange, method.routing_key, event.props_raw, event.body)
+        result = self.vhost.publish(exchange, method.routing_key, props_raw, event.body)
         if result.ticket:
             self.last_ticket = result.ticket
         session = self.session
@@ -253,9 +263,14 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ consumers
     def consume(self, method: m.BasicConsume) -> None:
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
         tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-        if tag in self.consumers:
+        if method.queue == REPLY_QUEUE and tag not in self.consumers:
+            self.reply = self.session.broker.replies.consume(self, self.reply, tag, method.no_ack)
+            if not method.nowait:
+                self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
+            return
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                       f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
         if queue.has_exclusive_consumer or (method.exclusive and queue.consumer_count):
@@ -274,12 +289,19 @@ class ChannelSession:
 
     def cancel(self, method: m.BasicCancel) -> None:
         item = self.consumers.pop(method.consumer_tag, None)
-        if item is not None:
+        if self.reply is not None and self.reply.tag == method.consumer_tag:
+            self._cancel_reply()
+        elif item is not None:
             queue, _ = item
             if self.vhost.queues.get(queue.name) is queue:
                 self.vhost.remove_consumer(queue, method.consumer_tag)
         if not method.nowait:
             self.conn.send_method(self.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+
+    def _cancel_reply(self) -> None:
+        if self.reply is not None:
+            self.session.broker.replies.cancel(self.reply)
+            self.reply = None
 
     def get(self, method: m.BasicGet) -> None:
         queue = self._queue_for(method.queue or self.session.last_queue, "read")
@@ -375,6 +397,7 @@ class ChannelSession:
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """The channel is gone: cancel its consumers and return every unacked message."""
+        self._cancel_reply()
         vhost = self.vhost
         for tag, (queue, _) in list(self.consumers.items()):
             if vhost.queues.get(queue.name) is queue:

@@ -33,6 +33,7 @@ from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import LoginThrottled, User
 from headrace.server.broker import Broker, VHost, errors
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
+from headrace.server.broker.reply_to import REPLY_QUEUE
 
 from .channel import ChannelSession
 
@@ -72,7 +73,6 @@ class Session:
         self.connected_at = broker.now
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
-        self.deleting_channel = 0  # channel running queue.delete right now (no self-notification)
         # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
         self.pending_commits: list[tuple[int, int, Any]] = []
 
@@ -384,7 +384,17 @@ class Session:
             self.conn.send_method(ch.id, m.ExchangeUnbindOk())
 
     def _queue_declare(self, ch: ChannelSession, method: m.QueueDeclare) -> None:
+        if method.queue.startswith(REPLY_QUEUE):  # RabbitMQ answers for the pseudo-queue itself
+            if not self.broker.replies.exists(method.queue):
+                raise errors.not_found("queue", method.queue, self.vhost.name)
+            if not method.nowait:
+                self.conn.send_method(ch.id, m.QueueDeclareOk(queue=method.queue, message_count=0, consumer_count=1))
+            return
         if not method.passive and method.queue:
+            if method.queue.startswith("amq."):
+                # RabbitMQ's check_name refuses every active declare of a reserved name, even of a
+                # queue that exists (a server-named amq.gen-... one redeclared by its name)
+                raise errors.access_refused(f"queue name '{method.queue}' contains reserved prefix 'amq.*'")
             self._check("configure", "queue", method.queue)
         queue = self.vhost.declare_queue(
             method.queue, owner=self, passive=method.passive, durable=method.durable,
@@ -408,7 +418,9 @@ class Session:
         queue = method.queue or self.last_queue
         self._check("write", "queue", queue)
         self._check("read", "exchange", method.exchange)
-        self.vhost.check_exclusive(self.vhost.get_queue(queue), self)  # as for bind: 405 for others
+        existing = self.vhost.queues.get(queue)
+        if existing is not None:  # a queue already gone is unbind-ok (see VHost.unbind)
+            self.vhost.check_exclusive(existing, self)  # as for bind: 405 for others
         self.vhost.unbind(method.exchange, queue, DestinationKind.QUEUE, method.routing_key, method.arguments)
         self.conn.send_method(ch.id, m.QueueUnbindOk())
 
@@ -428,12 +440,8 @@ class Session:
     def _queue_delete(self, ch: ChannelSession, method: m.QueueDelete) -> None:
         queue = method.queue or self.last_queue
         self._check("configure", "queue", queue)
-        self.deleting_channel = ch.id
-        try:
-            count = self.vhost.delete_queue(queue, owner=self, if_unused=method.if_unused,
-                                            if_empty=method.if_empty)
-        finally:
-            self.deleting_channel = 0
+        count = self.vhost.delete_queue(queue, owner=self, if_unused=method.if_unused,
+                                        if_empty=method.if_empty)
         if not method.nowait:
             self.conn.send_method(ch.id, m.QueueDeleteOk(message_count=count))
 

@@ -21,13 +21,17 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def wait_until(cond: Callable[[], bool], conn: pika.BlockingConnection, timeout: float = 5.0) -> bool:
-    """Process the connection's events until ``cond`` holds, for at most ``timeout`` seconds (no fixed sleep)."""
+def wait_until(cond: Callable[[], bool], conn: pika.BlockingConnection | None = None, timeout: float = 5.0) -> bool:
+    """Until ``cond`` holds, for at most ``timeout`` seconds: process the connection's events between
+    checks, or (without a connection, e.g. polling the HTTP API) pause 20 ms between them."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
             return False
-        conn.process_data_events(time_limit=0.05)
+        if conn is not None:
+            conn.process_data_events(time_limit=0.05)
+        else:
+            time.sleep(0.02)
     return True
 
 

@@ -96,7 +96,8 @@ def wait_for(condition, connection: pika.BlockingConnection, seconds: float = 15
 
 
 def test_memory_alarm_blocks_publishers_until_consumers_drain(broker_factory):
-    proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000"})  # 2 MB of held messages
+    proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000",  # 2 MB of held messages
+                               "HEADRACE_METRICS": "aggregate"})
     events = []
     params = pika.URLParameters(proc.url)
     params.blocked_connection_timeout = 60

@@ -8,6 +8,8 @@ import pytest
 from e2e_support import unique
 
 pytestmark = pytest.mark.timeout(60)
+# this module reads /metrics, which is off unless the 'metrics' setting says otherwise
+BROKER_ENV = {"HEADRACE_METRICS": "per-queue"}
 
 
 def test_auth_required_and_errors_are_json(broker, http):
