@@ -29,7 +29,7 @@ import struct
 import threading
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -185,10 +185,12 @@ class SpillBacking:
     """
 
     def __init__(self, directory: Path, *, segment_max_bytes: int = DEFAULT_SPILL_SEGMENT_BYTES,
-                 report: WriteReport | None = None) -> None:
+                 report: WriteReport | None = None,
+                 on_wanted: Callable[[], None] | None = None) -> None:
         self._dir = directory
         self._max = segment_max_bytes
         self._report = report
+        self._on_wanted = on_wanted
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._files: deque[_File] = deque()  # head is read, tail is written; one file per ~_max
@@ -397,6 +399,10 @@ class SpillBacking:
         self._lost = (self._lost[0] + lost, self._lost[1] + lost_bytes)
         log.error("spill %s: damaged record, %d entries lost: %s", self._dir, lost, what)
 
+    def want_page_in(self) -> None:
+        if self._on_wanted is not None:
+            self._on_wanted()
+
     def take_lost(self) -> tuple[int, int]:
         """Entries and body bytes lost to damaged records since the last call."""
         with self._lock:
@@ -513,6 +519,8 @@ class SpillStore:
         self._dir = Path(directory)
         self._max = segment_max_bytes
         self._report = report  # told of bytes appends wrote and of failed writes (disk alarm)
+        # called (on the event loop) when a queue wants spilled entries back: wakes the pager
+        self.on_page_wanted: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._count = 0
         self._backings: list[SpillBacking] = []
@@ -530,10 +538,15 @@ class SpillStore:
             self._count += 1
             safe = _UNSAFE.sub("_", name)[:_NAME_CHARS]
             backing = SpillBacking(self._dir / f"{self._count:08d}-{safe}",
-                                   segment_max_bytes=self._max, report=self._report)
+                                   segment_max_bytes=self._max, report=self._report,
+                                   on_wanted=self._page_wanted)
             self._backings = [b for b in self._backings if not b.closed]
             self._backings.append(backing)
             return backing
+
+    def _page_wanted(self) -> None:
+        if self.on_page_wanted is not None:
+            self.on_page_wanted()
 
     def disk_bytes(self) -> int:
         return sum(b.disk_bytes() for b in self._live())

@@ -212,6 +212,8 @@ class Queue:
             entry = ready.pop()
             if entry is None:
                 return None
+            if self._spilled and self.page_in_wanted():
+                self._backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
             if entry.expires_at is not None and entry.expires_at < now:
                 self.stats.expired += 1
                 self._dead_letter(entry.message, "expired", entry.delivery_count)

@@ -40,8 +40,6 @@ log = logging.getLogger("headrace.storage")
 # amortise the thread hop, small enough to keep the resident window near its bound.
 PAGE_IN_COUNT = 4096
 PAGE_IN_BYTES = 8 << 20
-# How often the pager looks for queues that want entries back when nothing woke it.
-PAGER_POLL = 0.05
 # Compaction runs between groups at most this often (seconds), and on a timer when idle.
 COMPACT_INTERVAL = 5.0
 # Shortest idle wait of the flusher, so a compaction pass that is due never spins it.
@@ -61,6 +59,7 @@ class Storage:
                                   fsync=FsyncMode(settings.fsync))
         self.disk = DiskWatch(data_dir, settings.disk_free_limit)
         self.spill = SpillStore(data_dir / "spill", report=self.disk)
+        self.spill.on_page_wanted = self._wake_pager
         self.mirror_root = data_dir
         self.mirrors: dict[tuple[str, str], MirrorLog] = {}
         self._store_kick = trio.Event()
@@ -72,6 +71,9 @@ class Storage:
         # 1.55x in A/B); a slow disk moves it to a worker thread so it cannot stall the event loop
         self._inline_sync_max = settings.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
+
+    def _wake_pager(self) -> None:
+        self._pager_kick.set()
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         return self.spill.backing(f"{vhost}\x00{queue}")
@@ -283,8 +285,7 @@ class Storage:
 
     async def _pager(self, broker: Broker) -> None:
         while True:
-            with trio.move_on_after(PAGER_POLL):
-                await self._pager_kick.wait()
+            await self._pager_kick.wait()  # a queue's resident window ran low (no polling)
             self._pager_kick = trio.Event()
             for vhost in list(broker.vhosts.values()):
                 for queue in list(vhost.queues.values()):
