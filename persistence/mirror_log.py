@@ -17,24 +17,31 @@ import json
 import logging
 import os
 import struct
+import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
-from .records import encode_record, iter_records
+from .records import MAX_RECORD_SIZE, encode_record, iter_records
 
 __all__ = [
     "MirrorEntry",
     "MirrorLog",
     "MirrorRecord",
+    "ReadRange",
     "Retention",
     "SegmentInfo",
+    "SpanScan",
     "list_mirrors",
     "list_segments",
     "mirror_dir",
+    "next_offset",
     "read_entries",
+    "read_ranges",
+    "scan_span",
 ]
 
 log = logging.getLogger("headrace.mirror")
@@ -42,6 +49,8 @@ log = logging.getLogger("headrace.mirror")
 KIND_ENTRY = 1
 _HEAD = struct.Struct(">QqHHI")  # offset, timestamp ms, routing key len, meta len, props len
 _INDEX = struct.Struct(">QQq")  # offset, file position, timestamp ms
+# the record framing's header (length, crc, kind) and _HEAD in one unpack, for bulk scans
+_FRAMED_HEAD = struct.Struct(">IIBQqHHI")
 SEGMENT_SUFFIX = ".log"
 INDEX_SUFFIX = ".idx"
 
@@ -169,6 +178,9 @@ class MirrorLog:
         self._size = 0
         self._since_index = 0
         self._base = 0
+        # newest timestamp written: records are stamped no earlier, so timestamps never decrease
+        # along the log (a wall clock stepping back would otherwise break time seeks on the index)
+        self._stamp = 0
         # last record time of closed segments (immutable), so periodic retention reads each once
         self._last_ts: dict[Path, int | None] = {}
 
@@ -185,7 +197,8 @@ class MirrorLog:
         next_offset = last.base_offset
         for rec in iter_records(data):
             valid_end = rec.end
-            next_offset = _peek(rec.payload)[0] + 1
+            offset, self._stamp = _peek(rec.payload)
+            next_offset = offset + 1
         if valid_end < len(data):
             log.warning("mirror %s/%s: truncating %d bytes of torn tail in %s", self.vhost, self.exchange,
                         len(data) - valid_end, last.path.name)
@@ -226,22 +239,43 @@ class MirrorLog:
         self._base = base
 
     def append_many(self, records: Sequence[MirrorRecord]) -> tuple[int, int]:
+        """Appends in one write per segment touched; the index gets an entry every
+        ``index_interval_bytes``. Timestamps are clamped to never go back (see ``_stamp``)."""
         if self._file is None:
             self.recover()
         first = self.next_offset
+        chunks: list[bytes] = []
+        index: list[bytes] = []
+        size, since, offset, stamp = self._size, self._since_index, self.next_offset, self._stamp
         for rec in records:
-            if self._size >= self.segment_max_bytes:
-                self._open(self.next_offset)
-            assert self._file is not None and self._index is not None
-            data = _encode(self.next_offset, rec)
-            if self._since_index >= self.index_interval_bytes:
-                self._index.write(_INDEX.pack(self.next_offset, self._size, rec.timestamp_ms))
-                self._since_index = 0
-            self._file.write(data)
-            self._size += len(data)
-            self._since_index += len(data)
-            self.next_offset += 1
+            if size >= self.segment_max_bytes:
+                self._write(chunks, index, size, since, offset, stamp)
+                chunks, index = [], []
+                self._open(offset)
+                size, since = self._size, self._since_index
+            ts = rec.timestamp_ms
+            if ts < stamp:
+                ts = rec.timestamp_ms = stamp
+            stamp = ts
+            data = _encode(offset, rec)
+            if since >= self.index_interval_bytes:
+                index.append(_INDEX.pack(offset, size, ts))
+                since = 0
+            chunks.append(data)
+            size += len(data)
+            since += len(data)
+            offset += 1
+        self._write(chunks, index, size, since, offset, stamp)
         return first, self.next_offset - 1
+
+    def _write(self, chunks: list[bytes], index: list[bytes], size: int, since: int, offset: int,
+               stamp: int) -> None:
+        assert self._file is not None and self._index is not None
+        if chunks:
+            self._file.write(b"".join(chunks))
+        if index:
+            self._index.write(b"".join(index))
+        self._size, self._since_index, self.next_offset, self._stamp = size, since, offset, stamp
 
     def flush(self, fsync: bool = True) -> None:
         if self._file is None:
@@ -341,3 +375,133 @@ def read_entries(segment: Path | SegmentInfo, *, vhost: str | None = None, excha
         yield _decode(rec.payload, vhost, exchange)
 
 
+
+
+def _index_entries(segment: Path) -> list[tuple[int, int, int]]:
+    try:
+        data = segment.with_suffix(INDEX_SUFFIX).read_bytes()
+    except OSError:
+        return []
+    return list(_INDEX.iter_unpack(data[:len(data) - len(data) % _INDEX.size]))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """A byte range of one segment holding whole records, with the offsets it may hold
+    (``first_offset`` .. ``end_offset`` exclusive, None: up to the end of the log)."""
+    path: str
+    start: int
+    stop: int | None  # None: to the end of the file (the torn tail excluded by the reader)
+    first_offset: int
+    end_offset: int | None
+
+
+def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, from_offset: int | None = None,
+                to_offset: int | None = None, from_ts: int | None = None,
+                to_ts: int | None = None) -> list[ReadRange]:
+    """The log cut into ranges of about ``target_bytes`` at sparse-index entries (record boundaries),
+    without the ranges the bounds exclude. Offsets prune exactly; times prune on the index's
+    timestamps, which never decrease along a log (``MirrorLog._stamp``). Readers still filter every
+    record, so a range is a superset of what it must yield."""
+    segs = list_segments(root, vhost, exchange)
+    out: list[ReadRange] = []
+    for i, seg in enumerate(segs):
+        seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else None
+        if to_offset is not None and seg.base_offset > to_offset:
+            break
+        if from_offset is not None and seg_end is not None and seg_end <= from_offset:
+            continue
+        start, first = 0, seg.base_offset
+        stop, end = None, seg_end
+        entries = _index_entries(seg.path)
+        for offset, position, ts in entries:
+            # everything before an entry that fails a start bound fails it too
+            if from_offset is not None and offset <= from_offset or from_ts is not None and ts < from_ts:
+                start, first = position, offset
+            # everything from an entry beyond an end bound is beyond it too
+            if to_offset is not None and offset > to_offset or to_ts is not None and ts > to_ts:
+                stop, end = position, offset
+                break
+        if stop is not None and stop <= start:
+            continue
+        cut, cut_first = start, first
+        for offset, position, _ in entries:
+            if position <= cut or stop is not None and position >= stop:
+                continue
+            if position - cut >= target_bytes:
+                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset))
+                cut, cut_first = position, offset
+        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end))
+    return out
+
+
+@dataclass(slots=True)
+class SpanScan:
+    """Where the fields of consecutive entry records lie in a buffer, for building columns in bulk:
+    ``bounds`` holds, per record, the positions of its frame, routing key, meta, properties and
+    body (five int32), then one closing position; the i-th field of record r is
+    ``data[bounds[5r + i]:bounds[5r + i + 1]]``."""
+    offsets: array  # int64 per record
+    timestamps: array  # int64 ms per record
+    bounds: array  # int32, 5 per record + 1
+    has_meta: bool
+    end: int  # where the scan stopped: the next record, or the torn/corrupt tail
+    torn: bool  # stopped at a torn or corrupt record (nothing after it is readable)
+
+
+def scan_span(data: bytes | memoryview, start: int, stop: int, max_records: int) -> SpanScan:
+    """Walks up to ``max_records`` consecutive entry records of ``data[start:stop]`` (checking each
+    CRC) and notes where their fields lie: one struct unpack and one CRC per record, no per-record
+    objects. Stops early before a record of another kind (the caller skips it)."""
+    view = memoryview(data)
+    unpack = _FRAMED_HEAD.unpack_from
+    crc32 = zlib.crc32
+    head = _FRAMED_HEAD.size
+    offsets, stamps, bounds = array("q"), array("q"), array("i")
+    add_offset, add_stamp, add_bounds = offsets.append, stamps.append, bounds.extend
+    has_meta = 0
+    pos = start
+    torn = False
+    n = 0
+    while n < max_records:
+        if pos + head > stop:
+            torn = pos < stop
+            break
+        length, crc, kind, offset, ts, rk_len, meta_len, props_len = unpack(view, pos)
+        end = pos + 9 + length
+        if end > stop or length > MAX_RECORD_SIZE or crc32(view[pos + 8:end]) != crc:
+            torn = True
+            break
+        if kind != KIND_ENTRY:
+            break
+        rk = pos + head
+        meta = rk + rk_len
+        props = meta + meta_len
+        add_bounds((pos, rk, meta, props, props + props_len))
+        add_offset(offset)
+        add_stamp(ts)
+        has_meta |= meta_len
+        pos = end
+        n += 1
+    bounds.append(pos)
+    return SpanScan(offsets, stamps, bounds, bool(has_meta), pos, torn)
+
+
+def next_offset(root: Path, vhost: str, exchange: str) -> int:
+    """The offset the next appended record will get, reading only the last segment's tail
+    (from its last index entry)."""
+    segs = list_segments(root, vhost, exchange)
+    if not segs:
+        return 0
+    last = segs[-1]
+    entries = _index_entries(last.path)
+    position, nxt = (entries[-1][1], entries[-1][0]) if entries else (0, last.base_offset)
+    try:
+        with open(last.path, "rb") as f:
+            f.seek(position)
+            data = f.read()
+    except OSError:
+        return nxt
+    for rec in iter_records(data):
+        nxt = _peek(rec.payload)[0] + 1
+    return nxt

@@ -69,12 +69,11 @@ class App:
     # ------------------------------------------------------------------ definitions
     def load(self) -> None:
         broker = self.broker
-        # the clock must be real before queues are declared: declare touches each queue with
-        # broker.now, and a lease dated 0 would make every x-expires queue expire at the first tick
-        broker.now = time.time()
         doc = self.definitions.load()
         if doc is not None:
-            import_definitions(broker, doc)
+            # declare starts each queue's x-expires lease at the real time: a lease dated 0 would
+            # make every x-expires queue expire at the first tick
+            import_definitions(broker, doc, time.time())
             log.info("loaded definitions: %d vhosts, %d users", len(broker.vhosts), len(broker.users.users))
         s = self.settings
         if doc is None:
@@ -105,7 +104,7 @@ class App:
     def _on_tick(self) -> None:
         timeout = self.settings.consumer_timeout_ms
         if timeout:
-            now = self.broker.now
+            now = time.time()
             for handler in list(self.amqp_handlers):
                 handler.session.check_consumer_timeout(now, timeout)
         self.after_batch()
@@ -134,7 +133,6 @@ class App:
     async def serve(self, *, task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
         s = self.settings
         self.load()
-        self.broker.now = time.time()
         async with trio.open_nursery() as root:
             root.start_soon(run_clock, self.broker, self._on_tick)
             root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,

@@ -1,31 +1,53 @@
 """The ``headrace`` PySpark data source: batch and streaming reads of a mirrored exchange's log.
 
-One input partition per segment file, so a large log is read in parallel; offsets and times filter
-within segments through the sparse index. The streaming reader's offsets are log offsets
-(``{"offset": next}``) and it supports ``trigger(availableNow=True)``.
+Input partitions are byte ranges of about ``partitionBytes`` cut at the segments' sparse-index
+entries (``read_ranges``), so even a one-segment log spreads over every core; each is read as Arrow
+record batches (``arrow_read``). The options ``fromOffset``/``toOffset``/``fromTime``/``toTime``/
+``routingKey`` prune ranges and then filter every row exactly; with ``pushFilters=true`` the filters
+Spark pushes down (``offset``/``timestamp`` comparisons, ``routing_key =``) do the same (see
+``PushdownReader`` for why that is not the default). The streaming reader's offsets are log offsets (``{"offset": next}``), its micro-batches
+go through the same ranges and batches, and it supports ``trigger(availableNow=True)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 
-from headrace.persistence.mirror_log import list_segments, read_entries
+from headrace.persistence.mirror_log import ReadRange, next_offset, read_ranges
+
+from .arrow_read import SCHEMA, Bounds, range_batches, timestamp_ms
 
 try:  # Spark >= 4.1
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older Spark: plain stream reader
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-__all__ = ["SCHEMA", "HeadraceDataSource", "register"]
+__all__ = ["DEFAULT_PARTITION_BYTES", "SCHEMA", "HeadraceDataSource", "register"]
 
-SCHEMA = ("offset long, timestamp timestamp, vhost string, exchange string, routing_key string, "
-          "headers map<string,string>, content_type string, message_id string, properties binary, body binary")
+# Range size when the caller gives none (``read_log`` derives one from the session as Spark's file
+# sources do: maxPartitionBytes, or less so that every core gets a share).
+DEFAULT_PARTITION_BYTES = 32 << 20
+# Smallest range worth a task of its own (Spark's spark.sql.files.openCostInBytes).
+MIN_PARTITION_BYTES = 4 << 20
 
 
 def _time_ms(value: str | None) -> int | None:
@@ -43,111 +65,129 @@ def _int(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
-@dataclass
-class SegmentPartition(InputPartition):
-    path: str
-    vhost: str
-    exchange: str
-    from_offset: int | None
-    to_offset: int | None
-    from_ts: int | None
-    to_ts: int | None
-
-    def __init__(self, path: str, vhost: str, exchange: str, from_offset: int | None, to_offset: int | None,
-                 from_ts: int | None, to_ts: int | None) -> None:
-        super().__init__(path)
-        self.path, self.vhost, self.exchange = path, vhost, exchange
-        self.from_offset, self.to_offset, self.from_ts, self.to_ts = from_offset, to_offset, from_ts, to_ts
+class RangePartition(InputPartition):
+    def __init__(self, rng: ReadRange, vhost: str, exchange: str, bounds: Bounds) -> None:
+        super().__init__(rng.path)
+        self.range, self.vhost, self.exchange, self.bounds = rng, vhost, exchange, bounds
 
 
-def _rows(p: SegmentPartition) -> Iterator[tuple[Any, ...]]:
-    for e in read_entries(Path(p.path), vhost=p.vhost, exchange=p.exchange, from_offset=p.from_offset,
-                          to_offset=p.to_offset, from_ts=p.from_ts, to_ts=p.to_ts):
-        yield (e.offset, datetime.fromtimestamp(e.timestamp_ms / 1000, timezone.utc), e.vhost, e.exchange,
-               e.routing_key, e.headers, e.content_type, e.message_id, bytearray(e.props_raw), bytearray(e.body))
+def _tighter(current: int | None, new: int, *, lower: bool) -> int:
+    if current is None:
+        return new
+    return max(current, new) if lower else min(current, new)
 
 
+@dataclass(slots=True)
 class _Options:
-    def __init__(self, options: dict[str, str]) -> None:
-        self.path = options.get("path")
-        self.exchange = options.get("exchange")
-        if not self.path or self.exchange is None:
-            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange'")
-        self.vhost = options.get("vhost", "/")
-        self.from_offset = _int(options.get("fromOffset"))
-        self.to_offset = _int(options.get("toOffset"))
-        self.from_ts = _time_ms(options.get("fromTime"))
-        self.to_ts = _time_ms(options.get("toTime"))
+    path: str
+    exchange: str
+    vhost: str
+    bounds: Bounds
+    partition_bytes: int
 
-    def segments(self) -> list[Any]:
-        return list_segments(Path(self.path), self.vhost, self.exchange)  # type: ignore[arg-type]
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> _Options:
+        path, exchange = options.get("path"), options.get("exchange")
+        if not path or exchange is None:
+            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange'")
+        bounds = Bounds(_int(options.get("fromOffset")), _int(options.get("toOffset")),
+                        _time_ms(options.get("fromTime")), _time_ms(options.get("toTime")),
+                        options.get("routingKey") or None)
+        size = _int(options.get("partitionBytes")) or DEFAULT_PARTITION_BYTES
+        return cls(path, exchange, options.get("vhost", "/"), bounds, max(size, 1))
+
+    def partitions(self, bounds: Bounds) -> list[InputPartition]:
+        ranges = read_ranges(Path(self.path), self.vhost, self.exchange, target_bytes=self.partition_bytes,
+                             from_offset=bounds.from_offset, to_offset=bounds.to_offset,
+                             from_ts=bounds.from_ts, to_ts=bounds.to_ts)
+        return [RangePartition(r, self.vhost, self.exchange, bounds) for r in ranges]
+
+
+def _read(partition: RangePartition) -> Iterator[Any]:
+    yield from range_batches(partition.range, partition.vhost, partition.exchange, partition.bounds)
 
 
 class HeadraceReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.o = _Options(options)
+        self.o = _Options.parse(options)
+        self.bounds = self.o.bounds
 
     def partitions(self) -> list[InputPartition]:
-        o = self.o
-        segs = o.segments()
-        parts = []
-        for i, seg in enumerate(segs):
-            next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
-            if o.to_offset is not None and seg.base_offset > o.to_offset:
-                continue
-            if o.from_offset is not None and next_base is not None and next_base <= o.from_offset:
-                continue
-            parts.append(SegmentPartition(str(seg.path), o.vhost, o.exchange, o.from_offset, o.to_offset,
-                                          o.from_ts, o.to_ts))
-        return parts or [SegmentPartition("", o.vhost, o.exchange, None, None, None, None)]
+        return self.o.partitions(self.bounds) or [InputPartition(None)]
 
-    def read(self, partition: SegmentPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
-        if partition.path:
-            yield from _rows(partition)
+    def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]
+        if isinstance(partition, RangePartition):
+            yield from _read(partition)
 
 
-def _next_offset(o: _Options) -> int:
-    segs = o.segments()
-    if not segs:
-        return 0
-    last = None
-    for e in read_entries(segs[-1].path, vhost=o.vhost, exchange=o.exchange):
-        last = e.offset
-    return (last + 1) if last is not None else segs[-1].base_offset
+class PushdownReader(HeadraceReader):
+    """The reader with ``pushFilters``, chosen by the option ``pushFilters=true``. Not the default:
+    Spark 4.1-4.3 keep the partitions planned at a query's pushdown on the DataFrame and reuse
+    them for a later query on the same DataFrame that pushes no filter (``df.count()`` after
+    ``df.filter(...).count()`` counts the filtered rows). Read a fresh DataFrame per query with it."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Takes ``offset`` and ``timestamp`` comparisons and ``routing_key = '...'``, and hands
+        back the rest for Spark to evaluate."""
+        b = self.bounds
+        for f in filters:
+            column = f.attribute if isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan,
+                                                   LessThanOrEqual)) else None
+            value = getattr(f, "value", None)
+            if column == ("offset",) and isinstance(value, int) and not isinstance(value, bool):
+                if isinstance(f, EqualTo):
+                    b = replace(b, from_offset=_tighter(b.from_offset, value, lower=True),
+                                to_offset=_tighter(b.to_offset, value, lower=False))
+                elif isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+                    b = replace(b, from_offset=_tighter(b.from_offset, value + isinstance(f, GreaterThan),
+                                                        lower=True))
+                else:
+                    b = replace(b, to_offset=_tighter(b.to_offset, value - isinstance(f, LessThan), lower=False))
+            elif column == ("timestamp",) and isinstance(value, datetime) and not isinstance(f, EqualTo):
+                if isinstance(f, GreaterThanOrEqual):
+                    b = replace(b, from_ts=_tighter(b.from_ts, timestamp_ms(value, ceil=True), lower=True))
+                elif isinstance(f, GreaterThan):
+                    b = replace(b, from_ts=_tighter(b.from_ts, timestamp_ms(value, ceil=False) + 1, lower=True))
+                elif isinstance(f, LessThanOrEqual):
+                    b = replace(b, to_ts=_tighter(b.to_ts, timestamp_ms(value, ceil=False), lower=False))
+                else:
+                    b = replace(b, to_ts=_tighter(b.to_ts, timestamp_ms(value, ceil=True) - 1, lower=False))
+            elif column == ("routing_key",) and isinstance(f, EqualTo) and isinstance(value, str) \
+                    and b.routing_key in (None, value):
+                b = replace(b, routing_key=value)
+            else:
+                yield f
+        self.bounds = b
 
 
 class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, options: dict[str, str]) -> None:
-        self.o = _Options(options)
+        self.o = _Options.parse(options)
         self._target: int | None = None
 
+    def _next(self) -> int:
+        return next_offset(Path(self.o.path), self.o.vhost, self.o.exchange)
+
     def initialOffset(self) -> dict[str, int]:
-        return {"offset": self.o.from_offset or 0}
+        return {"offset": self.o.bounds.from_offset or 0}
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        latest = _next_offset(self.o)
+        latest = self._next()
         if self._target is not None:
             latest = min(latest, self._target)
         return {"offset": latest}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = _next_offset(self.o)
+        self._target = self._next()
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         lo, hi = start["offset"], end["offset"] - 1
         if hi < lo:
             return []
-        segs = self.o.segments()
-        parts = []
-        for i, seg in enumerate(segs):
-            next_base = segs[i + 1].base_offset if i + 1 < len(segs) else None
-            if seg.base_offset > hi or (next_base is not None and next_base <= lo):
-                continue
-            parts.append(SegmentPartition(str(seg.path), self.o.vhost, self.o.exchange, lo, hi, None, None))
-        return parts
+        return self.o.partitions(Bounds(lo, hi))
 
-    def read(self, partition: SegmentPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
-        yield from _rows(partition)
+    def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]
+        yield from _read(partition)  # type: ignore[arg-type]
 
     def commit(self, end: dict[str, int]) -> None:
         return None
@@ -158,10 +198,12 @@ class HeadraceDataSource(DataSource):
     def name(cls) -> str:
         return "headrace"
 
-    def schema(self) -> str:
+    def schema(self) -> Any:
         return SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
+        if str(self.options.get("pushFilters", "false")).lower() == "true":
+            return PushdownReader(self.options)
         return HeadraceReader(self.options)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -169,4 +211,11 @@ class HeadraceDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
+    """Registers the source on ``spark``. Python workers run the current interpreter unless the
+    user chose one (PYSPARK_PYTHON), since they must import headrace; and the session's Python
+    filter pushdown is switched on, which Spark requires of a source that takes filters."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        spark.sparkContext.pythonExec = sys.executable
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(HeadraceDataSource)

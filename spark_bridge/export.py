@@ -2,20 +2,42 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
 
-from .datasource import register
+from headrace.persistence.mirror_log import list_segments
 
-__all__ = ["export", "read_log"]
+from .datasource import MIN_PARTITION_BYTES, register
+
+__all__ = ["export", "partition_bytes", "read_log"]
+
+
+RANGES_PER_CORE = 4
+
+
+def partition_bytes(spark: Any, data_dir: str, vhost: str, exchange: str) -> int:
+    """Range size after Spark's file sources' split size: spark.sql.files.maxPartitionBytes, or less so
+    that every core gets a few ranges (a slow range then does not hold up the whole job alone), not
+    under openCostInBytes' 4 MiB."""
+    total = sum(s.size for s in list_segments(Path(data_dir), vhost, exchange))
+    max_bytes = _bytes(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    return min(max_bytes, max(MIN_PARTITION_BYTES, -(-total // (cores * RANGES_PER_CORE))))
+
+
+def _bytes(value: str) -> int:
+    value = value.strip().lower().removesuffix("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    return int(value[:-1]) * units[value[-1]] if value and value[-1] in units else int(value)
 
 
 def read_log(spark: Any, data_dir: str, exchange: str, *, vhost: str = "/", from_offset: int | None = None,
              to_offset: int | None = None, from_time: str | None = None, to_time: str | None = None) -> Any:
     register(spark)
     reader = spark.read.format("headrace").option("path", str(data_dir)).option("exchange", exchange) \
-        .option("vhost", vhost)
+        .option("vhost", vhost).option("partitionBytes", str(partition_bytes(spark, data_dir, vhost, exchange)))
     for key, value in (("fromOffset", from_offset), ("toOffset", to_offset), ("fromTime", from_time),
                        ("toTime", to_time)):
         if value is not None:

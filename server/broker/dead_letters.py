@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from headrace.queues import DeadLetter, Queue, x_death_headers
+from headrace.queues import Left, Queue, x_death_headers
 from headrace.server.amqp.properties import decode_properties, encode_properties
 
 __all__ = ["dead_letter_message"]
 
 
-def dead_letter_message(letter: DeadLetter, queue: Queue, now: float) -> tuple[str, bytes]:
-    message = letter.message
+def dead_letter_message(letter: Left, queue: Queue, now: float) -> tuple[str, bytes]:
+    """The routing key and properties of ``letter``'s copy for the dead-letter exchange."""
+    message = letter.entry.message
     props = decode_properties(message.props_raw)
     headers = x_death_headers(
         props.headers, queue=queue.name, reason=letter.reason, exchange=message.exchange,

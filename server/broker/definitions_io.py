@@ -76,7 +76,7 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
     return out
 
 
-def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
+def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
     """Apply a definitions document; raises ValueError (bad document) or the AMQP exceptions of the
     declare it failed on. Existing objects are kept (declare is idempotent)."""
     if not isinstance(doc, dict):
@@ -105,7 +105,7 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
                                arguments=e.get("arguments") or {})
     for q in doc.get("queues", []):
         vhost = broker.add_vhost(q.get("vhost", "/"))
-        vhost.declare_queue(_field(q, "name"), owner=None, durable=q.get("durable", True),
+        vhost.declare_queue(_field(q, "name"), owner=None, now=now, durable=q.get("durable", True),
                             auto_delete=q.get("auto_delete", False), arguments=q.get("arguments") or {})
     for b in doc.get("bindings", []):
         vhost = broker.add_vhost(b.get("vhost", "/"))

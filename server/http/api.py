@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from headrace.exchanges import DestinationKind
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.auth import Permission, User
-from headrace.server.broker import Broker, VHost
+from headrace.server.broker import Broker, Settle, VHost
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 
@@ -33,6 +33,7 @@ __all__ = ["Context", "router"]
 class Context(Protocol):
     broker: Broker
     version: str
+    now: float  # the time of the request (the shell stamps it; handlers never read the clock)
     http_consumers: dict[str, Any]
     rates: RateTracker
     metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
@@ -211,7 +212,7 @@ def _page(req: Request, items: list[Any]) -> Response:
 
 def _message_stats(ctx: Context, key: tuple[str, str], owner: object, counts: tuple[int, ...]) -> dict[str, Any]:
     """Counters with their rates, in RabbitMQ's shape: ``publish`` and ``publish_details: {"rate"}``."""
-    rates = ctx.rates.sample(key, owner, counts, ctx.broker.now)
+    rates = ctx.rates.sample(key, owner, counts, ctx.now)
     out: dict[str, Any] = {}
     for (_, name), count in zip(FIELDS, counts, strict=True):
         out[name] = count
@@ -339,7 +340,7 @@ def put_queue(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     _object_name(name)
     body = QueueBody.model_validate(req.json())
     existed = name in v.queues
-    v.declare_queue(name, owner=None, durable=body.durable, auto_delete=body.auto_delete, arguments=body.arguments)
+    v.declare_queue(name, owner=None, now=ctx.now, durable=body.durable, auto_delete=body.auto_delete, arguments=body.arguments)
     return Response(204 if existed else 201)
 
 
@@ -380,7 +381,7 @@ def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     taken = []
     out = []
     for _ in range(body.count):
-        entry = queue.get(ctx.broker.now, no_ack=False, owner=owner)
+        entry = ctx.broker.delivery.get(v, queue, ctx.now, no_ack=False, owner=owner)
         if entry is None:
             break
         taken.append(entry)
@@ -396,15 +397,11 @@ def get_messages(ctx: Context, req: Request, vhost: str, name: str) -> Response:
         out.append({"payload": text, "payload_encoding": encoding, "payload_bytes": len(msg.body),
                     "redelivered": entry.redelivered, "exchange": msg.exchange, "routing_key": msg.routing_key,
                     "message_count": queue.messages_ready, "properties": properties_json(msg.props_raw)})
-    for entry in taken:
-        if body.ackmode.endswith("requeue_true"):
-            queue.requeue(entry)
-        elif body.ackmode.startswith("reject"):
-            queue.reject(entry)
-        else:
-            queue.ack(entry)
-    v.drain_dead_letters(queue)
-    v.dispatch(queue)
+    if body.ackmode.endswith("requeue_true"):
+        action = Settle.REQUEUE
+    else:
+        action = Settle.REJECT if body.ackmode.startswith("reject") else Settle.ACK
+    ctx.broker.delivery.settle(v, [(queue, entry) for entry in taken], action, ctx.now)
     return json_response(200, out)
 
 
@@ -451,7 +448,7 @@ def publish(ctx: Context, req: Request, vhost: str, name: str) -> Response:
     if name == "amq.default":  # the management API's name for the default exchange
         name = ""
     payload, props_raw = _message_body(body)
-    result = v.publish(name, body.routing_key, props_raw, payload)
+    result = ctx.broker.delivery.publish(v, name, body.routing_key, props_raw, payload, ctx.now)
     response = json_response(200, {"routed": result.routed})
     response.wait_ticket = result.ticket
     return response
@@ -522,7 +519,7 @@ def publish_batch(ctx: Context, req: Request, vhost: str, name: str) -> Response
     results = []
     ticket = 0
     for payload, props_raw, body in parsed:
-        result = v.publish(exchange, body.routing_key, props_raw, payload)
+        result = ctx.broker.delivery.publish(v, exchange, body.routing_key, props_raw, payload, ctx.now)
         ticket = max(ticket, result.ticket)
         results.append({"routed": result.routed, "confirmed": not result.rejected})
     response = json_response(200, {"results": results, "published": len(results)})
@@ -542,7 +539,7 @@ def consume(ctx: Context, req: Request, vhost: str, name: str) -> Response:
         prefetch = int(req.arg("prefetch", "10") or 10)
     except ValueError:
         raise HTTPError(400, "bad_request", "prefetch must be an integer") from None
-    consumer = HTTPConsumer(v, queue, prefetch, lambda: None, user=_user(req).name)
+    consumer = HTTPConsumer(ctx.broker.delivery, v, queue, prefetch, lambda: None, user=_user(req).name)
     response = Response(200, content_type="application/x-ndjson")
     response.stream = consumer
     return response
@@ -564,7 +561,7 @@ def settle(ctx: Context, req: Request, tag: str) -> Response:
     body = SettleBody.model_validate(req.json())
     if body.action not in ("ack", "nack", "reject"):
         raise HTTPError(400, "bad_request", f"invalid action '{body.action}'")
-    unknown = consumer.settle(body.delivery_ids, body.action, body.requeue)
+    unknown = consumer.settle(body.delivery_ids, body.action, body.requeue, ctx.now)
     if unknown:
         raise HTTPError(406, "precondition_failed", f"unknown delivery ids {unknown}")
     return Response(204)
@@ -630,7 +627,7 @@ def get_definitions(ctx: Context, req: Request) -> Response:
 def post_definitions(ctx: Context, req: Request) -> Response:
     _require(req, admin=True)
     body = DefinitionsBody.model_validate(req.json())
-    import_definitions(ctx.broker, body.document())
+    import_definitions(ctx.broker, body.document(), ctx.now)
     return Response(204)
 
 
@@ -778,10 +775,10 @@ def aliveness(ctx: Context, req: Request, vhost: str) -> Response:
                                                    f"refused for user '{user.name}'")
     name = f"{ALIVENESS_QUEUE}.{secrets.token_hex(8)}"
     token = secrets.token_bytes(16)
-    queue = v.declare_queue(name, owner=None, durable=False)
+    queue = v.declare_queue(name, owner=None, now=ctx.now, durable=False)
     try:
-        v.publish("", name, encode_properties(BasicProperties()), token)
-        entry = queue.get(ctx.broker.now, no_ack=True, owner=None)
+        ctx.broker.delivery.publish(v, "", name, encode_properties(BasicProperties()), token, ctx.now)
+        entry = ctx.broker.delivery.get(v, queue, ctx.now, no_ack=True, owner=None)
         ok = entry is not None and entry.message.body == token
     finally:
         v.delete_queue(name)

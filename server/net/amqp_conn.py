@@ -99,7 +99,7 @@ class AMQPConnectionHandler:
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
-            self.session.connection_lost()
+            self.session.connection_lost(time.time())
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
                     await self.stream.aclose()
@@ -107,7 +107,6 @@ class AMQPConnectionHandler:
     async def _reader(self) -> None:
         conn = self.conn
         session = self.session
-        broker = self.broker
         receive = self.stream.receive_some
         with trio.move_on_after(self.settings.handshake_timeout) as handshake:
             await self._read_until_open()
@@ -125,8 +124,7 @@ class AMQPConnectionHandler:
             data = await receive(READ_SIZE)
             if not data:
                 return
-            broker.now = time.time()
-            session.handle(conn.receive_data(data))
+            session.handle(conn.receive_data(data), time.time())
             self.after_batch()
         # we sent connection.close: read until close-ok, for a bounded time
         with trio.move_on_after(CLOSE_TIMEOUT):
@@ -134,7 +132,7 @@ class AMQPConnectionHandler:
                 data = await receive(READ_SIZE)
                 if not data:
                     return
-                session.handle(conn.receive_data(data))
+                session.handle(conn.receive_data(data), time.time())
 
     async def _read_until_open(self) -> None:
         session = self.session
@@ -144,8 +142,7 @@ class AMQPConnectionHandler:
             if not data:
                 session.finished = True
                 return
-            self.broker.now = time.time()
-            session.handle(conn.receive_data(data))
+            session.handle(conn.receive_data(data), time.time())
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:
@@ -167,7 +164,7 @@ class AMQPConnectionHandler:
                 if data:
                     await send_all(data)
                     if not conn.bytes_pending:
-                        session.on_drain()
+                        session.on_drain(time.time())
                 if session.finished and not conn.bytes_pending:
                     return
         finally:
@@ -185,7 +182,7 @@ class AMQPConnectionHandler:
                 self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
             if not self.conn.tick(time.monotonic()):
                 log.info("missed heartbeats from %s, closing", self.session.peer)
-                self.session.connection_lost()
+                self.session.connection_lost(time.time())
                 if self.cancel_scope is not None:
                     self.cancel_scope.cancel()
                 return

@@ -46,6 +46,7 @@ class HTTPServer:
         self.request_timeout = app.settings.http_request_timeout
         self.metrics = app.settings.metrics
         self._closing = False
+        self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
         self.broker.user_deleted_hooks.append(self._user_deleted)
@@ -59,7 +60,7 @@ class HTTPServer:
         """A deleted user's consume streams end, as their AMQP connections are closed (320)."""
         for consumer in list(self.http_consumers.values()):
             if consumer.user == name:
-                consumer.end("user deleted")
+                consumer.end("user deleted", time.time())
 
     def shutdown(self) -> None:
         """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""
@@ -167,7 +168,7 @@ class HTTPServer:
                 pass
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
-        self.broker.now = time.time()
+        self.now = time.time()
         if request.path not in PUBLIC_PATHS:
             try:
                 user = self._authenticate(request.headers.get("authorization"), peer_host)
@@ -210,7 +211,7 @@ class HTTPServer:
         consumer.wake = kick
         self.http_consumers[consumer.tag] = consumer
         try:
-            consumer.start()
+            consumer.start(time.time())
             headers = [("content-type", response.content_type), ("server", f"headrace/{self.version}"),
                        ("cache-control", "no-store")]
             await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
@@ -245,7 +246,7 @@ class HTTPServer:
                 pass  # the client went away
         finally:
             self.http_consumers.pop(consumer.tag, None)
-            consumer.close()
+            consumer.close(time.time())
             self.app.after_batch()
 
     async def _wait_synced(self, ticket: int) -> None:

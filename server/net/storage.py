@@ -102,7 +102,8 @@ class Storage:
                 message = Message(rm.message_id, rm.exchange, rm.routing_key, rm.props_raw, rm.body, True,
                                   priority or 0, int(expiration) if expiration and expiration.isdigit() else None,
                                   None, rm.timestamp_ms / 1000)
-                queue.add_recovered(message, redelivered=rm.redelivered, delivery_count=rm.delivery_count)
+                broker.delivery.recover(queue, message, redelivered=rm.redelivered,
+                                        delivery_count=rm.delivery_count)
                 count += 1
         for delay in recovered.delayed:
             vhost = broker.vhosts.get(delay.vhost)
@@ -251,7 +252,7 @@ class Storage:
                     targets.append(((vname, ename), Retention(max_age_ms=age, max_bytes=size)))
         if not targets:
             return
-        now_ms = int(broker.now * 1000)
+        now_ms = int(time.time() * 1000)
 
         def enforce() -> None:
             for key, retention in targets:
@@ -303,9 +304,7 @@ class Storage:
                             queue.spill_lost(lost, lost_bytes)  # damaged records, logged there
                         if not entries:
                             break
-                        queue.page_in(entries, generation)
-                        if vhost.queues.get(queue.name) is queue:
-                            vhost.dispatch(queue)
+                        broker.delivery.page_in(vhost, queue, entries, generation, time.time())
 
     # ------------------------------------------------------------------ shutdown
     async def drain(self, broker: Broker) -> None:

@@ -70,7 +70,8 @@ class Session:
         self.closing = False
         self._cleaned = False
         self._perm_cache: dict[tuple[str, str], bool] = {}
-        self.connected_at = broker.now
+        self.now = 0.0  # the time the shell gave with the batch being applied (or the last one)
+        self.connected_at = 0.0
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
         # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
@@ -90,7 +91,11 @@ class Session:
             return True
         return bool(broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
 
-    def handle(self, events: list[Any]) -> None:
+    def handle(self, events: list[Any], now: float) -> None:
+        """Apply one batch of protocol events at time ``now``."""
+        self.now = now
+        if not self.connected_at:
+            self.connected_at = now
         for event in events:
             kind = type(event)
             try:
@@ -154,19 +159,20 @@ class Session:
         self._close_connection(ConnectionException(ReplyCode.CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}"))
         self.wake()
 
-    def connection_lost(self) -> None:
+    def connection_lost(self, now: float) -> None:
+        self.now = now
         self.finished = True
         self.cleanup()
 
-    def on_drain(self) -> None:
+    def on_drain(self, now: float) -> None:
         """The writer emptied the outgoing buffer: consumers that stopped on it may take again."""
         if not self.outbox_full:
             return
+        self.now = now
         self.outbox_full = False
+        delivery = self.broker.delivery
         for channel in list(self.channels.values()):
-            for queue, _ in list(channel.consumers.values()):
-                if self.vhost.queues.get(queue.name) is queue:
-                    self.vhost.dispatch(queue)
+            delivery.consumer_ready(self.vhost, [q for q, _ in channel.consumers.values()], now)
         if self.conn.bytes_pending:
             self.wake()
 
@@ -174,8 +180,9 @@ class Session:
         """Close channels that hold a delivery unacked for longer than the consumer timeout; the
         message goes back to its queue (RabbitMQ's consumer_timeout)."""
         limit = timeout_ms / 1000
+        self.now = now
         for channel in list(self.channels.values()):
-            since = channel.oldest_unacked_since()
+            since = channel.oldest_unacked_since(now)
             if since is not None and now - since > limit:
                 exc = ChannelException(
                     ReplyCode.PRECONDITION_FAILED,
@@ -397,7 +404,7 @@ class Session:
                 raise errors.access_refused(f"queue name '{method.queue}' contains reserved prefix 'amq.*'")
             self._check("configure", "queue", method.queue)
         queue = self.vhost.declare_queue(
-            method.queue, owner=self, passive=method.passive, durable=method.durable,
+            method.queue, owner=self, now=self.now, passive=method.passive, durable=method.durable,
             exclusive=method.exclusive, auto_delete=method.auto_delete, arguments=method.arguments)
         self.last_queue = queue.name
         if not method.nowait:
@@ -480,9 +487,7 @@ class Session:
             # RabbitMQ does not redeliver to the original consumer: a connection error, not a
             # silent requeue the client did not ask for
             raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false")
-        for queue in ch.requeue_all():
-            if self.vhost.queues.get(queue.name) is queue:
-                self.vhost.dispatch(queue)
+        ch.requeue_all()
         if type(method) is m.BasicRecover:
             self.conn.send_method(ch.id, m.BasicRecoverOk())
 

@@ -21,7 +21,7 @@ def publish(ctx: SimpleNamespace, n: int) -> None:
 
 def test_http_publish_is_503_while_the_store_is_behind_and_accepted_after_a_flush():
     broker = durable_broker(3)
-    ctx = SimpleNamespace(broker=broker)
+    ctx = SimpleNamespace(broker=broker, now=1000.0)
     publish(ctx, 3)
     assert broker.store_backlog == 3
     with pytest.raises(HTTPError) as info:
