@@ -39,10 +39,10 @@ DISK_CHECK_BYTES = 1 << 20
 # binding in an exchange's tables; a connection with its parser, writer buffers, socket and task;
 # a channel; a consumer.
 QUEUE_COST = 3_000
-BINDING_COST = 700
-CONNECTION_COST = 60_000
-CHANNEL_COST = 3_000
-CONSUMER_COST = 1_000
+BINDING_COST = 2_000
+CONNECTION_COST = 20_000
+CHANNEL_COST = 1_000
+CONSUMER_COST = 500
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
