@@ -16,7 +16,7 @@ Requeued entries always stay resident. Priority queues do not spill.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .args import Overflow, QueueArgs
@@ -300,10 +300,6 @@ class Queue:
             self._gone(left, entry, "delivery_limit")
             return
         self._ready.requeue(entry)
-
-    def requeue_many(self, entries: Iterable[QueueEntry], left: list[Left] | None = None) -> None:
-        for entry in entries:
-            self.requeue(entry, left)
 
     def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if self._release(entry):

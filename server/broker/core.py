@@ -20,7 +20,7 @@ from headrace.persistence.mirror_log import MirrorRecord
 from headrace.persistence.store_ops import StoreOp
 from headrace.queues import Queue
 from headrace.queues.backing import Backing
-from headrace.server.amqp.errors import ChannelException
+from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import Permission, UserRegistry
 
@@ -136,6 +136,26 @@ class Broker:
                                 f"user '{name}' is deleted")
         for hook in list(self.user_deleted_hooks):
             hook(name)
+
+    def register_connection(self, session: Any, user: Any) -> None:
+        """An AMQP connection opened its vhost: listed, told about syncs and alarms. 530
+        NOT_ALLOWED at the broker's or the user's connection limit."""
+        limits = self.limits
+        connections = self.connections
+        if len(connections) >= limits.max_connections:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED,
+                                      f"NOT_ALLOWED - connection limit ({limits.max_connections}) is reached", 10, 40)
+        per_user = limits.max_connections_per_user
+        if per_user is not None and sum(1 for s in connections.values() if s.user is user) >= per_user:
+            raise ConnectionException(
+                ReplyCode.NOT_ALLOWED,
+                f"NOT_ALLOWED - connection limit ({per_user}) for user '{user.name}' is reached", 10, 40)
+        connections[session.id] = session
+        self.observers.add(session)
+
+    def unregister_connection(self, session: Any) -> None:
+        self.observers.discard(session)
+        self.connections.pop(session.id, None)
 
     def _close_connections(self, match: Callable[[Any], bool], reason: str) -> None:
         for session in list(self.connections.values()):

@@ -29,6 +29,7 @@ from headrace.server.amqp.properties import decode_properties, quick_props, repl
 from . import errors
 from .dead_letters import dead_letter_message
 from .outbox import MirrorOutbox, StoreOutbox
+from .reply_to import REPLY_PREFIX, ReplyRegistry
 
 if TYPE_CHECKING:
     from .vhost import VHost
@@ -50,9 +51,10 @@ class Settle(Enum):
 
 
 class Delivery:
-    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox) -> None:
+    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry) -> None:
         self.store = store
         self.mirror = mirror
+        self.replies = replies
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
 
     # ------------------------------------------------------------------ ids
@@ -70,6 +72,8 @@ class Delivery:
                 delayed: bool = True) -> PublishResult:
         """Route, enqueue in every target queue, record the Publish once for all durable ones,
         then settle what the bounds dropped and dispatch."""
+        if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
+            return PublishResult(self.replies.deliver(routing_key, props_raw, body))
         exchange = vhost.exchanges.get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, vhost.name)
@@ -245,10 +249,11 @@ class Delivery:
 
     # ------------------------------------------------------------------ whole queues
     def purge(self, queue: Queue) -> int:
-        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued)."""
+        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued).
+        It takes a ticket: purge-ok waits for its fsync, or a crash would bring the messages back."""
         count = queue.purge()
         if self.store.enabled and queue.durable:
-            self.store.add(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
+            self.store.add_ticketed(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
         return count
 
     def queue_deleted(self, queue: Queue) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from headrace.persistence.mirror_log import MirrorRecord
-from headrace.persistence.store_ops import Delay, Publish, StoreOp
+from headrace.persistence.store_ops import Delay, Publish, PurgeQueue, StoreOp
 from headrace.queues import Message
 from headrace.server.amqp.properties import decode_properties
 
@@ -39,7 +39,7 @@ class StoreOutbox:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.ops: list[StoreOp] = []
-        self.ticket = 0  # counts the ops a confirm may wait for (Publish, Delay)
+        self.ticket = 0  # counts the ops a reply may wait for (Publish, Delay, PurgeQueue)
         self.synced = 0  # the highest ticket the flusher has made durable
         self.backlog_max = STORE_BACKLOG_MAX  # publishing connections pause at this backlog
         self.on_pending: Callable[[], None] = _noop  # the shell wakes its flusher here
@@ -50,8 +50,8 @@ class StoreOutbox:
         if len(ops) == 1:
             self.on_pending()
 
-    def add_ticketed(self, op: Publish | Delay) -> int:
-        """Add an op a confirm waits for; returns the ticket that covers it."""
+    def add_ticketed(self, op: Publish | Delay | PurgeQueue) -> int:
+        """Add an op a confirm (or purge-ok) waits for; returns the ticket that covers it."""
         self.ticket += 1
         self.add(op)
         return self.ticket
@@ -63,8 +63,8 @@ class StoreOutbox:
             self.ops = []
             return ops, self.ticket
         taken, self.ops = ops[:limit], ops[limit:]
-        # only Publish and Delay ops take a ticket; those left behind are not covered yet
-        left = sum(1 for op in self.ops if isinstance(op, (Publish, Delay)))
+        # only Publish, Delay and PurgeQueue ops take a ticket; those left behind are not covered yet
+        left = sum(1 for op in self.ops if isinstance(op, (Publish, Delay, PurgeQueue)))
         return taken, self.ticket - left
 
 

@@ -21,7 +21,7 @@ from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
-from headrace.server.session import Session
+from headrace.server.session import Lifecycle, Session
 
 from .gate import Gate
 
@@ -112,12 +112,10 @@ class AMQPConnectionHandler:
             await self._read_until_open()
         if handshake.cancelled_caught:
             log.info("handshake timeout for %s", session.peer)
-            conn.close(ConnectionException(ReplyCode.CONNECTION_FORCED,
-                                           "CONNECTION_FORCED - handshake timeout"))
-            session.closing = True
+            session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
             self.wake()
             return
-        while not session.finished and not session.closing:
+        while session.reading:
             if session.read_paused:
                 await self._wait_unpaused()
                 continue
@@ -128,7 +126,7 @@ class AMQPConnectionHandler:
             self.after_batch()
         # we sent connection.close: read until close-ok, for a bounded time
         with trio.move_on_after(CLOSE_TIMEOUT):
-            while not session.finished:
+            while not session.closed:
                 data = await receive(READ_SIZE)
                 if not data:
                     return
@@ -137,16 +135,16 @@ class AMQPConnectionHandler:
     async def _read_until_open(self) -> None:
         session = self.session
         conn = self.conn
-        while session.vhost is None and not session.finished and not session.closing:
+        while session.state is Lifecycle.HANDSHAKE:
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
-                session.finished = True
+                session.connection_lost(time.time())
                 return
             session.handle(conn.receive_data(data), time.time())
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:
-        while self.session.read_paused and not self.session.finished:
+        while self.session.read_paused and not self.session.closed:
             await self.gate.wait_changed()
 
     async def _writer(self) -> None:
@@ -165,7 +163,7 @@ class AMQPConnectionHandler:
                     await send_all(data)
                     if not conn.bytes_pending:
                         session.on_drain(time.time())
-                if session.finished and not conn.bytes_pending:
+                if session.closed and not conn.bytes_pending:
                     return
         finally:
             self._closed.set()
@@ -173,10 +171,10 @@ class AMQPConnectionHandler:
     async def _heartbeat(self) -> None:
         while self.conn.heartbeat == 0 or self.session.vhost is None:
             await trio.sleep(1)
-            if self.session.finished:
+            if self.session.closed:
                 return
         interval = max(self.conn.heartbeat / 2, 0.5)
-        while not self.session.finished:
+        while not self.session.closed:
             await trio.sleep(interval)
             if self.session.read_paused:
                 self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
@@ -191,11 +189,9 @@ class AMQPConnectionHandler:
 
     def force_close(self, code: ReplyCode, text: str) -> None:
         """Shutdown: tell the client with connection.close and stop reading."""
-        if self.session.finished:
+        if self.session.closed:
             if self.cancel_scope is not None:
                 self.cancel_scope.cancel()
             return
-        self.conn.close(ConnectionException(code, text))
-        self.session.closing = True
-        self.session.cleanup()
+        self.session.close(ConnectionException(code, text))
         self.wake()

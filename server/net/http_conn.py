@@ -28,7 +28,6 @@ __all__ = ["HTTPServer"]
 log = logging.getLogger("headrace.http")
 
 READ_SIZE = 64 * 1024
-PUBLIC_PATHS = {"/metrics"}
 # An idle consume stream sends a blank line this often, so dead clients are noticed.
 STREAM_KEEPALIVE = 10.0
 # after refusing a request whose body is not read, how long the rest of it is read and dropped
@@ -169,7 +168,7 @@ class HTTPServer:
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.now = time.time()
-        if request.path not in PUBLIC_PATHS:
+        if not router.is_public(request.path):
             try:
                 user = self._authenticate(request.headers.get("authorization"), peer_host)
             except LoginThrottled as exc:

@@ -19,9 +19,9 @@ from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.events import ContentReceived
-from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
+from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "unstamped", "last_ticket", "tx_bytes",
-        "delivery", "reply",
+        "tx_publishes", "tx_acks", "delivered_at", "unstamped", "last_ticket", "tx_bytes",
+        "delivery", "perms", "reply",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -50,6 +50,7 @@ class ChannelSession:
         self.id = channel_id
         self.vhost = session.vhost
         self.delivery = session.broker.delivery
+        self.perms = session.perms
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
         self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
@@ -65,7 +66,6 @@ class ChannelSession:
         self.tx_publishes: list[ContentReceived] = []
         self.tx_acks: list[m.BasicAck | m.BasicNack | m.BasicReject] = []
         self.tx_bytes = 0  # bytes of tx_publishes, also counted in session.tx_bytes
-        self._write_ok: dict[str, bool] = {}
         # (tag, time first seen by the consumer-timeout check) per delivery needing an ack, oldest
         # first: the check looks at the oldest one still unacked (settled ones are skipped lazily).
         # Deliveries since the last check wait in ``unstamped``, so delivering needs no clock.
@@ -129,7 +129,7 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ helpers
     def _queue_for(self, name: str, kind: str) -> Queue:
-        self.session.check_permission(kind, name)
+        self.perms.check(kind, name)
         queue = self.vhost.get_queue(name)
         self.vhost.check_exclusive(queue, self.session)
         return queue
@@ -149,11 +149,11 @@ class ChannelSession:
             raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
                                       60, 40)
         exchange = method.exchange
-        ok = self._write_ok.get(exchange)
+        ok = self.perms.write_ok.get(exchange)
         if ok is None:
-            ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
+            ok = self.perms.allowed("write", exchange)
         if not ok:
-            self.session.check_permission("write", exchange)
+            self.perms.check("write", exchange)
         props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)
@@ -173,7 +173,7 @@ class ChannelSession:
         if self.confirm:
             self.publish_seq += 1
             self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
-            session.confirm_channels.add(self)
+            session.confirms.confirming(self)
 
     def flush_confirms(self, synced: int) -> int:
         """Send acks for every confirm whose store ticket is synced, as few frames as possible
@@ -240,6 +240,15 @@ class ChannelSession:
             return
         self._settle(self._take(tag, multiple), Settle.REQUEUE if requeue else Settle.REJECT)
 
+    def recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+        if not method.requeue:
+            # RabbitMQ does not redeliver to the original consumer: a connection error, not a
+            # silent requeue the client did not ask for
+            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false")
+        self.requeue_all()
+        if type(method) is m.BasicRecover:
+            self.conn.send_method(self.id, m.BasicRecoverOk())
+
     def requeue_all(self) -> None:
         """basic.recover and channel close: every unacked delivery goes back to its queue."""
         items = list(self.unacked.values())
@@ -254,7 +263,7 @@ class ChannelSession:
             if not method.nowait:
                 self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
             return
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
         if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                       f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
@@ -286,7 +295,7 @@ class ChannelSession:
             self.reply = None
 
     def get(self, method: m.BasicGet) -> None:
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
         entry = self.delivery.get(self.vhost, queue, self.session.now, no_ack=method.no_ack, owner=self)
         if entry is None:
             self.conn.send_method(self.id, m.BasicGetEmpty())
@@ -378,13 +387,7 @@ class ChannelSession:
         self.consumers.clear()
         self.requeue_all()
         self.pending_confirms.clear()
-        self.session.confirm_channels.discard(self)
+        self.session.confirms.channel_closed(self)
         self._tx_release()
         self.tx_publishes.clear()
 
-
-def with_delivery_count(props_raw: bytes, count: int) -> bytes:
-    """Queues with a delivery limit tell consumers how often a message was returned."""
-    headers = dict(decode_properties(props_raw).headers or {})
-    headers["x-delivery-count"] = count
-    return replace_headers(props_raw, headers)
