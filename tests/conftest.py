@@ -33,13 +33,13 @@ class BrokerProcess:
         ports_file = self.data_dir / "ports.json"
         ports_file.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        self._ready.clear()
+        self._ready = threading.Event()  # its own per process: a killed one's reader may still set its own
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0",
              "--data-dir", str(self.data_dir), "--ports-file", str(ports_file), *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
         )
-        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        threading.Thread(target=self._drain, args=(self.proc, self._ready), daemon=True).start()
         if not self._ready.wait(READY_TIMEOUT) or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("broker did not start:\n" + "".join(self.lines[-40:]))
@@ -48,13 +48,13 @@ class BrokerProcess:
         self.http_port = ports.get("http", 0)
         return self
 
-    def _drain(self, proc: subprocess.Popen[str]) -> None:
+    def _drain(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             self.lines.append(line)
             if "data directory" in line:
-                self._ready.set()
-        self._ready.set()
+                ready.set()
+        ready.set()
 
     def rss(self) -> int:
         """Resident set size of the broker process, in bytes."""
