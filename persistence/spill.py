@@ -252,6 +252,7 @@ class SpillBacking:
         the file is cut back and the buffer kept: see the class docstring)."""
         buf = self._buf
         if not buf:
+            self.write_error = None  # nothing waits any more (readers took it from memory)
             return 0
         assert self._write_fd is not None
         tail = self._files[-1]

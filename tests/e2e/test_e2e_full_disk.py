@@ -163,7 +163,7 @@ def test_spill_on_a_full_disk_keeps_every_message_in_order(small_tmpfs, broker_f
         got.append(int(got_body.split(b":")[0]))
     thread.join(10)
     filler.unlink()
-    assert not errors, errors
+    assert not errors, (errors, proc.log[-3000:])
     assert got == list(range(total)), proc.log[-3000:]
     assert proc.proc.poll() is None and "Traceback" not in proc.log
 

@@ -75,3 +75,18 @@ def test_spill_on_a_full_disk_keeps_entries_in_memory_and_files_whole(small_tmpf
     got += [e.seq for e in backing.read_batch(1000, 1 << 30)]
     assert got == list(range(1, 1001)) and backing.depth() == 0 and backing.damaged == 0
     spill.close()
+
+
+def test_spill_drained_from_memory_is_no_longer_failing(small_tmpfs):
+    fs = small_tmpfs("1m")
+    spill = SpillStore(fs.path / "spill", segment_max_bytes=512 << 10)
+    backing = spill.backing("q")
+    filler = fs.fill(leave=0)
+    body = b"b" * 4000
+    for i in range(1, 301):  # ~1.2 MB with no room at all: all of it waits in memory
+        backing.append([QueueEntry(i, Message(i, "", "q", b"\x00\x00", body))])
+    assert spill.failing()
+    assert [e.seq for e in backing.read_batch(1000, 1 << 30)] == list(range(1, 301))
+    assert spill.retry() and not spill.failing()  # nothing waits: the failure is over
+    filler.unlink()
+    spill.close()
