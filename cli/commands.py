@@ -94,8 +94,10 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def register(cli: click.Group) -> None:
+    from .policy_commands import policy
+
     for command in (overview, exchange, queue, bind, unbind, publish, get, consume, definitions, connections, user,
-                    vhost, permissions, mirror):
+                    vhost, permissions, mirror, policy):
         _add_connection_options(command)
         cli.add_command(command)
 

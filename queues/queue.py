@@ -118,7 +118,8 @@ class Queue:
         """Append ``message``; the length bounds may drop heads (or this very message) into ``left``."""
         args = self.args
         if args.max_length is not None or args.max_length_bytes is not None:
-            if args.overflow is not Overflow.DROP_HEAD and self._would_overflow(len(message.body)):
+            full = args.exceeded_by(self.messages_ready + 1, self.message_bytes_ready + len(message.body))
+            if full and args.overflow is not Overflow.DROP_HEAD:
                 self.stats.dropped += 1
                 if args.overflow is Overflow.REJECT_PUBLISH_DLX:
                     self._gone(left, self._new_entry(message, now), "maxlen", held=False)
@@ -127,25 +128,26 @@ class Queue:
         entry = self._new_entry(message, now)
         self._push(entry)
         if args.max_length is not None or args.max_length_bytes is not None:
-            while self._over_limit():
-                head = self._pop_any()
-                if head is None:
-                    break
-                self.stats.dropped += 1
-                self._gone(left, head, "maxlen")
+            self._drop_over_limit(left)
         return EnqueueOutcome.ACCEPTED
 
-    def _would_overflow(self, size: int) -> bool:
-        args = self.args
-        if args.max_length is not None and self.messages_ready + 1 > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.message_bytes_ready + size > args.max_length_bytes
+    def _drop_over_limit(self, left: list[Left] | None) -> None:
+        while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):
+            head = self._pop_any()
+            if head is None:
+                break
+            self.stats.dropped += 1
+            self._gone(left, head, "maxlen")
 
-    def _over_limit(self) -> bool:
-        args = self.args
-        if args.max_length is not None and self.messages_ready > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.message_bytes_ready > args.max_length_bytes
+    def apply_args(self, args: QueueArgs, left: list[Left] | None = None) -> None:
+        """New effective arguments (a policy changed): limits apply at once, as RabbitMQ's
+        drop-head trims the queue to a lower max-length into ``left`` (the reject modes refuse the
+        next publish); a new TTL applies to messages enqueued from now on. ``x-max-priority`` and
+        the spill backing cannot change."""
+        self.args = args
+        self._ttl = args.message_ttl_ms / 1000 if args.message_ttl_ms is not None else None
+        if args.overflow is Overflow.DROP_HEAD:
+            self._drop_over_limit(left)
 
     def _push(self, entry: QueueEntry) -> None:
         ready = self._ready

@@ -24,8 +24,10 @@ from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import Permission, UserRegistry
 
+from .policies import Policy, PolicyStore, apply_policies
 from .delivery import Delivery
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
+from .parameters import RuntimeParameters
 from .reply_to import ReplyRegistry
 from .vhost import VHost
 
@@ -90,10 +92,13 @@ class Broker:
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
+        self.policies = PolicyStore()
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there
         self.user_deleted_hooks: list[Callable[[str], None]] = []
+        # runtime and global parameters, vhost and user limits (durable, in the definitions)
+        self.parameters = RuntimeParameters(on_change=self.definitions_changed)
 
     # ------------------------------------------------------------------ vhosts and users
     def add_vhost(self, name: str) -> VHost:
@@ -115,6 +120,10 @@ class Broker:
             vhost.delete_queue(queue_name)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
+        for key in [k for k in self.users.topic_permissions if k[1] == name]:
+            del self.users.topic_permissions[key]
+        self.parameters.vhost_deleted(name)
+        self.policies.drop_vhost(name)
         self.users.changed()
         self.definitions_changed()
         return True
@@ -134,6 +143,7 @@ class Broker:
         """RabbitMQ closes a deleted user's connections with 320 CONNECTION_FORCED."""
         self._close_connections(lambda session: session.user is not None and session.user.name == name,
                                 f"user '{name}' is deleted")
+        self.parameters.user_deleted(name)
         for hook in list(self.user_deleted_hooks):
             hook(name)
 
@@ -173,7 +183,31 @@ class Broker:
             self.users.set_permission(user, vhost, Permission())
             self.definitions_changed()
 
+    def set_policy(self, vhost: str, name: str, body: Any, now: float, *, operator: bool = False) -> Policy:
+        """Add or replace a (operator) policy; it applies at once. ``PolicyError`` if refused."""
+        target = self.vhosts.get(vhost)
+        if target is None:
+            raise KeyError(vhost)
+        policy = self.policies.set(vhost, name, body, operator=operator)
+        apply_policies(target, now)
+        self.definitions_changed()
+        return policy
+
+    def clear_policy(self, vhost: str, name: str, now: float, *, operator: bool = False) -> bool:
+        if not self.policies.clear(vhost, name, operator=operator):
+            return False
+        target = self.vhosts.get(vhost)
+        if target is not None:
+            apply_policies(target, now)
+        self.definitions_changed()
+        return True
+
     def check_limit(self, kind: str, vhost: VHost) -> None:
+        limit = self.parameters.vhost_limit(vhost.name, "max-queues") if kind == "queues" else None
+        if limit is not None and len(vhost.queues) >= limit:  # RabbitMQ's set_vhost_limits max-queues
+            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
+                                   f"PRECONDITION_FAILED - cannot declare queue: queue limit in vhost "
+                                   f"'{vhost.name}' ({limit}) is reached")
         if kind == "queues" and len(vhost.queues) >= self.limits.max_queues_per_vhost:
             raise ChannelException(ReplyCode.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - queue limit in vhost '{vhost.name}' "
@@ -182,6 +216,30 @@ class Broker:
             raise ChannelException(ReplyCode.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - exchange limit in vhost '{vhost.name}' "
                                    f"({self.limits.max_exchanges_per_vhost}) is reached")
+
+    def connection_refused(self, vhost: str, user: str) -> str | None:
+        """Why one more connection of ``user`` to ``vhost`` would pass a vhost or user limit
+        (RabbitMQ's max-connections), or None."""
+        limit = self.parameters.vhost_limit(vhost, "max-connections")
+        if limit is not None and sum(1 for s in self.connections.values() if s.vhost.name == vhost) >= limit:
+            return f"access to vhost '{vhost}' refused for user '{user}': connection limit ({limit}) is reached"
+        limit = self.parameters.user_limit(user, "max-connections")
+        if limit is not None and sum(1 for s in self.connections.values() if s.user.name == user) >= limit:
+            return f"Connection refused for user '{user}': user connection limit ({limit}) is reached"
+        return None
+
+    def channel_refused(self, user: str, opening: Any) -> str | None:
+        """Why one more channel of ``user`` would pass their max-channels limit, or None; the
+        connection ``opening`` it may not be listed yet."""
+        limit = self.parameters.user_limit(user, "max-channels")
+        if limit is None:
+            return None
+        sessions = {id(s): s for s in self.connections.values() if s.user is not None and s.user.name == user}
+        sessions[id(opening)] = opening
+        if sum(len(s.channels) for s in sessions.values()) >= limit:
+            return (f"number of channels opened for user '{user}' has reached the maximum allowed user "
+                    f"limit ({limit})")
+        return None
 
     def definitions_changed(self) -> None:
         self.on_definitions_changed()

@@ -23,7 +23,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from headrace.persistence.store_ops import Ack, Delay, Deliver, DropQueue, Publish, PurgeQueue, Undelay
-from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueEntry
+from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueArgs, QueueEntry
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
@@ -274,6 +274,14 @@ class Delivery:
             self._settled(vhost, queue, left, now)
         if not queue.deleted:
             self._dispatch(vhost, queue, now)
+
+    def apply_args(self, vhost: VHost, queue: Queue, args: QueueArgs, now: float) -> None:
+        """A policy changed the queue's effective arguments: what a lower limit drops now is
+        dead-lettered and acknowledged like any other drop."""
+        left: list[Left] = []
+        queue.apply_args(args, left)
+        if left:
+            self._settled(vhost, queue, left, now)
 
     def recover(self, queue: Queue, message: Message, *, redelivered: bool, delivery_count: int) -> None:
         """Rebuild a queue from the store at start, in original order."""

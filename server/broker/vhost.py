@@ -29,6 +29,7 @@ from headrace.queues import Queue, QueueArgumentError, QueueArgs
 
 from . import errors
 from .delayed import DELAYED_TYPE, DelayedMessages
+from .policies import apply_exchange_policy, queue_args
 
 if TYPE_CHECKING:
     from .core import Broker
@@ -118,6 +119,8 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
+        if self.broker.policies.applied(self.name, "exchange", name).definition:
+            apply_exchange_policy(self, exchange)
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -225,6 +228,7 @@ class VHost:
             args = QueueArgs.parse(arguments, name)
         except QueueArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
+        args = queue_args(self.broker.policies, self.name, name, arguments, args)
         self.broker.check_limit("queues", self)
         queue = Queue(
             name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (
     bindings,
     connections,
+    console,
     definitions,
     exchanges,
     health,
@@ -17,6 +18,7 @@ from . import (
     mirrors,
     overview,
     permissions,
+    policies,
     queues,
     users,
     vhosts,
@@ -26,6 +28,6 @@ from .routes import Router
 __all__ = ["RESOURCES", "router"]
 
 RESOURCES = (overview, vhosts, users, permissions, connections, exchanges, queues, bindings, messages,
-             definitions, health, mirrors)
+             definitions, health, mirrors, policies, console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -17,9 +17,13 @@ routes = Routes()
 
 def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
     ex = vhost.exchanges[name]
-    return {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
-            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
-            "mirrored": name in vhost.mirrored}
+    out = {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
+           "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
+           "mirrored": name in vhost.mirrored}
+    policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
+    if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
+        out["policy"] = policy.name
+    return out
 
 
 @routes.get("/api/exchanges")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from headrace.server.broker import VHost
+from headrace.server.broker.policies import Applied
 
 from .listing import message_stats, page, visible_vhosts
 from .models import QueueBody, check_object_name
@@ -28,8 +29,15 @@ def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
         "message_bytes_unacknowledged": q.message_bytes_unacked,
         "spilled": q.spilled_count(),
         "message_stats": message_stats(ctx, (vhost.name, name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
-        "state": "running",
+        "state": "running", **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name)),
     }
+
+
+def policy_json(applied: Applied) -> dict[str, Any]:
+    """RabbitMQ's policy fields of a queue listing."""
+    return {"policy": applied.policy.name if applied.policy else None,
+            "operator_policy": applied.operator_policy.name if applied.operator_policy else None,
+            "effective_policy_definition": applied.definition}
 
 
 @routes.get("/api/queues")

@@ -176,9 +176,10 @@ class HTTPServer:
                 wait = max(1, math.ceil(exc.retry_after))
                 return error_response(HTTPError(429, "too_many_requests", f"{exc}; retry after {wait} s",
                                                 [("retry-after", str(wait))]))
-            if user is None:
+            if user is None:  # no challenge to a script (the console): the browser would prompt
+                script = request.headers.get("x-requested-with", "").lower() == "xmlhttprequest"
                 return error_response(HTTPError(401, "not_authorised", "Login failed",
-                                                [("www-authenticate", 'Basic realm="headrace"')]))
+                                                [] if script else [("www-authenticate", 'Basic realm="headrace"')]))
             request.user = user
         response = router.dispatch(self, request)
         self.app.after_batch()

@@ -23,6 +23,7 @@ from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
 from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
+from headrace.server.broker.topic_auth import check_topic_write
 
 if TYPE_CHECKING:
     from .session import Session
@@ -154,6 +155,8 @@ class ChannelSession:
             ok = self.perms.allowed("write", exchange)
         if not ok:
             self.perms.check("write", exchange)
+        if self.session.broker.users.topic_permissions:
+            check_topic_write(self.vhost, self.session.user.name, exchange, method.routing_key)
         props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)

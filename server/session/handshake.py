@@ -87,6 +87,9 @@ class Handshake:
             raise ConnectionException(
                 ReplyCode.NOT_ALLOWED,
                 f"NOT_ALLOWED - access to vhost '{name}' refused for user '{s.user.name}'", 10, 40)
+        refused = s.broker.connection_refused(name, s.user.name)  # the vhost's or user's max-connections
+        if refused is not None:
+            raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 10, 40)
         s.broker.register_connection(s, s.user)  # raises 530 NOT_ALLOWED at a connection limit
         s.vhost = vhost
         s.opened()

@@ -143,6 +143,9 @@ class Session:
                 elif kind is ChannelOpened:
                     if self.vhost is None:
                         raise ConnectionException(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - connection not open")
+                    refused = self.broker.channel_refused(self.user.name, self)  # the user's max-channels
+                    if refused is not None:
+                        raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 20, 10)
                     self.channels[event.channel] = ChannelSession(self, event.channel)
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)
