@@ -11,15 +11,17 @@ RabbitMQ 3.10's rules, kept here in one place:
   the argument wins for ``dead-letter-exchange``, ``dead-letter-routing-key``, ``overflow`` and
   ``alternate-exchange`` (rabbit_amqqueue_process' ``res_min``/``res_arg``, rabbit_policy:get_arg).
 
-Rule 1: the ``PolicyStore`` (one per broker) owns every vhost's policies; only ``set``/``clear``
-change them. Rule 2: everything here is pure and synchronous; the broker applies the result to
-live queues and exchanges (``Broker.apply_policies``).
+Rule 1: the ``PolicyStore`` (one per broker) owns every vhost's policies; only ``set``, ``clear``
+and ``drop_vhost`` change them (through ``Broker.set_policy``/``clear_policy``).
+Rule 2: matching and merging are pure and synchronous; ``apply_policies`` hands a queue its new
+effective arguments through the delivery owner (``Delivery.apply_args``), which settles what a lower
+limit drops, and sets exchanges' alternates.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,22 +181,14 @@ class Applied:
 class PolicyStore:
     def __init__(self) -> None:
         self._policies: dict[bool, dict[tuple[str, str], Policy]] = {False: {}, True: {}}
-        self.generation = 0  # bumped on every change: listings and callers may cache on it
 
     def set(self, vhost: str, name: str, body: Any, *, operator: bool = False) -> Policy:
         policy = Policy.parse(vhost, name, body, operator=operator)
         self._policies[operator][(vhost, name)] = policy
-        self.generation += 1
         return policy
 
-    def add(self, policy: Policy, *, operator: bool = False) -> None:
-        self._policies[operator][(policy.vhost, policy.name)] = policy
-        self.generation += 1
-
     def clear(self, vhost: str, name: str, *, operator: bool = False) -> bool:
-        found = self._policies[operator].pop((vhost, name), None) is not None
-        self.generation += found
-        return found
+        return self._policies[operator].pop((vhost, name), None) is not None
 
     def get(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
         return self._policies[operator].get((vhost, name))
@@ -207,12 +201,6 @@ class PolicyStore:
         for policies in self._policies.values():
             for key in [k for k in policies if k[0] == vhost]:
                 del policies[key]
-        self.generation += 1
-
-    def __iter__(self) -> Iterator[tuple[bool, Policy]]:
-        for operator, policies in self._policies.items():
-            for policy in policies.values():
-                yield operator, policy
 
     def _best(self, vhost: str, kind: str, name: str, operator: bool) -> Policy | None:
         best: Policy | None = None
