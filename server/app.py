@@ -95,7 +95,11 @@ class App:
 
     def save_definitions(self) -> None:
         self._definitions_dirty = False
-        self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
+        try:
+            self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
+        except OSError as exc:  # disk full: keep serving, save again after the next batch
+            log.error("definitions not saved: %s", exc)
+            self._definitions_dirty = True
 
     def after_batch(self) -> None:
         """Called by connection tasks after each batch: durable definition changes go to disk before
@@ -145,8 +149,8 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(run_clock, self.broker, self._on_tick)
-            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.data_dir,
-                            s.disk_free_limit, s.memory_calculation_strategy)
+            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,
+                            s.memory_calculation_strategy)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:

@@ -47,7 +47,8 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
     family(f"{prefix}_messages_spilled", "gauge", "Ready messages kept on disk.", total(lambda q: q.spilled_count()))
     family(f"{prefix}_consumers", "gauge", "Consumers.", total(lambda q: q.consumer_count))
     for field, help_text in (("published", "Messages enqueued."), ("delivered", "Deliveries and gets."),
-                             ("acked", "Acknowledgements."), ("redelivered", "Redeliveries.")):
+                             ("acked", "Acknowledgements."), ("redelivered", "Redeliveries."),
+                             ("spill_damaged", "Spilled messages lost to a damaged spill record.")):
         family(f"{prefix}_messages_{field}_total", "counter", help_text,
                total(attrgetter(f"stats.{field}")))
     family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])
