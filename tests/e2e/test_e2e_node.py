@@ -27,7 +27,7 @@ def node_client() -> Path:
     return Path(node)
 
 
-@pytest.mark.parametrize("script", ["cancel_after_delete.test.mjs", "reply_to.test.mjs"])
+@pytest.mark.parametrize("script", ["cancel_after_delete.test.mjs", "reply_to.test.mjs", "close_handshake.test.mjs"])
 def test_amqplib(broker, node_client, script):
     result = subprocess.run(
         [str(node_client), "--test", "--test-reporter=spec", script], cwd=NODE_DIR, timeout=120,
