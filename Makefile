@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean
+.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,13 +37,25 @@ lint: $(VENV)/.dev
 	for d in exchanges queues server persistence cli spark_bridge; do cp -r $$d $(LINT_TREE)/headrace/$$d; done
 	cd $(LINT_TREE) && PYTHONPATH=. ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
 
-test: $(VENV)/.dev lint
+# the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
+NODE_DIR := tests/node
+$(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+test: $(VENV)/.dev lint browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests
+
+# the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
+# at test time); installed once, as root (CI runs as root)
+browser: /usr/bin/chromium
+/usr/bin/chromium:
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
 
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev
+e2e: $(VENV)/.dev browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev
@@ -68,4 +80,4 @@ fuzz: $(VENV)/.dev
 	HEADRACE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/amqp tests/e2e/test_e2e_http_fuzz.py -k fuzz -q -p no:timeout
 
 clean:
-	rm -rf $(VENV) build *.egg-info headrace-data
+	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules

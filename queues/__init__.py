@@ -1,19 +1,22 @@
-"""Pure queue logic: messages, ready lists, consumers' credit, bounds, TTL, dead letters, spill."""
+"""Pure queue logic: messages, ready lists, consumers' credit, bounds, TTL, dead letters, spill.
+
+Nothing here calls up into the broker: what happened to a message comes back as ``Left`` outcomes."""
 
 from .args import Overflow, QueueArgs, QueueArgumentError
 from .backing import Backing
 from .consumer import Consumer, ConsumerSink
-from .dead_letter import DeadLetter, x_death_headers
+from .dead_letter import x_death_headers
 from .message import Message, QueueEntry
-from .queue import EnqueueOutcome, Queue, QueueStats
+from .outcome import EnqueueOutcome, Left, QueueStats
+from .queue import Queue
 from .ready import ReadyList
 
 __all__ = [
     "Backing",
     "Consumer",
     "ConsumerSink",
-    "DeadLetter",
     "EnqueueOutcome",
+    "Left",
     "Message",
     "Overflow",
     "Queue",

@@ -59,6 +59,12 @@ class QueueArgs:
     single_active_consumer: bool = False
     delivery_limit: int | None = None
 
+    def exceeded_by(self, count: int, size: int) -> bool:
+        """Whether ``count`` ready messages of ``size`` body bytes pass x-max-length(-bytes)."""
+        if self.max_length is not None and count > self.max_length:
+            return True
+        return self.max_length_bytes is not None and size > self.max_length_bytes
+
     @classmethod
     def parse(cls, arguments: Mapping[str, Any] | None, queue_name: str = "") -> QueueArgs:
         args = arguments or {}

@@ -1,4 +1,8 @@
-"""A consumer as its queue sees it, and the sink deliveries go into."""
+"""A consumer as its queue sees it, and the sink deliveries go into.
+
+The sink is the consumer's side of the hand-over (an AMQP channel's outgoing buffer, an HTTP
+stream): the queue hands an entry down into it during dispatch and learns nothing back but
+``has_capacity``, so no delivery climbs back up into the broker."""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ class ConsumerSink(Protocol):
     def has_capacity(self) -> bool: ...
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None: ...
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        """The queue was deleted under the consumer."""
 
 
 @dataclass(slots=True, eq=False)

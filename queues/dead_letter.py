@@ -1,23 +1,13 @@
-"""Dead letters and the ``x-death`` header RabbitMQ writes on them."""
+"""The ``x-death`` header RabbitMQ writes on a dead-lettered message."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .message import Message
 
-__all__ = ["DeadLetter", "x_death_headers"]
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    message: Message
-    reason: str  # rejected | expired | maxlen | delivery_limit
-    queue: str
-    delivery_count: int = 0
+__all__ = ["x_death_headers"]
 
 
 def x_death_headers(headers: Mapping[str, Any] | None, *, queue: str, reason: str, exchange: str,

@@ -5,6 +5,9 @@ entries and its consumers' credit. Everything goes through its methods; each is 
 takes ``now`` from the caller, so a dispatch is atomic.
 Rule 2 (nsq's ownership check): ack/requeue/reject act only on an entry the queue still holds
 unacked, so a late ack after a requeue, or after the queue was purged, changes nothing.
+Rule 3: it never calls up. A message that leaves for good is reported in the caller's ``left``
+list (see ``outcome``); the only outward call is ``ConsumerSink.deliver`` during ``dispatch``,
+the consumer's own buffer, which must not call back into the queue.
 
 Spill: once the resident window (N messages / M bytes) is full, new entries go to the ``Backing``
 and keep going there until the pager has brought every spilled entry back, so FIFO order holds.
@@ -13,17 +16,16 @@ Requeued entries always stay resident. Priority queues do not spill.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .args import Overflow, QueueArgs
 from .backing import Backing
 from .consumer import Consumer
-from .dead_letter import DeadLetter
 from .message import Message, QueueEntry
+from .outcome import EnqueueOutcome, Left, QueueStats, left_entry
 from .ready import ReadyList
+from .spilled import SpilledRange
 
 __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
 
@@ -32,23 +34,9 @@ __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
 ENTRY_OVERHEAD = 320
 
 
-class EnqueueOutcome(Enum):
-    ACCEPTED = "accepted"
-    REJECTED = "rejected"  # overflow reject-publish: the publisher gets a nack
-
-
-@dataclass(slots=True)
-class QueueStats:
-    published: int = 0
-    delivered: int = 0
-    acked: int = 0
-    redelivered: int = 0
-    expired: int = 0
-    dropped: int = 0  # drop-head, reject-publish
-    dead_lettered: int = 0
-
-
 class Queue:
+    queue_type = "classic"  # x-queue-type: "quorum" keeps the classic logic under quorum rules
+
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
                  resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
@@ -62,21 +50,17 @@ class Queue:
         self.args = args if args is not None else QueueArgs.parse(self.arguments, name)
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
-        self._backing_factory = None if self.args.max_priority else backing_factory
-        self._backing: Backing | None = None
-        self._spilled = 0  # entries appended to the backing and not yet paged back in
-        self._spilled_bytes = 0
+        self._spill = SpilledRange(None if self.args.max_priority else backing_factory)
         self._ready = ReadyList(self.args.max_priority)
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
         self._consumers: list[Consumer] = []
         self._rr = 0
         self._seq = 0
-        self._dead: list[DeadLetter] = []
         self._last_used = 0.0
         self.generation = 0
         self.stats = QueueStats()
-        self.on_discard: Callable[[Queue, QueueEntry], None] | None = None
+        self.had_consumer = False
         self.deleted = False
         ttl = self.args.message_ttl_ms
         self._ttl = ttl / 1000 if ttl is not None else None
@@ -84,7 +68,7 @@ class Queue:
     # ------------------------------------------------------------------ counts
     @property
     def messages_ready(self) -> int:
-        return self._ready.count + self._spilled
+        return self._ready.count + self._spill.count
 
     @property
     def messages_unacked(self) -> int:
@@ -92,7 +76,7 @@ class Queue:
 
     @property
     def message_bytes_ready(self) -> int:
-        return self._ready.bytes + self._spilled_bytes
+        return self._ready.bytes + self._spill.bytes
 
     @property
     def message_bytes_unacked(self) -> int:
@@ -132,51 +116,49 @@ class Queue:
             expires_at = now + ttl
         return QueueEntry(self._seq, message, False, 0, expires_at)
 
-    def enqueue(self, message: Message, now: float) -> EnqueueOutcome:
+    def enqueue(self, message: Message, now: float, left: list[Left] | None = None) -> EnqueueOutcome:
+        """Append ``message``; the length bounds may drop heads (or this very message) into ``left``."""
         args = self.args
         if args.max_length is not None or args.max_length_bytes is not None:
-            if args.overflow is not Overflow.DROP_HEAD and self._would_overflow(len(message.body)):
+            full = args.exceeded_by(self.messages_ready + 1, self.message_bytes_ready + len(message.body))
+            if full and args.overflow is not Overflow.DROP_HEAD:
                 self.stats.dropped += 1
                 if args.overflow is Overflow.REJECT_PUBLISH_DLX:
-                    self._dead_letter(message, "maxlen", 0)
+                    self._gone(left, self._new_entry(message, now), "maxlen", held=False)
                 return EnqueueOutcome.REJECTED
         self.stats.published += 1
         entry = self._new_entry(message, now)
         self._push(entry)
         if args.max_length is not None or args.max_length_bytes is not None:
-            while self._over_limit():
-                head = self._pop_any()
-                if head is None:
-                    break
-                self.stats.dropped += 1
-                self._dead_letter(head.message, "maxlen", head.delivery_count)
-                self._discard(head)
+            self._drop_over_limit(left)
         return EnqueueOutcome.ACCEPTED
 
-    def _would_overflow(self, size: int) -> bool:
-        args = self.args
-        if args.max_length is not None and self.messages_ready + 1 > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.message_bytes_ready + size > args.max_length_bytes
+    def _drop_over_limit(self, left: list[Left] | None) -> None:
+        while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):
+            head = self._pop_any()
+            if head is None:
+                break
+            self.stats.dropped += 1
+            self._gone(left, head, "maxlen")
 
-    def _over_limit(self) -> bool:
-        args = self.args
-        if args.max_length is not None and self.messages_ready > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.message_bytes_ready > args.max_length_bytes
+    def apply_args(self, args: QueueArgs, left: list[Left] | None = None) -> None:
+        """New effective arguments (a policy changed): limits apply at once, as RabbitMQ's
+        drop-head trims the queue to a lower max-length into ``left`` (the reject modes refuse the
+        next publish); a new TTL applies to messages enqueued from now on. ``x-max-priority`` and
+        the spill backing cannot change."""
+        self.args = args
+        self._ttl = args.message_ttl_ms / 1000 if args.message_ttl_ms is not None else None
+        if args.overflow is Overflow.DROP_HEAD:
+            self._drop_over_limit(left)
 
     def _push(self, entry: QueueEntry) -> None:
         ready = self._ready
-        if self._backing_factory is not None and (
-            self._spilled or ready.count >= self.resident_max_messages or ready.bytes >= self.resident_max_bytes
+        spill = self._spill
+        if spill.enabled and (
+            spill.count or ready.count >= self.resident_max_messages or ready.bytes >= self.resident_max_bytes
         ):
-            backing = self._backing
-            if backing is None:
-                backing = self._backing = self._backing_factory()
-            backing.append((entry,))
-            self._spilled += 1
-            self._spilled_bytes += len(entry.message.body)
-            return
+            if spill.append(entry):
+                return
         ready.append(entry)
 
     def add_recovered(self, message: Message, *, redelivered: bool = False, delivery_count: int = 0) -> QueueEntry:
@@ -190,92 +172,98 @@ class Queue:
     # ------------------------------------------------------------------ taking entries
     def _pop_any(self) -> QueueEntry | None:
         entry = self._ready.pop()
-        if entry is None and self._spilled and self._backing is not None:
-            batch = self._backing.read_batch(1, 1 << 30)  # rare: bound enforcement on a spilled head
-            if batch:
-                self._spilled -= 1
-                self._spilled_bytes -= len(batch[0].message.body)
-                entry = batch[0]
+        if entry is None:
+            entry = self._spill.pop_one()
         return entry
 
-    def _pop_live(self, now: float) -> QueueEntry | None:
-        """Next ready entry that has not expired; expired ones are dead-lettered on the way."""
+    def _pop_live(self, now: float, left: list[Left] | None) -> QueueEntry | None:
+        """Next ready entry that has not expired; expired ones go to ``left`` on the way."""
         ready = self._ready
         while True:
             entry = ready.pop()
             if entry is None:
                 return None
+            if self._spill.count and self.page_in_wanted():
+                self._spill.backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
             if entry.expires_at is not None and entry.expires_at < now:
                 self.stats.expired += 1
-                self._dead_letter(entry.message, "expired", entry.delivery_count)
-                self._discard(entry)
+                self._gone(left, entry, "expired")
                 continue
             return entry
 
-    def dispatch(self, now: float) -> int:
+    def dispatch(self, now: float, left: list[Left] | None = None,
+                 delivered: list[QueueEntry] | None = None) -> int:
+        """Hand ready entries to consumers with credit, round-robin; returns how many. Entries now
+        unacked are appended to ``delivered`` when given; no-ack ones and expired ones to ``left``."""
         consumers = self._consumers
         if not consumers or not self._ready:
             return 0
         if self.args.single_active_consumer:
             consumers = consumers[:1]
         elif len({c.priority for c in consumers}) > 1:
-            return self._dispatch_by_priority(now)
+            return self._dispatch_by_priority(now, left, delivered)
         n = len(consumers)
         idx = self._rr % n
         idle = 0
-        delivered = 0
+        count = 0
         while idle < n:
             consumer = consumers[idx]
             if not consumer.can_take():
                 idle += 1
                 idx = idx + 1 if idx + 1 < n else 0
                 continue
-            entry = self._pop_live(now)
+            entry = self._pop_live(now, left)
             if entry is None:
                 break  # this consumer is first in line next time
             idx = idx + 1 if idx + 1 < n else 0
             idle = 0
-            delivered += 1
+            count += 1
             # one path for every delivery, so the unacked byte count always matches _release
-            self._hand_over(consumer, entry)
+            self._hand_over(consumer, entry, left, delivered)
         self._rr = idx
-        return delivered
+        return count
 
-    def _dispatch_by_priority(self, now: float) -> int:
+    def _dispatch_by_priority(self, now: float, left: list[Left] | None,
+                              delivered: list[QueueEntry] | None) -> int:
         """Consumer priorities: the highest-priority consumers with credit get messages first."""
-        delivered = 0
+        count = 0
         ordered = sorted(self._consumers, key=lambda c: -c.priority)
         while self._ready:
             consumer = next((c for c in ordered if c.can_take()), None)
             if consumer is None:
                 break
-            entry = self._pop_live(now)
+            entry = self._pop_live(now, left)
             if entry is None:
                 break
-            delivered += 1
-            self._hand_over(consumer, entry)
+            count += 1
+            self._hand_over(consumer, entry, left, delivered)
             ordered.remove(consumer)  # round-robin within equal priority
             ordered.append(consumer)
             ordered.sort(key=lambda c: -c.priority)
-        return delivered
+        return count
 
-    def _hand_over(self, consumer: Consumer, entry: QueueEntry) -> None:
+    def _hand_over(self, consumer: Consumer, entry: QueueEntry, left: list[Left] | None,
+                   delivered: list[QueueEntry] | None) -> None:
         entry.owner = consumer
         self.stats.delivered += 1
         if entry.redelivered:
             self.stats.redelivered += 1
         if consumer.no_ack:
             consumer.sink.deliver(consumer, self, entry)
-            self._discard(entry)
+            if left is not None:
+                left.append(left_entry(entry, None))
         else:
             self._unacked[entry.seq] = entry
             self._unacked_bytes += len(entry.message.body)
             consumer.unacked += 1
             consumer.sink.deliver(consumer, self, entry)
+            if delivered is not None:
+                delivered.append(entry)
 
-    def get(self, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
+    def get(self, now: float, *, no_ack: bool, owner: object, left: list[Left] | None = None) -> QueueEntry | None:
+        """basic.get: the next live entry, unacked under ``owner`` unless ``no_ack`` (then in ``left``)."""
         self._last_used = now
-        entry = self._pop_live(now)
+        entry = self._pop_live(now, left)
         if entry is None:
             return None
         entry.owner = owner
@@ -283,7 +271,7 @@ class Queue:
         if entry.redelivered:
             self.stats.redelivered += 1
         if no_ack:
-            self._discard(entry)
+            self._gone(left, entry, None)
         else:
             self._unacked[entry.seq] = entry
             self._unacked_bytes += len(entry.message.body)
@@ -301,56 +289,37 @@ class Queue:
         entry.owner = None
         return True
 
-    def ack(self, entry: QueueEntry) -> None:
+    def ack(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if self._release(entry):
             self.stats.acked += 1
-            self._discard(entry)
+            self._gone(left, entry, None)
 
-    def requeue(self, entry: QueueEntry) -> None:
+    def requeue(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if not self._release(entry):
             return
         entry.redelivered = True
         entry.delivery_count += 1
         limit = self.args.delivery_limit
         if limit is not None and entry.delivery_count > limit:
-            self._dead_letter(entry.message, "delivery_limit", entry.delivery_count)
-            self._discard(entry)
+            self._gone(left, entry, "delivery_limit")
             return
         self._ready.requeue(entry)
 
-    def requeue_many(self, entries: Iterable[QueueEntry]) -> None:
-        for entry in entries:
-            self.requeue(entry)
-
-    def reject(self, entry: QueueEntry) -> None:
+    def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if self._release(entry):
-            self._dead_letter(entry.message, "rejected", entry.delivery_count)
-            self._discard(entry)
+            self._gone(left, entry, "rejected")
 
-    def _discard(self, entry: QueueEntry) -> None:
-        hook = self.on_discard
-        if hook is not None:
-            hook(self, entry)
-
-    def _dead_letter(self, message: Message, reason: str, delivery_count: int) -> None:
-        if self.args.dead_letter_exchange is not None:
+    def _gone(self, left: list[Left] | None, entry: QueueEntry, reason: str | None, held: bool = True) -> None:
+        """``entry`` left for good; a dead one counts as dead-lettered when there is somewhere to go."""
+        if reason is not None and self.args.dead_letter_exchange is not None:
             self.stats.dead_lettered += 1
-            self._dead.append(DeadLetter(message, reason, self.name, delivery_count))
-
-    def dead_letter_pending(self, message: Message) -> bool:
-        """True while ``message`` waits in the dead-letter outbox (it was the last one added), so
-        the store can hold its Ack until the DLX copy is recorded."""
-        return bool(self._dead) and self._dead[-1].message is message
-
-    def take_dead_letters(self) -> list[DeadLetter]:
-        if not self._dead:
-            return []
-        dead, self._dead = self._dead, []
-        return dead
+        if left is not None:
+            left.append(left_entry(entry, reason, held))
 
     # ------------------------------------------------------------------ consumers
     def add_consumer(self, consumer: Consumer) -> None:
         self._consumers.append(consumer)
+        self.had_consumer = True  # auto-delete applies only after the first consumer left
 
     def remove_consumer(self, tag: str) -> Consumer | None:
         for i, consumer in enumerate(self._consumers):
@@ -360,26 +329,17 @@ class Queue:
         return None
 
     # ------------------------------------------------------------------ maintenance
-    def purge(self, *, each: bool = True) -> int:
-        """Drop every ready message. ``each=False``: the caller records the purge as one store
-        record that spares the unacked ids (``unacked_message_ids``), so entries are not passed to
-        ``on_discard`` one by one and the spill backing is dropped unread (reading it back was
-        seconds of blocked event loop for a large spilled queue)."""
+    def purge(self, left: list[Left] | None = None) -> int:
+        """Drop every ready message. Without ``left`` the spill backing is dropped unread (reading
+        it back was seconds of blocked event loop for a large spilled queue): the broker records the
+        purge as one store record that spares the unacked ids (``unacked_message_ids``). With
+        ``left`` every purged entry is reported, the spilled ones read back first."""
         count = self.messages_ready
         ready = self._ready.clear()
-        if each:
-            for entry in ready:
-                self._discard(entry)
-        if self._backing is not None:
-            while each:  # spilled entries still owe their store acks
-                batch = self._backing.read_batch(4096, 64 << 20)
-                if not batch:
-                    break
-                for entry in batch:
-                    self._discard(entry)
-            self._backing.drop()
-        self._spilled = 0
-        self._spilled_bytes = 0
+        if left is not None:
+            for entry in ready + self._spill.read_all():
+                left.append(left_entry(entry, None))
+        self._spill.drop()
         self.generation += 1
         return count
 
@@ -387,7 +347,7 @@ class Queue:
         """Ids of the messages delivered from this queue and not yet settled."""
         return [entry.message.id for entry in self._unacked.values()]
 
-    def expire(self, now: float) -> int:
+    def expire(self, now: float, left: list[Left] | None = None) -> int:
         """Drop expired entries at the head (RabbitMQ expires from the head only)."""
         ready = self._ready
         expired = 0
@@ -398,8 +358,7 @@ class Queue:
             ready.pop()
             expired += 1
             self.stats.expired += 1
-            self._dead_letter(head.message, "expired", head.delivery_count)
-            self._discard(head)
+            self._gone(left, head, "expired")
 
     def next_deadline(self) -> float | None:
         head = self._ready.peek()
@@ -418,23 +377,18 @@ class Queue:
         self._ready.clear()
         self._unacked.clear()
         self._unacked_bytes = 0
-        if self._backing is not None:
-            self._backing.drop()
-            self._backing.close()
-            self._backing = None
-        self._spilled = 0
-        self._spilled_bytes = 0
+        self._spill.close()
         self.generation += 1
         self.deleted = True
         return consumers
 
     # ------------------------------------------------------------------ spill
     def spilled_count(self) -> int:
-        return self._spilled
+        return self._spill.count
 
     def page_in_wanted(self) -> bool:
         # both bounds: a queue of large bodies reaches the byte bound long before the count one
-        return bool(self._spilled) and self._backing is not None and \
+        return bool(self._spill.count) and self._spill.backing is not None and \
             self._ready.count < self.resident_max_messages // 2 and \
             self._ready.bytes < self.resident_max_bytes // 2
 
@@ -443,16 +397,20 @@ class Queue:
         return (max(self.resident_max_messages - self._ready.count, 1),
                 max(self.resident_max_bytes - self._ready.bytes, 1))
 
-    def take_backing(self) -> Backing | None:
-        return self._backing
+    def spill_lost(self, count: int, body_bytes: int) -> None:
+        """The backing skipped ``count`` spilled entries it could not read back (damaged)."""
+        self._spill.lost(count, body_bytes)
+        self.stats.spill_damaged += count
 
-    def page_in(self, entries: list[QueueEntry], generation: int) -> None:
+    def take_backing(self) -> Backing | None:
+        return self._spill.backing
+
+    def page_in(self, entries: list[QueueEntry], generation: int, left: list[Left] | None = None) -> None:
         if self.deleted:
             return  # the store drops the whole queue
         if generation != self.generation:
-            for entry in entries:  # purged while this batch was being read: they still owe store acks
-                self._discard(entry)
+            if left is not None:  # purged while this batch was being read: they still owe store acks
+                left.extend(left_entry(entry, None) for entry in entries)
             return
-        self._spilled -= len(entries)
-        self._spilled_bytes -= sum(len(e.message.body) for e in entries)
+        self._spill.returned(entries)
         self._ready.extend(entries)

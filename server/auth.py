@@ -28,6 +28,7 @@ __all__ = [
     "HASH_ALGORITHM",
     "LoginThrottled",
     "Permission",
+    "TopicPermission",
     "User",
     "UserRegistry",
     "hash_password",
@@ -121,12 +122,38 @@ class Permission:
         return pattern.search(name) is not None
 
 
+@dataclass(slots=True)
+class TopicPermission:
+    """RabbitMQ's topic authorisation: write/read patterns on routing keys of one topic exchange,
+    searched as the vhost permissions are. ``{username}`` and ``{vhost}`` in a pattern stand for the
+    connection's user and vhost (escaped), so ``^{username}\\.`` gives each user a key prefix."""
+
+    exchange: str
+    write: str = ".*"
+    read: str = ".*"
+
+    def __post_init__(self) -> None:
+        for pattern in (self.write, self.read):
+            try:
+                re.compile(pattern.replace("{username}", "u").replace("{vhost}", "v"))
+            except re.error as exc:
+                raise ValueError(f"invalid topic permission regular expression: {exc}") from exc
+
+    def allows(self, kind: str, routing_key: str, user: str, vhost: str) -> bool:
+        pattern = (self.write if kind == "write" else self.read)
+        if not pattern:
+            return False
+        pattern = pattern.replace("{username}", re.escape(user)).replace("{vhost}", re.escape(vhost))
+        return re.search(pattern, routing_key) is not None
+
+
 class UserRegistry:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
                  failed_per_second: float = FAILED_LOGINS_PER_SECOND,
                  failed_burst: float = FAILED_LOGINS_BURST) -> None:
         self.users: dict[str, User] = {}
         self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
+        self.topic_permissions: dict[tuple[str, str, str], TopicPermission] = {}  # (user, vhost, exchange)
         self._verified: dict[str, bytes] = {}
         self.generation = 0  # bumped on every user/permission change
         self.on_change: Callable[[], None] = _noop
@@ -162,6 +189,8 @@ class UserRegistry:
         self._verified.pop(name, None)
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[0] == name]:
+            del self.topic_permissions[key]
         existed = self.users.pop(name, None) is not None
         if existed:
             self.changed()
@@ -226,6 +255,33 @@ class UserRegistry:
     def allowed(self, user: str, vhost: str, kind: str, name: str) -> bool:
         perm = self.permissions.get((user, vhost))
         return perm is not None and perm.allows(kind, name)
+
+    def set_topic_permission(self, user: str, vhost: str, permission: TopicPermission) -> bool:
+        """True if the user had topic permissions on that exchange already."""
+        if user not in self.users:
+            raise KeyError(user)
+        key = (user, vhost, permission.exchange)
+        existed = key in self.topic_permissions
+        self.topic_permissions[key] = permission
+        self.changed()
+        return existed
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """One exchange's topic permissions, or all of the user's in the vhost; True if any went."""
+        keys = [k for k in self.topic_permissions
+                if k[0] == user and k[1] == vhost and (exchange is None or k[2] == exchange)]
+        for key in keys:
+            del self.topic_permissions[key]
+        if keys:
+            self.changed()
+        return bool(keys)
+
+    def topic_permission(self, user: str, vhost: str, exchange: str) -> TopicPermission | None:
+        """The rule on routing keys of that exchange, or None: no rule means no restriction, as in
+        RabbitMQ (topic authorisation applies only where topic permissions are set)."""
+        if not self.topic_permissions:
+            return None
+        return self.topic_permissions.get((user, vhost, exchange))
 
 
 def _noop() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from . import methods as m
-from .spec import FrameType
+from .spec import FRAME_END, FrameType
 
 __all__ = [
     "FRAME_HEADER",
@@ -27,9 +27,12 @@ __all__ = [
 FRAME_HEADER = struct.Struct(">BHI")
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class id, weight, body size
 _Q = struct.Struct(">Q")
-_END = b"\xce"
-_DELIVER_ID = b"\x00\x3c\x00\x3c"
-_GET_OK_ID = b"\x00\x3c\x00\x47"
+_END = bytes((FRAME_END,))
+_DELIVER_ID = struct.pack(">HH", m.BasicDeliver.CLASS_ID, m.BasicDeliver.METHOD_ID)
+_METHOD = int(FrameType.METHOD)
+_HEADER = int(FrameType.HEADER)
+_BODY = int(FrameType.BODY)
+_BASIC = m.BasicDeliver.CLASS_ID
 _pack_frame = FRAME_HEADER.pack
 _pack_header = _CONTENT_HEADER.pack
 _pack_q = _Q.pack
@@ -41,7 +44,7 @@ def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
 
 def encode_method_frame(channel: int, method: object) -> bytes:
     payload = m.encode_method(method)
-    return _pack_frame(1, channel, len(payload)) + payload + _END
+    return _pack_frame(_METHOD, channel, len(payload)) + payload + _END
 
 
 def _body_frames(channel: int, body: bytes, frame_max: int, parts: list[bytes]) -> None:
@@ -50,14 +53,14 @@ def _body_frames(channel: int, body: bytes, frame_max: int, parts: list[bytes]) 
         return
     chunk = frame_max - 8
     if size <= chunk:
-        parts.append(_pack_frame(3, channel, size))
+        parts.append(_pack_frame(_BODY, channel, size))
         parts.append(body)
         parts.append(_END)
         return
     view = memoryview(body)
     for start in range(0, size, chunk):
         piece = view[start:start + chunk]
-        parts.append(_pack_frame(3, channel, len(piece)))
+        parts.append(_pack_frame(_BODY, channel, len(piece)))
         parts.append(piece)  # type: ignore[arg-type]
         parts.append(_END)
 
@@ -65,7 +68,7 @@ def _body_frames(channel: int, body: bytes, frame_max: int, parts: list[bytes]) 
 def encode_content(channel: int, class_id: int, props_raw: bytes, body: bytes, frame_max: int) -> bytes:
     """Content header frame (with the raw property bytes) and body frames split at frame_max."""
     parts = [
-        _pack_frame(2, channel, 12 + len(props_raw)),
+        _pack_frame(_HEADER, channel, 12 + len(props_raw)),
         _pack_header(class_id, 0, len(body)),
         props_raw,
         _END,
@@ -86,13 +89,13 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
     size = len(body)
     if size and size <= frame_max - 8:  # the common case: one body frame
         return b"".join((
-            _pack_frame(1, channel, len(args)), args, _END,
-            _pack_frame(2, channel, 12 + len(props_raw)), _pack_header(60, 0, size), props_raw, _END,
-            _pack_frame(3, channel, size), body, _END,
+            _pack_frame(_METHOD, channel, len(args)), args, _END,
+            _pack_frame(_HEADER, channel, 12 + len(props_raw)), _pack_header(_BASIC, 0, size), props_raw, _END,
+            _pack_frame(_BODY, channel, size), body, _END,
         ))
     parts = [
-        _pack_frame(1, channel, len(args)), args, _END,
-        _pack_frame(2, channel, 12 + len(props_raw)), _pack_header(60, 0, size), props_raw, _END,
+        _pack_frame(_METHOD, channel, len(args)), args, _END,
+        _pack_frame(_HEADER, channel, 12 + len(props_raw)), _pack_header(_BASIC, 0, size), props_raw, _END,
     ]
     _body_frames(channel, body, frame_max, parts)
     return b"".join(parts)
@@ -116,5 +119,3 @@ def decode_ack(payload: bytes) -> m.BasicAck:
     (tag,) = _Q.unpack_from(payload, 4)
     return m.BasicAck(tag, bool(payload[12] & 1))
 
-
-FRAME_TYPES = frozenset(int(t) for t in FrameType)

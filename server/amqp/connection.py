@@ -16,7 +16,15 @@ from enum import Enum
 from typing import Any
 
 from . import methods as m
-from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_content, encode_deliver, encode_method_frame
+from .codec import (
+    FRAME_HEADER,
+    decode_ack,
+    decode_publish,
+    encode_content,
+    encode_deliver,
+    encode_frame,
+    encode_method_frame,
+)
 from .errors import AMQPError, ChannelException, ConnectionException
 from .events import (
     BadProtocolHeader,
@@ -27,14 +35,26 @@ from .events import (
     ContentReceived,
     MethodReceived,
 )
-from .spec import FRAME_END, FRAME_MIN_SIZE, PROTOCOL_HEADER, ReplyCode
+from .properties import check_properties
+from .sasl import MECHANISMS
+from .spec import FRAME_END, FRAME_MIN_SIZE, PROTOCOL_HEADER, FrameType, ReplyCode
+from .tables import FrameSyntaxError
 
 __all__ = ["AMQPConnection", "ConnectionState"]
 
-_HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+_HEARTBEAT_FRAME = encode_frame(FrameType.HEARTBEAT, 0, b"")
 _CONTENT_HEADER = struct.Struct(">HHQ")
 _unpack_frame = FRAME_HEADER.unpack_from
-_PUBLISH = (60, 40)
+# plain ints for the per-frame comparisons (an enum member is a class attribute lookup each time)
+_METHOD = int(FrameType.METHOD)
+_HEADER = int(FrameType.HEADER)
+_BODY = int(FrameType.BODY)
+_HEARTBEAT = int(FrameType.HEARTBEAT)
+_BASIC = m.BasicPublish.CLASS_ID
+_PUBLISH = m.BasicPublish.METHOD_ID
+_ACK = m.BasicAck.METHOD_ID
+_CLOSE = (m.ConnectionClose.CLASS_ID, m.ConnectionClose.METHOD_ID)
+_CLOSE_OK = (m.ConnectionCloseOk.CLASS_ID, m.ConnectionCloseOk.METHOD_ID)
 
 
 class ConnectionState(Enum):
@@ -76,7 +96,7 @@ class _Content:
 class AMQPConnection:
     def __init__(self, *, server_properties: Mapping[str, Any], channel_max: int = 2047,
                  frame_max: int = 131072, heartbeat: int = 60, max_message_size: int = 128 << 20,
-                 mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")) -> None:
+                 mechanisms: tuple[str, ...] = MECHANISMS) -> None:
         self.server_properties = dict(server_properties)
         self.channel_max = channel_max
         self.frame_max = frame_max
@@ -217,13 +237,13 @@ class AMQPConnection:
                     if self.state is ConnectionState.CLOSED:
                         break
                     continue
-                if frame_type == 1:
+                if frame_type == _METHOD:
                     self._method_frame(channel, payload, events)
-                elif frame_type == 3:
+                elif frame_type == _BODY:
                     self._body_frame(channel, payload, events)
-                elif frame_type == 2:
+                elif frame_type == _HEADER:
                     self._header_frame(channel, payload, events)
-                elif frame_type == 8:
+                elif frame_type == _HEARTBEAT:
                     if channel != 0:
                         raise ConnectionException(ReplyCode.FRAME_ERROR,
                                                   "FRAME_ERROR - heartbeat frame on a non-zero channel")
@@ -254,13 +274,13 @@ class AMQPConnection:
 
     def _closing_frame(self, frame_type: int, channel: int, payload: bytes, events: list[Any]) -> None:
         """After our connection.close only close/close-ok matter."""
-        if frame_type != 1 or channel != 0 or len(payload) < 4:
+        if frame_type != _METHOD or channel != 0 or len(payload) < 4:
             return
         ids = (payload[0] << 8 | payload[1], payload[2] << 8 | payload[3])
-        if ids == (10, 51):
+        if ids == _CLOSE_OK:
             self.state = ConnectionState.CLOSED
             events.append(ConnectionCloseOk())
-        elif ids == (10, 50):
+        elif ids == _CLOSE:
             self.send_method(0, m.ConnectionCloseOk())
             self.state = ConnectionState.CLOSED
             events.append(ConnectionCloseOk())
@@ -277,10 +297,10 @@ class AMQPConnection:
                                           f"method {class_id}.{method_id}", class_id, method_id)
             if channel in self.open_channels:
                 try:
-                    if class_id == 60 and method_id == 40:
+                    if class_id == _BASIC and method_id == _PUBLISH:
                         self._content[channel] = _Content(decode_publish(payload))
                         return
-                    if class_id == 60 and method_id == 80:
+                    if class_id == _BASIC and method_id == _ACK:
                         events.append(MethodReceived(channel, decode_ack(payload)))
                         return
                 except (IndexError, struct.error, UnicodeDecodeError):
@@ -309,7 +329,8 @@ class AMQPConnection:
                 if method.mechanism not in self.mechanisms:
                     raise ConnectionException(
                         ReplyCode.ACCESS_REFUSED,
-                        f"ACCESS_REFUSED - unsupported authentication mechanism {method.mechanism!r}", 10, 11)
+                        f"ACCESS_REFUSED - unsupported authentication mechanism {method.mechanism!r}",
+                        kind.CLASS_ID, kind.METHOD_ID)
                 self.client_properties = dict(method.client_properties)
             elif kind is m.ConnectionTuneOk:
                 self._apply_tune(method)
@@ -330,10 +351,12 @@ class AMQPConnection:
         frame_max = method.frame_max or self.frame_max
         if frame_max < FRAME_MIN_SIZE:
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31)
+                                      f"NOT_ALLOWED - frame_max={frame_max} < {FRAME_MIN_SIZE} min size",
+                                      method.CLASS_ID, method.METHOD_ID)
         if self.frame_max and frame_max > self.frame_max:
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - frame_max={frame_max} > {self.frame_max} max size", 10, 31)
+                                      f"NOT_ALLOWED - frame_max={frame_max} > {self.frame_max} max size",
+                                      method.CLASS_ID, method.METHOD_ID)
         self.frame_max = frame_max
         channel_max = method.channel_max or 65535
         self.channel_max = min(channel_max, self.channel_max) if self.channel_max else channel_max
@@ -356,17 +379,14 @@ class AMQPConnection:
             return  # everything else on a channel we are closing is discarded (spec)
         if kind is m.ChannelOpen:
             if channel in self.open_channels:
-                raise ConnectionException(ReplyCode.CHANNEL_ERROR,
-                                          "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)
+                raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - second 'channel.open' seen",
+                                          kind.CLASS_ID, kind.METHOD_ID)
+            # As RabbitMQ: any id in 1..65535 is accepted; channel_max bounds how many are open at
+            # once (530 with its text, failed method "none").
             if len(self.open_channels) >= self.channel_max:
-                # RabbitMQ's limit on channels open at once: 530 NOT_ALLOWED, with its text
                 raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                           f"NOT_ALLOWED - number of channels opened ({len(self.open_channels)}) has "
-                                          f"reached the negotiated channel_max ({self.channel_max})", 20, 10)
-            if channel > self.channel_max:
-                raise ConnectionException(ReplyCode.CHANNEL_ERROR,
-                                          f"CHANNEL_ERROR - channel id {channel} above channel_max "
-                                          f"{self.channel_max}", 20, 10)
+                                          f"reached the negotiated channel_max ({self.channel_max})")
             self.open_channels.add(channel)
             self.send_method(channel, m.ChannelOpenOk())
             events.append(ChannelOpened(channel))
@@ -382,7 +402,8 @@ class AMQPConnection:
             events.append(ChannelClosed(channel, method.reply_code, method.reply_text, True))
             return
         if kind is m.ChannelCloseOk:
-            raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - unexpected channel.close-ok", 20, 41)
+            raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - unexpected channel.close-ok",
+                                      kind.CLASS_ID, kind.METHOD_ID)
         if method.HAS_CONTENT:
             if kind is not m.BasicPublish:
                 raise ConnectionException(ReplyCode.COMMAND_INVALID,
@@ -402,17 +423,26 @@ class AMQPConnection:
         if len(payload) < 14:
             raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - content header too short")
         class_id, _weight, size = _CONTENT_HEADER.unpack_from(payload, 0)
-        if class_id != 60:
+        if class_id != _BASIC:
             raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
+        props_raw = payload[12:]
+        try:
+            check_properties(props_raw)
+        except FrameSyntaxError as exc:
+            # RabbitMQ fails to parse such a property list in the channel and closes the connection
+            # with 541; consumers could not parse these bytes either, so they go no further.
+            raise ConnectionException(ReplyCode.INTERNAL_ERROR,
+                                      f"INTERNAL_ERROR - malformed content header properties: {exc}",
+                                      _BASIC, _PUBLISH) from None
         if size > self.max_message_size:
             del self._content[channel]
             exc = ChannelException(ReplyCode.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - message size {size} is larger than configured max size "
-                                   f"{self.max_message_size}", 60, 40)
+                                   f"{self.max_message_size}", _BASIC, _PUBLISH)
             self.close_channel(channel, exc)
             events.append(ChannelClosed(channel, exc.reply_code, exc.reply_text, False))
             return
-        content.props_raw = payload[12:]
+        content.props_raw = props_raw
         content.size = size
         if size == 0:
             del self._content[channel]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from .errors import ConnectionException
 from .spec import ReplyCode
@@ -799,73 +799,6 @@ class TxRollbackOk:
     HAS_CONTENT: ClassVar[bool] = False
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
-
-Method = Union[
-    ConnectionStart,
-    ConnectionStartOk,
-    ConnectionSecure,
-    ConnectionSecureOk,
-    ConnectionTune,
-    ConnectionTuneOk,
-    ConnectionOpen,
-    ConnectionOpenOk,
-    ConnectionClose,
-    ConnectionCloseOk,
-    ConnectionBlocked,
-    ConnectionUnblocked,
-    ConnectionUpdateSecret,
-    ConnectionUpdateSecretOk,
-    ChannelOpen,
-    ChannelOpenOk,
-    ChannelFlow,
-    ChannelFlowOk,
-    ChannelClose,
-    ChannelCloseOk,
-    ExchangeDeclare,
-    ExchangeDeclareOk,
-    ExchangeDelete,
-    ExchangeDeleteOk,
-    ExchangeBind,
-    ExchangeBindOk,
-    ExchangeUnbind,
-    ExchangeUnbindOk,
-    QueueDeclare,
-    QueueDeclareOk,
-    QueueBind,
-    QueueBindOk,
-    QueuePurge,
-    QueuePurgeOk,
-    QueueDelete,
-    QueueDeleteOk,
-    QueueUnbind,
-    QueueUnbindOk,
-    BasicQos,
-    BasicQosOk,
-    BasicConsume,
-    BasicConsumeOk,
-    BasicCancel,
-    BasicCancelOk,
-    BasicPublish,
-    BasicReturn,
-    BasicDeliver,
-    BasicGet,
-    BasicGetOk,
-    BasicGetEmpty,
-    BasicAck,
-    BasicReject,
-    BasicRecoverAsync,
-    BasicRecover,
-    BasicRecoverOk,
-    BasicNack,
-    ConfirmSelect,
-    ConfirmSelectOk,
-    TxSelect,
-    TxSelectOk,
-    TxCommit,
-    TxCommitOk,
-    TxRollback,
-    TxRollbackOk,
-]
 
 METHODS: dict[tuple[int, int], type] = {
     (cls.CLASS_ID, cls.METHOD_ID): cls for cls in (

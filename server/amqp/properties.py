@@ -18,6 +18,7 @@ from .tables import FrameSyntaxError, decode_table, encode_table
 
 __all__ = [
     "BasicProperties",
+    "check_properties",
     "decode_properties",
     "encode_properties",
     "quick_props",
@@ -44,6 +45,13 @@ _FIELDS: tuple[tuple[str, str, int], ...] = (
     ("app_id", "shortstr", 3),
     ("cluster_id", "shortstr", 2),
 )
+# what ``check_properties`` skips per flag, in wire order: a fixed size, or _SHORTSTR / _TABLE
+_SHORTSTR = -1
+_TABLE = -2
+_SKIPS: tuple[tuple[int, int, int], ...] = tuple(
+    (1 << bit, {"shortstr": _SHORTSTR, "table": _TABLE, "octet": 1, "timestamp": 8}[kind], (1 << bit) - 2)
+    for _, kind, bit in _FIELDS
+)  # (flag, skip, mask of the flags after this one)
 _HEADERS = 1 << 13
 _DELIVERY_MODE = 1 << 12
 _PRIORITY = 1 << 11
@@ -81,6 +89,37 @@ def _flags(raw: bytes) -> tuple[int, int]:
         word = (raw[offset] << 8) | raw[offset + 1]
         offset += 2
     return flags, offset
+
+
+def check_properties(raw: bytes) -> None:
+    """Raise ``FrameSyntaxError`` unless ``raw`` is exactly one property list: the flag word(s),
+    a next word wherever the continuation bit says so, the values the flags announce and nothing
+    after them. Runs once per published message, so it only skips over values (the headers table
+    is parsed, since later readers of it must not fail)."""
+    end = len(raw)
+    if end < 2:
+        raise FrameSyntaxError("no property flags")
+    flags = (raw[0] << 8) | raw[1]
+    if flags & 1:
+        flags, offset = _flags(raw)
+    else:
+        offset = 2
+    if flags & 0xFFFE:
+        try:
+            for flag, skip, rest in _SKIPS:
+                if flags & flag:
+                    if skip > 0:
+                        offset += skip
+                    elif skip == _SHORTSTR:
+                        offset += 1 + raw[offset]
+                    else:
+                        _, offset = decode_table(raw, offset)
+                    if not flags & rest:
+                        break
+        except IndexError:
+            raise FrameSyntaxError("truncated content properties") from None
+    if offset != end:
+        raise FrameSyntaxError("content properties longer or shorter than their flags announce")
 
 
 def decode_properties(raw: bytes) -> BasicProperties:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["FRAME_END", "FRAME_END_BYTE", "FRAME_MIN_SIZE", "PROTOCOL_HEADER", "FrameType", "ReplyCode"]
+__all__ = ["FRAME_END", "FRAME_MIN_SIZE", "PROTOCOL_HEADER", "FrameType", "ReplyCode"]
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
 FRAME_MIN_SIZE = 4096  # the spec's frame-min-size: every peer accepts frames this large
 
 

@@ -1,10 +1,13 @@
 """The broker's domain core: vhosts, exchanges and queues by name, users, publish path.
 
-Synchronous and clock-free; the network shell drives it (see ``core`` for the hand-off points).
+Synchronous and clock-free; the network shell drives it (see ``core`` for the hand-off points) and
+``delivery`` owns each message's life.
 """
 
 from . import errors
 from .core import Broker, BrokerObserver, Limits
-from .vhost import PREDECLARED, PublishResult, VHost
+from .delivery import Delivery, PublishResult, Settle
+from .vhost import PREDECLARED, VHost
 
-__all__ = ["PREDECLARED", "Broker", "BrokerObserver", "Limits", "PublishResult", "VHost", "errors"]
+__all__ = ["PREDECLARED", "Broker", "BrokerObserver", "Delivery", "Limits", "PublishResult", "Settle", "VHost",
+           "errors"]

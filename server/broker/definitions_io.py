@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from headrace.exchanges import DestinationKind
-from headrace.server.auth import Permission
+from headrace.server.auth import Permission, TopicPermission
 
 from .core import Broker
+from .policies import apply_policies
 from .vhost import PREDECLARED
 
-__all__ = ["export_definitions", "import_definitions"]
+__all__ = ["export_definitions", "import_definitions", "import_settings"]
 
 _PREDECLARED_NAMES = {"", *(name for name, _ in PREDECLARED)}
 
@@ -26,7 +27,7 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         "product_version": version,
         "users": [
             {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": "pbkdf2_sha256",
-             "tags": list(u.tags)}
+             "tags": list(u.tags), "limits": dict(broker.parameters.user_limits.get(u.name, {}))}
             for u in users.users.values()
         ],
         "vhosts": [{"name": name} for name in broker.vhosts],
@@ -34,6 +35,13 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
             {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
             for (user, vhost), p in users.permissions.items()
         ],
+        "topic_permissions": [
+            {"user": user, "vhost": vhost, "exchange": exchange, "write": p.write, "read": p.read}
+            for (user, vhost, exchange), p in users.topic_permissions.items()
+        ],
+        "parameters": broker.parameters.list_parameters(),
+        "global_parameters": [{"name": name, "value": value}
+                              for name, value in sorted(broker.parameters.global_parameters.items())],
         "exchanges": [],
         "queues": [],
         "bindings": [],
@@ -41,6 +49,8 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
         # and x-mirror exchanges whose mirroring was switched off
         "mirrors": [],
         "mirrors_disabled": [],
+        "policies": [p.as_json() for p in broker.policies.list()],
+        "operator_policies": [p.as_json() for p in broker.policies.list(operator=True)],
     }
     for vname, vhost in broker.vhosts.items():
         for ename, ex in vhost.exchanges.items():
@@ -76,7 +86,7 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
     return out
 
 
-def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
+def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
     """Apply a definitions document; raises ValueError (bad document) or the AMQP exceptions of the
     declare it failed on. Existing objects are kept (declare is idempotent)."""
     if not isinstance(doc, dict):
@@ -98,6 +108,15 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
     for p in doc.get("permissions", []):
         users.set_permission(_field(p, "user"), _field(p, "vhost"),
                              Permission(p.get("configure", ".*"), p.get("write", ".*"), p.get("read", ".*")))
+    import_settings(broker, doc)
+    # policies first: the queues and exchanges declared below take them as they are created
+    touched: set[str] = set()
+    for key, operator in (("policies", False), ("operator_policies", True)):
+        for p in doc.get(key, []):
+            vhost_name = p.get("vhost", "/") if isinstance(p, dict) else "/"
+            broker.add_vhost(vhost_name)
+            broker.policies.set(vhost_name, _field(p, "name"), p, operator=operator)
+            touched.add(vhost_name)
     for e in doc.get("exchanges", []):
         vhost = broker.add_vhost(e.get("vhost", "/"))
         vhost.declare_exchange(_field(e, "name"), e.get("type", "direct"), durable=e.get("durable", True),
@@ -105,7 +124,7 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
                                arguments=e.get("arguments") or {})
     for q in doc.get("queues", []):
         vhost = broker.add_vhost(q.get("vhost", "/"))
-        vhost.declare_queue(_field(q, "name"), owner=None, durable=q.get("durable", True),
+        vhost.declare_queue(_field(q, "name"), owner=None, now=now, durable=q.get("durable", True),
                             auto_delete=q.get("auto_delete", False), arguments=q.get("arguments") or {})
     for b in doc.get("bindings", []):
         vhost = broker.add_vhost(b.get("vhost", "/"))
@@ -119,7 +138,24 @@ def import_definitions(broker: Broker, doc: dict[str, Any]) -> None:
     for mirror in doc.get("mirrors_disabled", []):
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
         vhost.set_mirror(_field(mirror, "exchange"), False)
+    for vhost_name in touched:  # queues and exchanges that existed before the import
+        apply_policies(broker.vhosts[vhost_name], now)
     broker.definitions_changed()
+
+
+def import_settings(broker: Broker, doc: dict[str, Any]) -> None:
+    """User limits, topic permissions, runtime and global parameters of a definitions document."""
+    params = broker.parameters
+    for u in doc.get("users", []):
+        for name, value in (u.get("limits") or {}).items():
+            params.set_user_limit(_field(u, "name"), name, value)
+    for p in doc.get("topic_permissions", []):
+        broker.users.set_topic_permission(_field(p, "user"), _field(p, "vhost"), TopicPermission(
+            _field(p, "exchange"), p.get("write", ".*"), p.get("read", ".*")))
+    for p in doc.get("parameters", []):
+        params.set_parameter(_field(p, "component"), _field(p, "vhost"), _field(p, "name"), _field(p, "value"))
+    for p in doc.get("global_parameters", []):
+        params.set_global(_field(p, "name"), _field(p, "value"))
 
 
 def _field(obj: Any, key: str) -> Any:

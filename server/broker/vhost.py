@@ -1,7 +1,9 @@
-"""One virtual host: its exchanges, queues and bindings, and the publish path through them.
+"""One virtual host: its exchanges, queues and bindings by name.
 
-Rule 1: a ``VHost`` owns the name -> exchange and name -> queue maps; bindings live in their source
-exchange and change only through ``bind``/``unbind`` here, which cascade on delete.
+Rule 1: a ``VHost`` owns the name -> exchange and name -> queue maps, the mirrored and delayed
+exchange sets and the delayed messages they hold; bindings live in their source exchange and change
+only through ``bind``/``unbind`` here, which cascade on delete. What happens to messages inside a
+queue is the delivery owner's (``delivery.py``): a purge or a delete asks it.
 Rule 2: everything is synchronous and takes ``now``; the network shell supplies time and does I/O.
 Errors are raised as AMQP ``ChannelException``/``ConnectionException`` with RabbitMQ's texts; the
 HTTP API maps the same exceptions to status codes.
@@ -10,7 +12,7 @@ HTTP API maps the same exceptions to status codes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -23,18 +25,18 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
-from headrace.queues import Consumer, EnqueueOutcome, Message, Queue, QueueArgumentError, QueueArgs, QueueEntry
-from headrace.server.amqp.properties import quick_props, decode_properties, replace_headers
+from headrace.queues import Queue, QueueArgumentError, QueueArgs
 
 from . import errors
-from .dead_letters import dead_letter_message
 from .delayed import DELAYED_TYPE, DelayedMessages
-from .reply_to import REPLY_PREFIX
+from .policies import apply_exchange_policy, queue_args
+from .queue_types import check_declare, queue_type_of
+from .stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from .core import Broker
 
-__all__ = ["PREDECLARED", "PublishResult", "VHost"]
+__all__ = ["PREDECLARED", "VHost"]
 
 PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.direct", "direct"),
@@ -61,13 +63,6 @@ class PermissionChecker(Protocol):
     def check_permission(self, kind: str, name: str) -> None: ...
 
 
-@dataclass(slots=True)
-class PublishResult:
-    routed: bool
-    rejected: bool = False  # a target queue refused it (reject-publish): the publisher gets a nack
-    ticket: int = 0  # store ticket the confirm must wait for (0 = nothing to wait for)
-
-
 class VHost:
     def __init__(self, broker: Broker, name: str) -> None:
         self.broker = broker
@@ -82,9 +77,6 @@ class VHost:
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages()
-        self._exchange_get = self.exchanges.get
-        # queues that ever had a consumer: auto-delete applies only after the first one left
-        self._had_consumer: set[str] = set()
 
     # ------------------------------------------------------------------ exchanges
     def declare_exchange(
@@ -129,6 +121,8 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
+        if self.broker.policies.applied(self.name, "exchange", name).definition:
+            apply_exchange_policy(self, exchange)
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -154,9 +148,7 @@ class VHost:
         self.mirror_retention.pop(name, None)
         if name in self.delayed_exchanges:
             self.delayed_exchanges.discard(name)
-            for item in self.delayed.drop_exchange(name):
-                if item.message_id:
-                    self.broker.store_undelay(item.message_id)
+            self.broker.delivery.exchange_deleted(self, name)
         for other in list(self.exchanges.values()):
             if other.unbind_destination(name, EXCHANGE):
                 self._maybe_auto_delete_exchange(other)
@@ -192,13 +184,14 @@ class VHost:
 
     # ------------------------------------------------------------------ queues
     def declare_queue(
-        self, name: str, *, owner: object, passive: bool = False, durable: bool = False,
+        self, name: str, *, owner: object, now: float, passive: bool = False, durable: bool = False,
         exclusive: bool = False, auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
     ) -> Queue:
+        """Declare (or check, ``passive``) a queue; ``now`` starts or renews its x-expires lease."""
         if passive:
             queue = self.get_queue(name)
             self.check_exclusive(queue, owner)
-            queue.touch(self.broker.now)  # a declare renews the x-expires lease, as in RabbitMQ
+            queue.touch(now)  # a declare renews the x-expires lease, as in RabbitMQ
             return queue
         existing = self.queues.get(name) if name else None
         if existing is None and name.startswith("amq."):
@@ -231,23 +224,33 @@ class VHost:
                 if arguments.get(key) != existing.arguments.get(key):
                     raise errors.inequivalent(key, "queue", name, self.name, arguments.get(key),
                                               existing.arguments.get(key))
-            existing.touch(self.broker.now)  # a redeclare renews the x-expires lease
+            existing.touch(now)  # a redeclare renews the x-expires lease
             return existing
+        kind = queue_type_of(arguments, name, self.name)
+        check_declare(kind, name, self.name, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                      arguments=arguments)
+        if kind == "stream" and self.broker.stream_data_dir is None:
+            raise errors.precondition_failed(f"stream queues need a data directory (queue '{name}')")
         try:
             args = QueueArgs.parse(arguments, name)
         except QueueArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
+        args = queue_args(self.broker.policies, self.name, name, arguments, args)
         self.broker.check_limit("queues", self)
-        queue = Queue(
-            name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
+        common: dict[str, Any] = dict(
+            vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
             auto_delete=auto_delete, arguments=arguments, args=args,
             resident_max_messages=self.broker.resident_max_messages,
             resident_max_bytes=self.broker.resident_max_bytes,
-            backing_factory=self.broker.backing_factory(self.name, name),
         )
-        queue.on_discard = self.broker.on_discard
+        if kind == "stream":
+            assert self.broker.stream_data_dir is not None
+            queue: Queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
+        else:
+            queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
+            queue.queue_type = kind
         self.queues[name] = queue
-        queue.touch(self.broker.now)
+        queue.touch(now)
         if durable:
             self.broker.definitions_changed()
         return queue
@@ -275,13 +278,7 @@ class VHost:
             raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = queue.messages_ready
         del self.queues[name]
-        self._had_consumer.discard(name)
-        consumers = queue.delete()
-        self.broker.queue_deleted(self, queue)
-        for consumer in consumers:
-            cancelled = getattr(consumer.sink, "consumer_cancelled", None)
-            if cancelled is not None:
-                cancelled(consumer)
+        self.broker.delivery.queue_deleted(queue)
         for exchange in list(self.exchanges.values()):
             if exchange.unbind_destination(name, QUEUE):
                 self._maybe_auto_delete_exchange(exchange)
@@ -293,29 +290,7 @@ class VHost:
         queue = self.get_queue(name)
         if owner is not None:
             self.check_exclusive(queue, owner)
-        count = queue.purge(each=False)
-        self.broker.queue_purged(queue)
-        return count
-
-    # ------------------------------------------------------------------ consumers
-    def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
-        if queue.has_exclusive_consumer or (consumer.exclusive and queue.consumer_count):
-            raise errors.access_refused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
-        queue.add_consumer(consumer)
-        self._had_consumer.add(queue.name)
-        queue.touch(self.broker.now)
-        self.dispatch(queue)
-
-    def remove_consumer(self, queue: Queue, tag: str) -> None:
-        queue.remove_consumer(tag)
-        queue.touch(self.broker.now)
-        if queue.auto_delete and not queue.consumer_count and queue.name in self._had_consumer \
-                and self.queues.get(queue.name) is queue:
-            self.delete_queue(queue.name)
-
-    def dispatch(self, queue: Queue) -> None:
-        queue.dispatch(self.broker.now)
-        self.drain_dead_letters(queue)
+        return self.broker.delivery.purge(queue)
 
     # ------------------------------------------------------------------ bindings
     def bind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
@@ -377,134 +352,9 @@ class VHost:
                 out.extend(self.exchanges[name].bindings())
         return out
 
-    # ------------------------------------------------------------------ publish
+    # ------------------------------------------------------------------ lookups
     def exchange_type(self, name: str) -> str:
         return DELAYED_TYPE if name in self.delayed_exchanges else self.exchanges[name].TYPE
 
-    def publish(self, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes, *,
-                check_internal: bool = True, cycle_guard: str | None = None,
-                delayed: bool = True) -> PublishResult:
-        if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
-            return PublishResult(self.broker.replies.deliver(routing_key, props_raw, body))
-        exchange = self._exchange_get(exchange_name)
-        if exchange is None:
-            raise errors.not_found("exchange", exchange_name, self.name)
-        if check_internal and exchange.internal:
-            raise errors.access_refused(f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'")
-        broker = self.broker
-        now = broker.now
-        delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
-        headers = decode_properties(props_raw).headers if has_headers else None
-        expiration_ms = None
-        if expiration is not None:
-            try:
-                expiration_ms = int(expiration)
-                if expiration_ms < 0:
-                    raise ValueError
-            except ValueError:
-                raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
-        if delayed and headers and exchange_name in self.delayed_exchanges:
-            delay = headers.get("x-delay")
-            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                # as RabbitMQ's delayed-message plugin: only a durable exchange keeps its messages
-                # across a restart, so only there are they written to the store
-                return self._hold(exchange_name, routing_key, props_raw, body, delay,
-                                  delivery_mode == 2 and exchange.durable)
-        result = exchange.route(routing_key, headers, self._exchange_get)
-        targets = broker.dedup.screen(self.name, exchange_name, exchange.arguments, result.queues, self.queues,
-                                      props_raw, headers, now)
-        if targets is None:  # a duplicate (dedup.py): confirmed once what came before it is, not routed nor stored
-            return PublishResult(True, False, broker.store_ticket)
-        if headers is not None and "BCC" in headers:
-            headers = {k: v for k, v in headers.items() if k != "BCC"}
-            props_raw = replace_headers(props_raw, headers)
-        message = Message(
-            broker.next_message_id(), exchange_name, routing_key, props_raw, body,
-            delivery_mode == 2, priority or 0, expiration_ms, headers, now,
-        )
-        if exchange_name in self.mirrored:
-            broker.mirror(self.name, exchange_name, message)
-        if not targets:
-            return PublishResult(False)
-        rejected = False
-        durable: list[str] = []
-        accepted: list[Queue] = []
-        queues = self.queues
-        for qname in targets:
-            queue = queues.get(qname)
-            if queue is None or qname == cycle_guard:
-                continue
-            broker.enqueueing = message  # see Broker.enqueueing
-            outcome = queue.enqueue(message, now)
-            broker.enqueueing = None
-            if outcome is EnqueueOutcome.REJECTED:
-                rejected = True
-                self.drain_dead_letters(queue)
-                continue
-            accepted.append(queue)
-            if message.persistent and queue.durable:
-                durable.append(qname)
-        ticket = broker.store_publish(self.name, message, durable) if durable else 0
-        for queue in accepted:
-            queue.dispatch(now)
-            if queue.args.dead_letter_exchange is not None:
-                self.drain_dead_letters(queue)
-        return PublishResult(True, rejected, ticket)
-
-    def _hold(self, exchange: str, routing_key: str, props_raw: bytes, body: bytes, delay_ms: int,
-              persistent: bool) -> PublishResult:
-        broker = self.broker
-        due = broker.now + delay_ms / 1000
-        message_id = broker.next_message_id() if persistent else 0
-        ticket = 0
-        if persistent:
-            ticket = broker.store_delay(message_id, self.name, exchange, routing_key, props_raw, body, due)
-        self.delayed.add(due, exchange, routing_key, props_raw, body, message_id)
-        return PublishResult(True, False, ticket)
-
-    def release_delayed(self, now: float) -> None:
-        for item in self.delayed.pop_due(now):
-            if item.exchange in self.exchanges:
-                self.publish(item.exchange, item.routing_key, item.props_raw, item.body,
-                             check_internal=False, delayed=False)
-            if item.message_id:
-                self.broker.store_undelay(item.message_id)
-
-    def drain_dead_letters(self, queue: Queue) -> None:
-        letters = queue.take_dead_letters()
-        dlx = queue.args.dead_letter_exchange
-        if not letters:
-            return
-        broker = self.broker
-        if dlx is None or dlx not in self.exchanges:
-            for letter in letters:
-                broker.dead_letter_published(queue, letter.message)
-            return
-        for letter in letters:
-            # the DLX copy is recorded before the source Ack (held by the broker until now)
-            try:
-                routing_key, props_raw = dead_letter_message(letter, queue, broker.now)
-                self.publish(dlx, routing_key, props_raw, letter.message.body, check_internal=False,
-                             cycle_guard=queue.name if letter.reason != "rejected" else None)
-            finally:
-                broker.dead_letter_published(queue, letter.message)
-
-    # ------------------------------------------------------------------ time
-    def tick(self, now: float) -> None:
-        if len(self.delayed):
-            self.release_delayed(now)
-        for queue in list(self.queues.values()):
-            if queue.args.message_ttl_ms is not None or queue.messages_ready:
-                if queue.expire(now):
-                    self.drain_dead_letters(queue)
-            if queue.args.expires_ms is not None and queue.idle_expired(now):
-                self.delete_queue(queue.name)
-
-    def recover_entry(self, queue: Queue, entry: QueueEntry) -> None:
-        queue.add_recovered(entry)
-
     def owned_queues(self, owner: object) -> list[str]:
         return [name for name, q in self.queues.items() if q.exclusive_owner is owner]
-
-    def lookup(self) -> Callable[[str], Exchange | None]:
-        return self._exchange_get

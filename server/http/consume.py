@@ -3,7 +3,8 @@
 Rule 1: an ``HTTPConsumer`` owns its delivery ids -> entries and the lines not yet sent; its
 prefetch window bounds both (``has_capacity`` is false when ``prefetch`` deliveries are unacked).
 Rule 2: it is synchronous; the HTTP shell drains ``take_lines`` when woken and calls ``close``
-when the client goes away, which returns every unacked message to the queue.
+when the client goes away, which returns every unacked message to the queue. Settling goes through
+the broker's delivery owner, which dispatches the queue again on its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp.properties import decode_properties
-from headrace.server.broker import VHost
+from headrace.server.broker import Delivery, Settle, VHost
 
 __all__ = ["HTTPConsumer", "json_value", "properties_json"]
 
@@ -27,8 +28,9 @@ MAX_PREFETCH = 10_000  # an HTTP consumer holds at most this many unacked messag
 
 
 class HTTPConsumer:
-    def __init__(self, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None],
+    def __init__(self, delivery: Delivery, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None],
                  user: str = "") -> None:
+        self.delivery = delivery
         self.vhost = vhost
         self.user = user  # who opened the stream: only they (or an administrator) may settle
         self.queue = queue
@@ -74,8 +76,8 @@ class HTTPConsumer:
     def final_line(self, reason: str) -> bytes:
         return json.dumps({"cancelled": self.tag, "reason": reason}).encode() + b"\n"
 
-    def start(self) -> None:
-        self.vhost.add_consumer(self.queue, self.consumer)
+    def start(self, now: float) -> None:
+        self.delivery.add_consumer(self.vhost, self.queue, self.consumer, now)
         self.lines.appendleft(json.dumps({"consumer": self.tag, "queue": self.queue.name,
                                           "prefetch": self.prefetch}).encode() + b"\n")
 
@@ -84,49 +86,42 @@ class HTTPConsumer:
         self.lines.clear()
         return data
 
-    def settle(self, ids: list[int], action: str, requeue: bool) -> list[int]:
+    def settle(self, ids: list[int], action: str, requeue: bool, now: float) -> list[int]:
         """ack / nack / reject by delivery id; returns the ids that were not (or no longer) held."""
         unknown = []
+        taken = []
         queue = self.queue
         for delivery_id in ids:
             entry = self.unacked.pop(delivery_id, None)
             if entry is None:
                 unknown.append(delivery_id)
-                continue
-            if action == "ack":
-                queue.ack(entry)
-            elif requeue:
-                queue.requeue(entry)
             else:
-                queue.reject(entry)
-        if self.vhost.queues.get(queue.name) is queue:
-            self.vhost.drain_dead_letters(queue)
-            self.vhost.dispatch(queue)
+                taken.append((queue, entry))
+        how = Settle.ACK if action == "ack" else Settle.REQUEUE if requeue else Settle.REJECT
+        self.delivery.settle(self.vhost, taken, how, now)
         return unknown
 
-    def end(self, reason: str) -> None:
+    def end(self, reason: str, now: float) -> None:
         """The broker ends the stream (its user was deleted): unacked messages go back to the queue
         and the client gets a final line saying why before the terminating chunk."""
         if self.closed:
             return
-        self._stop()
+        self._stop(now)
         self.lines.append(self.final_line(reason))
         self.wake()
 
-    def close(self) -> None:
+    def close(self, now: float) -> None:
         """The client went away: stop consuming and give every unacked message back."""
         if self.closed:
             return
-        self._stop()
+        self._stop(now)
         self.lines.clear()
 
-    def _stop(self) -> None:
+    def _stop(self, now: float) -> None:
         self.closed = True
         queue = self.queue
-        if self.vhost.queues.get(queue.name) is queue:
-            self.vhost.remove_consumer(queue, self.tag)
-            queue.requeue_many(list(self.unacked.values()))
-            self.vhost.dispatch(queue)
+        self.delivery.remove_consumer(self.vhost, queue, self.tag, now)
+        self.delivery.settle(self.vhost, [(queue, entry) for entry in self.unacked.values()], Settle.REQUEUE, now)
         self.unacked.clear()
 
 

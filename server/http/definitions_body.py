@@ -1,6 +1,6 @@
 """The definitions document of ``POST /api/definitions``, checked before anything is applied.
 
-RabbitMQ's export format; keys headrace does not use (policies, parameters, limits, ...) are
+RabbitMQ's export format; keys headrace does not use are
 ignored so a RabbitMQ export loads as is. A wrong type anywhere is a 400 with pydantic's account.
 """
 
@@ -27,6 +27,7 @@ class UserDef(_Item):
     password_hash: str | None = None
     hashing_algorithm: str = "pbkdf2_sha256"
     tags: str | list[str] = []
+    limits: dict[str, int] = {}
 
 
 class PermissionDef(_Item):
@@ -35,6 +36,26 @@ class PermissionDef(_Item):
     configure: str = ".*"
     write: str = ".*"
     read: str = ".*"
+
+
+class TopicPermissionDef(_Item):
+    user: str
+    vhost: str
+    exchange: str
+    write: str = ".*"
+    read: str = ".*"
+
+
+class ParameterDef(_Item):
+    vhost: str
+    component: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    value: Any
+
+
+class GlobalParameterDef(_Item):
+    name: str = Field(min_length=1)
+    value: Any
 
 
 class ExchangeDef(_Item):
@@ -82,11 +103,17 @@ class DefinitionsBody(_Item):
     vhosts: list[VHostDef] = []
     users: list[UserDef] = []
     permissions: list[PermissionDef] = []
+    topic_permissions: list[TopicPermissionDef] = []
+    parameters: list[ParameterDef] = []
+    global_parameters: list[GlobalParameterDef] = []
     exchanges: list[ExchangeDef] = []
     queues: list[QueueDef] = []
     bindings: list[BindingDef] = []
     mirrors: list[MirrorDef] = []
     mirrors_disabled: list[MirrorDisabledDef] = []
+    # checked by the policy store itself, which gives RabbitMQ's validation texts
+    policies: list[dict[str, Any]] = []
+    operator_policies: list[dict[str, Any]] = []
 
     def document(self) -> dict[str, Any]:
         """The checked document, with absent passwords left out (``import_definitions`` tells a

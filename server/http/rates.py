@@ -1,7 +1,7 @@
 """Message rates for the management API (RabbitMQ's ``*_details: {"rate": msg/s}``).
 
 Rates come from the queues' counters, sampled whenever the API renders them, with the time the
-shell stamped on the request (``broker.now``): no clock reads here. Each rate is a decaying average
+shell stamped on the request (``ctx.now``): no clock reads here. Each rate is a decaying average
 of the rates between samples, weighted by elapsed time (about ``HALF_LIFE`` seconds of memory), so
 a burst shows right away and fades once traffic stops.
 """

@@ -1,8 +1,32 @@
 """Request/response values and the route table of the HTTP API (sync, no I/O).
 
 The network shell (``net/http_conn.py``) parses HTTP with h11, authenticates, builds a ``Request``
-and calls ``dispatch``; handlers are plain functions ``(ctx, request, **path) -> Response``.
-Broker errors (AMQP exceptions) become RabbitMQ management-style JSON errors here.
+and calls ``Router.dispatch``. Broker errors (AMQP exceptions) become RabbitMQ management-style
+JSON errors here.
+
+The route table
+---------------
+Each resource module (``overview.py``, ``queues.py``, ...) has ``routes = Routes()`` and declares
+its handlers on it::
+
+    @routes.put("/api/queues/{vhost}/{name}", perms=[("configure", "name")])
+    def put_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response: ...
+
+``api.py`` lists the modules; a new resource is one module with its ``routes`` plus one entry in
+that list. A handler is ``(ctx, request, **path parameters) -> Response`` and runs only after the
+preamble its route declares, applied once here in this order:
+
+1. the user: every route needs a user with a management tag (administrator, management,
+   monitoring or policymaker; else 401 "Not management user", as RabbitMQ), and ``admin=True``
+   the administrator tag (403). ``auth=False`` routes (``/metrics``) take no user at all.
+2. the vhost: the path parameter named by ``vhost`` (``"vhost"`` by default, when the path has it)
+   is looked up and replaced by the ``VHost``: 404 if unknown, 403 if the user has no permissions
+   there (administrators see every vhost). ``vhost=None`` leaves such a parameter a plain string.
+3. ``reader=True``: reading message contents needs the management or administrator tag (403).
+4. ``perms``: ``(kind, parameter)`` pairs, each the user's configure/write/read permission on the
+   object that parameter names (403 access_refused), in the order given.
+
+``params`` adds fixed keyword arguments, so one handler can serve several paths.
 """
 
 from __future__ import annotations
@@ -10,17 +34,21 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote
 
 from pydantic import ValidationError
 
 from headrace.server.amqp.errors import AMQPError
 from headrace.server.auth import User
+from headrace.server.broker import Broker
 
-__all__ = ["HTTPError", "Request", "Response", "Router", "json_response"]
+from .rates import RateTracker
+
+__all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Routes", "json_response",
+           "user_of"]
 
 log = logging.getLogger("headrace.http")
 
@@ -28,6 +56,18 @@ log = logging.getLogger("headrace.http")
 # 400 for precondition failures such as inequivalent re-declares, 405 for locked queues)
 _STATUS = {404: 404, 403: 403, 405: 405, 406: 400, 503: 400, 530: 400, 540: 501}
 NESTED_TOO_DEEP = "invalid JSON body: nested too deeply"
+
+
+class Context(Protocol):
+    """What handlers see of the HTTP server (``net/http_conn.HTTPServer``)."""
+    broker: Broker
+    version: str
+    now: float  # the time of the request (the shell stamps it; handlers never read the clock)
+    http_consumers: dict[str, Any]
+    rates: RateTracker
+    metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
+
+    def store_bytes(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -81,35 +121,120 @@ def error_response(exc: HTTPError) -> Response:
     return json_response(exc.status, {"error": exc.error, "reason": exc.reason}, exc.headers)
 
 
+def user_of(req: Request) -> User:
+    """The authenticated user (every route but ``auth=False`` ones has one)."""
+    assert req.user is not None
+    return req.user
+
+
 Handler = Callable[..., Response]
 
 
-class Router:
-    def __init__(self) -> None:
-        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        self._templates: list[tuple[str, str]] = []
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One path and method, its handler and the preamble applied before it (module docstring)."""
+    method: str
+    pattern: str
+    handler: Handler
+    auth: bool = True
+    admin: bool = False
+    vhost: str | None = "vhost"
+    reader: bool = False
+    perms: tuple[tuple[str, str], ...] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
 
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
-        regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$"
-        self._routes.append((method, re.compile(regex), handler))
-        self._templates.append((method, pattern))
+
+class Routes:
+    """The routes one resource module declares (``@routes.get(...)`` on each handler)."""
+
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+
+    def add(self, method: str, pattern: str, *, perms: Iterable[tuple[str, str]] = (),
+            **options: Any) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.routes.append(Route(method, pattern, handler, perms=tuple(perms), **options))
+            return handler
+        return register
+
+    def get(self, pattern: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.add("GET", pattern, **options)
+
+    def put(self, pattern: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.add("PUT", pattern, **options)
+
+    def post(self, pattern: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.add("POST", pattern, **options)
+
+    def delete(self, pattern: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self.add("DELETE", pattern, **options)
+
+
+def admit(ctx: Context, route: Route, req: Request, params: dict[str, Any]) -> None:
+    """The route's preamble (module docstring): raises HTTPError, or resolves ``params`` in place."""
+    if not route.auth:
+        return
+    user = user_of(req)
+    if not user.can_manage:  # RabbitMQ: 401, as for a failed login (the user may not use the API at all)
+        raise HTTPError(401, "not_authorised", "Not management user")
+    if route.admin and not user.is_administrator:
+        raise HTTPError(403, "not_authorised", "Not administrator user")
+    vhost_name: str | None = None
+    if route.vhost is not None and route.vhost in params:
+        vhost_name = params[route.vhost]
+        vhost = ctx.broker.vhost(vhost_name)
+        if vhost is None:
+            raise HTTPError(404, "not_found", f"vhost '{vhost_name}' not found")
+        if not user.is_administrator and ctx.broker.users.permission(user.name, vhost_name) is None:
+            raise HTTPError(403, "not_authorised", f"access to vhost '{vhost_name}' refused")
+        params[route.vhost] = vhost
+    if route.reader and not {"administrator", "management"} & set(user.tags):
+        # monitoring and policymaker only grant visibility of stats
+        raise HTTPError(403, "not_authorised", "reading messages needs the management or administrator tag")
+    for kind, param in route.perms:
+        assert vhost_name is not None, f"{route.pattern}: permissions need a vhost"
+        check_permission(ctx, user, vhost_name, kind, params[param])
+
+
+def check_permission(ctx: Context, user: User, vhost: str, kind: str, name: str, status: int = 403) -> None:
+    if not ctx.broker.users.allowed(user.name, vhost, kind, name):
+        error = "access_refused" if status == 403 else "not_authorised"
+        raise HTTPError(status, error, f"{kind} access to '{name}' in vhost '{vhost}' refused for user "
+                                       f"'{user.name}'")
+
+
+class Router:
+    def __init__(self, route_sets: Iterable[Routes] = ()) -> None:
+        self._routes: list[tuple[re.Pattern[str], Route]] = []
+        for routes in route_sets:
+            self.include(routes)
+
+    def include(self, routes: Routes) -> None:
+        for route in routes.routes:
+            regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", route.pattern) + "$"
+            self._routes.append((re.compile(regex), route))
+
+    def is_public(self, path: str) -> bool:
+        """True for a path that takes no credentials (an ``auth=False`` route: ``/metrics``)."""
+        return any(not route.auth and regex.match(path) for regex, route in self._routes)
 
     def templates(self) -> list[tuple[str, str]]:
         """(method, path template) of every route: for documentation and fuzzing."""
-        return list(self._templates)
+        return [(route.method, route.pattern) for _, route in self._routes]
 
-    def dispatch(self, ctx: Any, request: Request) -> Response:
+    def dispatch(self, ctx: Context, request: Request) -> Response:
         allowed = []
-        for method, regex, handler in self._routes:
+        for regex, route in self._routes:
             match = regex.match(request.path)
             if match is None:
                 continue
-            if method != request.method:
-                allowed.append(method)
+            if route.method != request.method:
+                allowed.append(route.method)
                 continue
-            params = {k: unquote(v) for k, v in match.groupdict().items()}
+            params: dict[str, Any] = {k: unquote(v) for k, v in match.groupdict().items()}
             try:
-                return handler(ctx, request, **params)
+                admit(ctx, route, request, params)
+                return route.handler(ctx, request, **params, **route.params)
             except HTTPError as exc:
                 return error_response(exc)
             except AMQPError as exc:

@@ -16,12 +16,12 @@ from typing import Any
 
 import trio
 
-from headrace.server.amqp.connection import AMQPConnection
+from headrace.server.amqp.connection import AMQPConnection, ConnectionState
 from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
-from headrace.server.session import Session
+from headrace.server.session import Lifecycle, Session
 
 from .gate import Gate
 
@@ -57,11 +57,18 @@ def server_properties(version: str) -> dict[str, Any]:
     }
 
 
+def _nothing() -> None:
+    pass
+
+
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
-                 peer: tuple[str, int], version: str, after_batch: Callable[[], None] = lambda: None) -> None:
+                 peer: tuple[str, int], version: str, after_batch: Callable[[], None] = _nothing,
+                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing) -> None:
         self.stream = stream
         self.after_batch = after_batch
+        self.on_header = on_header
+        self.on_authenticated = on_authenticated
         self.broker = broker
         self.settings = settings
         self.gate = gate
@@ -78,6 +85,7 @@ class AMQPConnectionHandler:
                                max_unconfirmed=settings.max_unconfirmed_per_connection, wake=self.wake)
         self.cancel_scope: trio.CancelScope | None = None
         self._closed = trio.Event()
+        self._stop_reading = False  # EOF read, or the peer is not worth waiting for any more
 
     def wake(self) -> None:
         if not self._woken:
@@ -91,65 +99,95 @@ class AMQPConnectionHandler:
                 nursery.start_soon(self._writer)
                 nursery.start_soon(self._heartbeat)
                 await self._reader()
-                # reader finished (peer closed, or close handshake over): let the writer flush
+                # over for the broker: exclusive queues and unacked deliveries are released now, not
+                # when the socket is gone (a client reconnecting at once must find them free)
+                self.session.connection_lost(time.time())
                 self.wake()
                 with trio.move_on_after(CLOSE_TIMEOUT):
-                    await self._closed.wait()
+                    if not self._stop_reading:
+                        # close handshake done: the peer closes first. Closing with its frames unread
+                        # would send a reset that may destroy our close-ok before the client reads it
+                        await self._discard_until_eof()
+                    await self._closed.wait()  # the writer flushed close-ok / our last frames
                 nursery.cancel_scope.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
-            self.session.connection_lost()
+            self.session.connection_lost(time.time())
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
                     await self.stream.aclose()
 
+    async def _receive(self) -> bytes:
+        data = await self.stream.receive_some(READ_SIZE)
+        if not data:
+            self._stop_reading = True
+        return data
+
+    async def _discard_until_eof(self) -> None:
+        while await self._receive():
+            pass
+
     async def _reader(self) -> None:
+        """Apply what the peer sends until the connection is over for the broker: peer gone, close
+        handshake done (``session.closed``) or given up on (``_stop_reading`` set then: the
+        socket is not drained)."""
         conn = self.conn
         session = self.session
-        broker = self.broker
-        receive = self.stream.receive_some
-        with trio.move_on_after(self.settings.handshake_timeout) as handshake:
-            await self._read_until_open()
+        receive = self._receive
+        connected = trio.current_time()
+        with trio.move_on_after(self.settings.header_timeout):
+            await self._read_while(lambda: conn.state is ConnectionState.AWAIT_HEADER)
+        if conn.state is ConnectionState.AWAIT_HEADER or not session.reading:
+            # silent (a slowloris holds sockets this way), gone, or a wrong header: ours is queued,
+            # and the spec has us hang up at once
+            self._stop_reading = True
+            return
+        self.on_header()
+        with trio.move_on_at(connected + self.settings.handshake_timeout) as handshake:
+            await self._read_while(lambda: session.state is Lifecycle.HANDSHAKE)
+        if self._stop_reading:
+            return
         if handshake.cancelled_caught:
             log.info("handshake timeout for %s", session.peer)
-            conn.close(ConnectionException(ReplyCode.CONNECTION_FORCED,
-                                           "CONNECTION_FORCED - handshake timeout"))
-            session.closing = True
-            self.wake()
+            session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
+            self._stop_reading = True  # not worth waiting for: the socket goes once the writer flushed
             return
-        while not session.finished and not session.closing:
+        while session.reading:
             if session.read_paused:
                 await self._wait_unpaused()
                 continue
-            data = await receive(READ_SIZE)
+            data = await receive()
             if not data:
                 return
-            broker.now = time.time()
-            session.handle(conn.receive_data(data))
+            session.handle(conn.receive_data(data), time.time())
             self.after_batch()
-        # we sent connection.close: read until close-ok, for a bounded time
+        if session.closed:
+            return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
+        # we sent connection.close: read until close-ok (the codec discards every other frame), for a
+        # bounded time; then we hang up, as close-ok tells its recipient to release the socket
         with trio.move_on_after(CLOSE_TIMEOUT):
-            while not session.finished:
-                data = await receive(READ_SIZE)
+            while not session.closed:
+                data = await receive()
                 if not data:
                     return
-                session.handle(conn.receive_data(data))
+                session.handle(conn.receive_data(data), time.time())
+        self._stop_reading = True
 
-    async def _read_until_open(self) -> None:
+    async def _read_while(self, waiting: Callable[[], bool]) -> None:
+        """The handshake: read and apply batches while ``waiting()`` holds and nothing closes."""
         session = self.session
-        conn = self.conn
-        while session.vhost is None and not session.finished and not session.closing:
-            data = await self.stream.receive_some(READ_SIZE)
+        while waiting() and session.reading:
+            data = await self._receive()
             if not data:
-                session.finished = True
                 return
-            self.broker.now = time.time()
-            session.handle(conn.receive_data(data))
+            session.handle(self.conn.receive_data(data), time.time())
+            if session.user is not None:
+                self.on_authenticated()
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:
-        while self.session.read_paused and not self.session.finished:
+        while self.session.read_paused and not self.session.closed:
             await self.gate.wait_changed()
 
     async def _writer(self) -> None:
@@ -167,8 +205,8 @@ class AMQPConnectionHandler:
                 if data:
                     await send_all(data)
                     if not conn.bytes_pending:
-                        session.on_drain()
-                if session.finished and not conn.bytes_pending:
+                        session.on_drain(time.time())
+                if session.closed and not conn.bytes_pending:
                     return
         finally:
             self._closed.set()
@@ -176,16 +214,16 @@ class AMQPConnectionHandler:
     async def _heartbeat(self) -> None:
         while self.conn.heartbeat == 0 or self.session.vhost is None:
             await trio.sleep(1)
-            if self.session.finished:
+            if self.session.closed:
                 return
         interval = max(self.conn.heartbeat / 2, 0.5)
-        while not self.session.finished:
+        while not self.session.closed:
             await trio.sleep(interval)
             if self.session.read_paused:
                 self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
             if not self.conn.tick(time.monotonic()):
                 log.info("missed heartbeats from %s, closing", self.session.peer)
-                self.session.connection_lost()
+                self.session.connection_lost(time.time())
                 if self.cancel_scope is not None:
                     self.cancel_scope.cancel()
                 return
@@ -194,11 +232,9 @@ class AMQPConnectionHandler:
 
     def force_close(self, code: ReplyCode, text: str) -> None:
         """Shutdown: tell the client with connection.close and stop reading."""
-        if self.session.finished:
+        if self.session.closed:
             if self.cancel_scope is not None:
                 self.cancel_scope.cancel()
             return
-        self.conn.close(ConnectionException(code, text))
-        self.session.closing = True
-        self.session.cleanup()
+        self.session.close(ConnectionException(code, text))
         self.wake()

@@ -1,6 +1,6 @@
 """One task that gives the broker its sense of time: TTL expiry, idle queues, delayed messages.
 
-The domain never reads the clock; this task sets ``broker.now`` (wall-clock seconds, because
+The domain never reads the clock; this task passes ``now`` to ``broker.tick`` (wall-clock seconds, because
 message timestamps and x-death times are wall-clock) and calls ``broker.tick`` on a fixed
 cadence. 100 ms bounds how late a message TTL or x-expires fires, at a cost of ten cheap scans a second.
 """

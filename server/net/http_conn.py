@@ -28,7 +28,6 @@ __all__ = ["HTTPServer"]
 log = logging.getLogger("headrace.http")
 
 READ_SIZE = 64 * 1024
-PUBLIC_PATHS = {"/metrics"}
 # An idle consume stream sends a blank line this often, so dead clients are noticed.
 STREAM_KEEPALIVE = 10.0
 # after refusing a request whose body is not read, how long the rest of it is read and dropped
@@ -46,6 +45,7 @@ class HTTPServer:
         self.request_timeout = app.settings.http_request_timeout
         self.metrics = app.settings.metrics
         self._closing = False
+        self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
         self.broker.user_deleted_hooks.append(self._user_deleted)
@@ -59,7 +59,7 @@ class HTTPServer:
         """A deleted user's consume streams end, as their AMQP connections are closed (320)."""
         for consumer in list(self.http_consumers.values()):
             if consumer.user == name:
-                consumer.end("user deleted")
+                consumer.end("user deleted", time.time())
 
     def shutdown(self) -> None:
         """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""
@@ -167,8 +167,8 @@ class HTTPServer:
                 pass
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
-        self.broker.now = time.time()
-        if request.path not in PUBLIC_PATHS:
+        self.now = time.time()
+        if not router.is_public(request.path):
             try:
                 user = self._authenticate(request.headers.get("authorization"), peer_host)
             except LoginThrottled as exc:
@@ -176,9 +176,10 @@ class HTTPServer:
                 wait = max(1, math.ceil(exc.retry_after))
                 return error_response(HTTPError(429, "too_many_requests", f"{exc}; retry after {wait} s",
                                                 [("retry-after", str(wait))]))
-            if user is None:
+            if user is None:  # no challenge to a script (the console): the browser would prompt
+                script = request.headers.get("x-requested-with", "").lower() == "xmlhttprequest"
                 return error_response(HTTPError(401, "not_authorised", "Login failed",
-                                                [("www-authenticate", 'Basic realm="headrace"')]))
+                                                [] if script else [("www-authenticate", 'Basic realm="headrace"')]))
             request.user = user
         response = router.dispatch(self, request)
         self.app.after_batch()
@@ -210,7 +211,7 @@ class HTTPServer:
         consumer.wake = kick
         self.http_consumers[consumer.tag] = consumer
         try:
-            consumer.start()
+            consumer.start(time.time())
             headers = [("content-type", response.content_type), ("server", f"headrace/{self.version}"),
                        ("cache-control", "no-store")]
             await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
@@ -245,7 +246,7 @@ class HTTPServer:
                 pass  # the client went away
         finally:
             self.http_consumers.pop(consumer.tag, None)
-            consumer.close()
+            consumer.close(time.time())
             self.app.after_batch()
 
     async def _wait_synced(self, ticket: int) -> None:

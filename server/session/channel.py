@@ -3,8 +3,10 @@
 Rule 1: a ``ChannelSession`` owns its delivery-tag -> (queue, entry) table, its consumers, its
 prefetch settings and its confirm sequence; only its own handlers change them.
 Rule 2: it is the ``ConsumerSink`` its queues deliver into: ``deliver`` encodes straight into the
-connection's outgoing buffer (no task, no await), and ``has_capacity`` is the credit predicate
-(prefetch window, client flow, outgoing buffer under its high-water mark).
+connection's outgoing buffer (no task, no await, no call back into the broker), and
+``has_capacity`` is the credit predicate (prefetch window, client flow, outgoing buffer under its
+high-water mark). Everything that changes a queue goes through the broker's delivery owner, which
+dispatches on its own.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.events import ContentReceived
-from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.broker import errors
+from headrace.server.broker import Settle, errors
+from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
+from headrace.server.broker.topic_auth import check_topic_write
 
 if TYPE_CHECKING:
     from .session import Session
@@ -38,8 +41,8 @@ class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "tx_publishes", "tx_acks", "_write_ok", "delivered_at", "last_ticket", "tx_bytes",
-        "reply",
+        "tx_publishes", "tx_acks", "delivered_at", "unstamped", "last_ticket", "tx_bytes",
+        "delivery", "perms", "reply",
     )
 
     def __init__(self, session: Session, channel_id: int) -> None:
@@ -47,6 +50,8 @@ class ChannelSession:
         self.conn = session.conn
         self.id = channel_id
         self.vhost = session.vhost
+        self.delivery = session.broker.delivery
+        self.perms = session.perms
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
         self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
@@ -62,10 +67,11 @@ class ChannelSession:
         self.tx_publishes: list[ContentReceived] = []
         self.tx_acks: list[m.BasicAck | m.BasicNack | m.BasicReject] = []
         self.tx_bytes = 0  # bytes of tx_publishes, also counted in session.tx_bytes
-        self._write_ok: dict[str, bool] = {}
-        # (tag, broker time) per delivery needing an ack, oldest first: the consumer timeout looks
-        # at the oldest one still unacked (entries already settled are skipped lazily)
+        # (tag, time first seen by the consumer-timeout check) per delivery needing an ack, oldest
+        # first: the check looks at the oldest one still unacked (settled ones are skipped lazily).
+        # Deliveries since the last check wait in ``unstamped``, so delivering needs no clock.
         self.delivered_at: deque[tuple[int, float]] = deque()
+        self.unstamped: list[int] = []
         self.last_ticket = 0  # store ticket of this channel's latest persistent publish
         self.reply: ReplyConsumer | None = None  # the direct reply-to consumer, if any
 
@@ -86,11 +92,9 @@ class ChannelSession:
         msg = entry.message
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
-            self.delivered_at.append((tag, self.session.broker.now))
-            if msg.persistent:
-                self.session.broker.on_deliver(queue, entry)
+            self.unstamped.append(tag)
         props_raw = msg.props_raw
-        if entry.delivery_count and queue.args.delivery_limit is not None:
+        if entry.delivery_count and (queue.args.delivery_limit is not None or queue.queue_type == "quorum"):
             props_raw = with_delivery_count(props_raw, entry.delivery_count)
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                                msg.routing_key, props_raw, msg.body)
@@ -104,9 +108,12 @@ class ChannelSession:
         self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
         self.session.wake()
 
-    def oldest_unacked_since(self) -> float | None:
+    def oldest_unacked_since(self, now: float) -> float | None:
         times = self.delivered_at
         unacked = self.unacked
+        if self.unstamped:
+            times.extend((tag, now) for tag in self.unstamped)
+            self.unstamped.clear()
         while times and times[0][0] not in unacked:
             times.popleft()
         return times[0][1] if times else None
@@ -123,19 +130,18 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ helpers
     def _queue_for(self, name: str, kind: str) -> Queue:
-        self.session.check_permission(kind, name)
+        self.perms.check(kind, name)
         queue = self.vhost.get_queue(name)
         self.vhost.check_exclusive(queue, self.session)
         return queue
 
-    def _dispatch_after_settle(self, queues: set[Queue]) -> None:
-        vhost = self.vhost
-        live = vhost.queues
-        if self.global_prefetch:
-            queues |= {q for q, _ in self.consumers.values()}
-        for queue in queues:
-            if live.get(queue.name) is queue:
-                vhost.dispatch(queue)
+    def _settle(self, items: list[tuple[Queue, QueueEntry]], action: Settle) -> None:
+        """Settle deliveries; with a channel-wide prefetch every consumer of the channel got credit."""
+        ready = [q for q, _ in self.consumers.values()] if self.global_prefetch else ()
+        self.delivery.settle(self.vhost, items, action, self.session.now, ready)
+
+    def _consumer_queues(self) -> list[Queue]:
+        return list({q: None for q, _ in self.consumers.values()})
 
     # ------------------------------------------------------------------ publish
     def publish(self, event: ContentReceived) -> None:
@@ -144,16 +150,19 @@ class ChannelSession:
             raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
                                       60, 40)
         exchange = method.exchange
-        ok = self._write_ok.get(exchange)
+        ok = self.perms.write_ok.get(exchange)
         if ok is None:
-            ok = self._write_ok[exchange] = self.session.allowed("write", exchange)
+            ok = self.perms.allowed("write", exchange)
         if not ok:
-            self.session.check_permission("write", exchange)
+            self.perms.check("write", exchange)
+        if self.session.broker.users.topic_permissions:
+            check_topic_write(self.vhost, self.session.user.name, exchange, method.routing_key)
         props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)
             return
-        result = self.vhost.publish(exchange, method.routing_key, props_raw, event.body)
+        result = self.delivery.publish(self.vhost, exchange, method.routing_key, props_raw, event.body,
+                                       self.session.now)
         if result.ticket:
             self.last_ticket = result.ticket
         session = self.session
@@ -167,7 +176,7 @@ class ChannelSession:
         if self.confirm:
             self.publish_seq += 1
             self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
-            session.confirm_channels.add(self)
+            session.confirms.confirming(self)
 
     def flush_confirms(self, synced: int) -> int:
         """Send acks for every confirm whose store ticket is synced, as few frames as possible
@@ -219,12 +228,9 @@ class ChannelSession:
             self._take_check(method.delivery_tag, method.multiple)
             self.tx_acks.append(method)
             return
-        touched: set[Queue] = set()
-        for queue, entry in self._take(method.delivery_tag, method.multiple):
-            queue.ack(entry)
-            touched.add(queue)
+        items = self._take(method.delivery_tag, method.multiple)
         self.session.acked += 1
-        self._dispatch_after_settle(touched)
+        self._settle(items, Settle.ACK)
 
     def _take_check(self, tag: int, multiple: bool) -> None:
         if not multiple and tag not in self.unacked:
@@ -235,31 +241,22 @@ class ChannelSession:
             self._take_check(tag, multiple)
             self.tx_acks.append(m.BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue))
             return
-        items = self._take(tag, multiple)
-        touched: set[Queue] = set()
-        if requeue:
-            by_queue: dict[Queue, list[QueueEntry]] = {}
-            for queue, entry in items:
-                by_queue.setdefault(queue, []).append(entry)
-            for queue, entries in by_queue.items():
-                queue.requeue_many(entries)
-                touched.add(queue)
-        else:
-            for queue, entry in items:
-                queue.reject(entry)
-                touched.add(queue)
-                if self.vhost.queues.get(queue.name) is queue:
-                    self.vhost.drain_dead_letters(queue)
-        self._dispatch_after_settle(touched)
+        self._settle(self._take(tag, multiple), Settle.REQUEUE if requeue else Settle.REJECT)
 
-    def requeue_all(self) -> set[Queue]:
-        by_queue: dict[Queue, list[QueueEntry]] = {}
-        for queue, entry in self.unacked.values():
-            by_queue.setdefault(queue, []).append(entry)
+    def recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+        if not method.requeue:
+            # RabbitMQ does not redeliver to the original consumer: a connection error, not a
+            # silent requeue the client did not ask for
+            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - requeue=false")
+        self.requeue_all()
+        if type(method) is m.BasicRecover:
+            self.conn.send_method(self.id, m.BasicRecoverOk())
+
+    def requeue_all(self) -> None:
+        """basic.recover and channel close: every unacked delivery goes back to its queue."""
+        items = list(self.unacked.values())
         self.unacked.clear()
-        for queue, entries in by_queue.items():
-            queue.requeue_many(entries)
-        return set(by_queue)
+        self.delivery.settle(self.vhost, items, Settle.REQUEUE, self.session.now)
 
     # ------------------------------------------------------------------ consumers
     def consume(self, method: m.BasicConsume) -> None:
@@ -269,12 +266,11 @@ class ChannelSession:
             if not method.nowait:
                 self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
             return
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
         if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                       f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
-        if queue.has_exclusive_consumer or (method.exclusive and queue.consumer_count):
-            raise errors.access_refused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
+        self.delivery.check_consumer_allowed(self.vhost, queue, method.exclusive)
         args = method.arguments or {}
         priority = args.get("x-priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -282,19 +278,18 @@ class ChannelSession:
         consumer = Consumer(tag, self, no_ack=method.no_ack, prefetch=self.prefetch_count,
                             exclusive=method.exclusive, priority=priority, channel_id=self.id,
                             owner=self.session)
+        self.delivery.prepare_consumer(queue, consumer, args, self.session.now)
         self.consumers[tag] = (queue, consumer)
         if not method.nowait:
             self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
-        self.vhost.add_consumer(queue, consumer)
+        self.delivery.add_consumer(self.vhost, queue, consumer, self.session.now)
 
     def cancel(self, method: m.BasicCancel) -> None:
         item = self.consumers.pop(method.consumer_tag, None)
         if self.reply is not None and self.reply.tag == method.consumer_tag:
             self._cancel_reply()
         elif item is not None:
-            queue, _ = item
-            if self.vhost.queues.get(queue.name) is queue:
-                self.vhost.remove_consumer(queue, method.consumer_tag)
+            self.delivery.remove_consumer(self.vhost, item[0], method.consumer_tag, self.session.now)
         if not method.nowait:
             self.conn.send_method(self.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
 
@@ -304,10 +299,8 @@ class ChannelSession:
             self.reply = None
 
     def get(self, method: m.BasicGet) -> None:
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
-        broker = self.session.broker
-        entry = queue.get(broker.now, no_ack=method.no_ack, owner=self)
-        self.vhost.drain_dead_letters(queue)
+        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
+        entry = self.delivery.get(self.vhost, queue, self.session.now, no_ack=method.no_ack, owner=self)
         if entry is None:
             self.conn.send_method(self.id, m.BasicGetEmpty())
             return
@@ -316,9 +309,7 @@ class ChannelSession:
         msg = entry.message
         if not method.no_ack:
             self.unacked[tag] = (queue, entry)
-            self.delivered_at.append((tag, broker.now))
-            if msg.persistent:
-                broker.on_deliver(queue, entry)
+            self.unstamped.append(tag)
         self.conn.send_content(self.id, m.BasicGetOk(
             delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
             routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
@@ -329,8 +320,7 @@ class ChannelSession:
                                       "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % method.prefetch_size, 60, 10)
         if method.global_:
             self.global_prefetch = method.prefetch_count
-            for queue, _ in list(self.consumers.values()):
-                self.vhost.dispatch(queue)
+            self.delivery.consumer_ready(self.vhost, self._consumer_queues(), self.session.now)
         else:
             # the spec's channel-level prefetch: consumers already on the channel take the new
             # limit too (celery raises it for ETA tasks and expects its consumer to get more)
@@ -338,17 +328,14 @@ class ChannelSession:
             for _, consumer in self.consumers.values():
                 consumer.prefetch = method.prefetch_count
         self.conn.send_method(self.id, m.BasicQosOk())
-        if not method.global_:
-            for queue in {q for q, _ in self.consumers.values()}:  # qos-ok first, then deliveries
-                if self.vhost.queues.get(queue.name) is queue:
-                    self.vhost.dispatch(queue)
+        if not method.global_:  # qos-ok first, then deliveries
+            self.delivery.consumer_ready(self.vhost, self._consumer_queues(), self.session.now)
 
     def flow(self, active: bool) -> None:
         self.active = active
         self.conn.send_method(self.id, m.ChannelFlowOk(active=active))
         if active:
-            for queue, _ in list(self.consumers.values()):
-                self.vhost.dispatch(queue)
+            self.delivery.consumer_ready(self.vhost, self._consumer_queues(), self.session.now)
 
     # ------------------------------------------------------------------ tx
     def _tx_buffer(self, event: ContentReceived) -> None:
@@ -398,22 +385,13 @@ class ChannelSession:
     def close(self) -> None:
         """The channel is gone: cancel its consumers and return every unacked message."""
         self._cancel_reply()
-        vhost = self.vhost
+        now = self.session.now
         for tag, (queue, _) in list(self.consumers.items()):
-            if vhost.queues.get(queue.name) is queue:
-                vhost.remove_consumer(queue, tag)
+            self.delivery.remove_consumer(self.vhost, queue, tag, now)
         self.consumers.clear()
-        for queue in self.requeue_all():
-            if vhost.queues.get(queue.name) is queue:
-                vhost.dispatch(queue)
+        self.requeue_all()
         self.pending_confirms.clear()
-        self.session.confirm_channels.discard(self)
+        self.session.confirms.channel_closed(self)
         self._tx_release()
         self.tx_publishes.clear()
 
-
-def with_delivery_count(props_raw: bytes, count: int) -> bytes:
-    """Queues with a delivery limit tell consumers how often a message was returned."""
-    headers = dict(decode_properties(props_raw).headers or {})
-    headers["x-delivery-count"] = count
-    return replace_headers(props_raw, headers)

@@ -187,6 +187,91 @@ def test_protocol_violations_close_the_connection_with_their_code(tail, code):
     assert conn.receive_data(encode_method_frame(1, m.BasicQos())) == []  # ignored while closing
 
 
+def publish_with_properties(props_raw: bytes, channel: int = 1) -> bytes:
+    header = struct.pack(">HHQ", 60, 0, 1) + props_raw
+    return (encode_method_frame(channel, m.BasicPublish(exchange="x", routing_key="k"))
+            + encode_frame(2, channel, header) + encode_frame(3, channel, b"z"))
+
+
+@pytest.mark.parametrize(
+    "props_raw",
+    [
+        b"\x00\x01",  # continuation bit and no next word
+        b"\x90\x01\x02",  # properties announced, continuation bit, one byte of a next word
+        b"\x80\x00\x09abc",  # content type longer than the bytes left
+        b"\x80\x00",  # content type announced, absent
+        b"\x20\x00\x00\x00\x00\x05\x01aZxxx",  # headers table with an unknown field type
+        b"\x00\x40" + b"\x00" * 7,  # timestamp one byte short
+        b"\x10\x00\x02junk",  # bytes after the last announced property
+    ],
+)
+def test_malformed_content_properties_close_the_connection_with_541(props_raw):
+    conn = new_conn()
+    events = conn.receive_data(handshake_bytes() + publish_with_properties(props_raw))
+    assert not any(isinstance(e, ContentReceived) for e in events)
+    assert [(e.reply_code, e.by_peer) for e in events if isinstance(e, ConnectionClosed)] == [(541, False)]
+    assert conn.state is ConnectionState.CLOSING
+    close = m.decode_method(last_method_payload(conn.data_to_send()))
+    assert isinstance(close, m.ConnectionClose) and close.reply_code == 541
+    assert close.reply_text.startswith("INTERNAL_ERROR - malformed content header properties")
+    assert (close.class_id, close.method_id) == (60, 40)
+
+
+@pytest.mark.parametrize("props_raw", [b"", b"\x00"])
+def test_content_header_without_a_flag_word_is_a_frame_error(props_raw):
+    conn = new_conn()
+    events = conn.receive_data(handshake_bytes() + publish_with_properties(props_raw))
+    assert [e.reply_code for e in events if isinstance(e, ConnectionClosed)] == [501]
+
+
+@pytest.mark.parametrize(
+    "props_raw",
+    [
+        b"\x00\x00",
+        b"\x00\x01\x00\x00",  # a continuation word that is there
+        b"\x00\x03\x00\x00",  # the reserved bit 1 is ignored, as RabbitMQ does
+        encode_properties(BasicProperties(content_type="t", headers={"a": [1, {"b": b"c"}]}, delivery_mode=2,
+                                          priority=1, timestamp=7, cluster_id="c")),
+    ],
+)
+def test_well_formed_content_properties_pass_untouched(props_raw):
+    conn = new_conn()
+    events = conn.receive_data(handshake_bytes() + publish_with_properties(props_raw))
+    content = [e for e in events if isinstance(e, ContentReceived)]
+    assert len(content) == 1 and content[0].props_raw == props_raw and conn.state is ConnectionState.OPEN
+
+
+def last_method_payload(data: bytes) -> bytes:
+    """Payload of the last frame in ``data`` (a method frame)."""
+    pos = 0
+    payload = b""
+    while pos < len(data):
+        _, _, size = struct.unpack_from(">BHI", data, pos)
+        payload = data[pos + 7:pos + 7 + size]
+        pos += 8 + size
+    return payload
+
+
+def test_channel_ids_above_channel_max_open_and_channel_max_bounds_open_channels():
+    conn = new_conn()
+    events = conn.receive_data(HEADER + b"".join((
+        encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00u\x00p", "en_US")),
+        encode_method_frame(0, m.ConnectionTuneOk(2, 65536, 0)),
+        encode_method_frame(0, m.ConnectionOpen("/")),
+        encode_method_frame(65535, m.ChannelOpen()),
+        encode_method_frame(2048, m.ChannelOpen()),
+        encode_method_frame(2048, m.ChannelClose()),
+        encode_method_frame(3, m.ChannelOpen()),
+    )))
+    assert [e.channel for e in events if isinstance(e, ChannelOpened)] == [65535, 2048, 3]
+    assert conn.open_channels == {65535, 3}
+    events = conn.receive_data(encode_method_frame(4, m.ChannelOpen()))
+    assert [(e.reply_code, e.reply_text) for e in events if isinstance(e, ConnectionClosed)] == [
+        (530, "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)")]
+    close = m.decode_method(last_method_payload(conn.data_to_send()))
+    assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
+
+
 def test_oversized_content_closes_only_the_channel():
     conn = new_conn(max_message_size=10)
     events = conn.receive_data(handshake_bytes() + publish_bytes(b"x" * 11))

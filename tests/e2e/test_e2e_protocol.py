@@ -14,34 +14,11 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import unique
+from e2e_support import raw_open, recv_until_closed, unique
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def recv_until_closed(sock: socket.socket, timeout: float = 10) -> bytes:
-    sock.settimeout(timeout)
-    data = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-
-
-def raw_open(port: int, heartbeat: int = 0) -> socket.socket:
-    """A hand-driven client: header, start-ok, tune-ok, open; returns the socket after open-ok."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(b"AMQP\x00\x00\x09\x01")
-    sock.recv(65536)  # connection.start
-    sock.sendall(encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US")))
-    sock.recv(65536)  # tune
-    sock.sendall(encode_method_frame(0, m.ConnectionTuneOk(2047, 131072, heartbeat)))
-    sock.sendall(encode_method_frame(0, m.ConnectionOpen("/")))
-    sock.recv(65536)  # open-ok
-    return sock
 
 
 def close_code(sock: socket.socket) -> int:
@@ -59,6 +36,14 @@ def close_code(sock: socket.socket) -> int:
     return struct.unpack_from(">H", data, i + 4)[0]
 
 
+def publish_with_properties(props_raw: bytes) -> bytes:
+    """channel.open, then a basic.publish whose content header carries these property bytes."""
+    header = struct.pack(">HHQ", 60, 0, 1) + props_raw
+    return (encode_method_frame(1, m.ChannelOpen())
+            + encode_method_frame(1, m.BasicPublish(exchange="", routing_key="q"))
+            + encode_frame(2, 1, header) + encode_frame(3, 1, b"x"))
+
+
 def test_wrong_protocol_header_gets_ours_and_close(broker):
     sock = socket.create_connection(("127.0.0.1", broker.amqp_port), timeout=10)
     sock.sendall(b"AMQP\x01\x01\x00\x0a")
@@ -71,13 +56,19 @@ def test_wrong_protocol_header_gets_ours_and_close(broker):
         (encode_frame(1, 1, b"\x00\x14\x00\x0a\x00")[:-1] + b"\x00", 501),  # bad frame end
         (encode_frame(9, 0, b""), 501),  # unknown frame type
         (encode_method_frame(1, m.ChannelOpen()) + encode_frame(3, 1, b"body"), 505),  # body without header
-        (encode_method_frame(5000, m.ChannelOpen()), 504),  # above channel_max
+        (encode_method_frame(1, m.ChannelOpen()) + encode_method_frame(1, m.ChannelOpen()), 504),  # second open
         (encode_method_frame(1, m.QueueDeclare(queue="x")), 504),  # channel not open
         (encode_method_frame(1, m.ChannelOpen()) + encode_method_frame(1, m.BasicPublish(exchange="", routing_key="q",
                                                                                        immediate=True))
          + encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 0) + b"\x00\x00"), 540),
         (encode_frame(1, 0, b"\x00\x0a\x00\x63"), 503),  # unknown method
         (encode_frame(1, 0, b"\x00"), 501),  # method frame too short
+        # content properties that do not parse: connection.close 541, as RabbitMQ
+        (publish_with_properties(b"\x90\x01\x02"), 541),  # continuation bit, no next flag word
+        (publish_with_properties(b"\x00\x01"), 541),  # continuation bit alone
+        (publish_with_properties(b"\x80\x00\x09abc"), 541),  # content type past the end
+        (publish_with_properties(b"\x20\x00\x00\x00\x00\x05\x01aZxxx"), 541),  # bad headers table
+        (publish_with_properties(b"\x10\x00\x02junk"), 541),  # bytes after the last property
     ],
 )
 def test_hostile_frames_close_that_connection_only(broker, frames, code):
@@ -90,6 +81,25 @@ def test_hostile_frames_close_that_connection_only(broker, frames, code):
     ch.basic_publish("", q, b"alive")
     assert ch.basic_get(q, auto_ack=True)[2] == b"alive"
     bystander.close()
+
+
+def test_channel_ids_above_channel_max_are_accepted_and_channel_max_counts_open_channels(broker_factory):
+    """As RabbitMQ 3.10: any id in 1..65535 opens; channel_max limits how many are open at once."""
+    proc = broker_factory(env={"HEADRACE_CHANNEL_MAX": "2"})
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    high = conn.channel(channel_number=65000)
+    other = conn.channel(channel_number=60000)
+    q = high.queue_declare("", exclusive=True).method.queue
+    high.basic_publish("", q, b"on 65000")
+    assert other.basic_get(q, auto_ack=True)[2] == b"on 65000"
+    other.close()
+    again = conn.channel(channel_number=3)  # a closed channel no longer counts
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        conn.channel(channel_number=4)
+    assert info.value.reply_code == 530
+    assert info.value.reply_text == ("NOT_ALLOWED - number of channels opened (2) has reached the negotiated "
+                                     "channel_max (2)")
+    assert not again.is_open and not conn.is_open
 
 
 def test_oversized_message_closes_channel_with_406(broker):

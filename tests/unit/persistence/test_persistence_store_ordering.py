@@ -14,9 +14,11 @@ from headrace.exchanges import DestinationKind
 from headrace.persistence import FsyncMode, MessageStore, SpillStore
 from headrace.persistence.store_ops import Ack, Delay, Deliver, Publish, PurgeQueue, StoreOp
 from headrace.server.amqp.properties import BasicProperties, encode_properties
-from headrace.server.broker import Broker
+from headrace.server.broker import Broker, Settle
 from headrace.server.config import Settings
 from headrace.server.net.storage import Storage
+
+NOW = 1000.0  # the broker time the calls below pass
 
 PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
 
@@ -50,8 +52,8 @@ def kinds(ops: list[StoreOp]) -> list[str]:
 def test_message_dropped_by_its_own_enqueue_does_not_come_back(tmp_path: Path, arguments: dict) -> None:
     broker = make_broker()
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("d", owner=None, durable=True, arguments=arguments)
-    vhost.publish("", "d", PERSISTENT, b"x" * 100)
+    vhost.declare_queue("d", now=NOW, owner=None, durable=True, arguments=arguments)
+    vhost.broker.delivery.publish(vhost, "", "d", PERSISTENT, b"x" * 100, NOW)
     assert vhost.queues["d"].messages_ready == 0
     ops, _ = broker.take_store_ops()
     assert kinds(ops) == ["Publish", "Ack"]  # the Ack after the Publish it kills
@@ -62,9 +64,9 @@ def test_message_dropped_by_its_own_enqueue_does_not_come_back(tmp_path: Path, a
 def test_drop_head_of_older_message_still_acks_it(tmp_path: Path) -> None:
     broker = make_broker()
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("d", owner=None, durable=True, arguments={"x-max-length": 1})
-    vhost.publish("", "d", PERSISTENT, b"first")
-    vhost.publish("", "d", PERSISTENT, b"second")
+    vhost.declare_queue("d", now=NOW, owner=None, durable=True, arguments={"x-max-length": 1})
+    vhost.broker.delivery.publish(vhost, "", "d", PERSISTENT, b"first", NOW)
+    vhost.broker.delivery.publish(vhost, "", "d", PERSISTENT, b"second", NOW)
     write(tmp_path, broker.take_store_ops()[0])
     assert [m.body for m in recovered(tmp_path)[("/", "d")]] == [b"second"]
 
@@ -73,16 +75,15 @@ def test_dead_letter_copy_is_recorded_before_the_source_ack(tmp_path: Path) -> N
     broker = make_broker()
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("dlx", "fanout", durable=True)
-    vhost.declare_queue("dead", owner=None, durable=True)
+    vhost.declare_queue("dead", now=NOW, owner=None, durable=True)
     vhost.bind("dlx", "dead", DestinationKind.QUEUE, "", None)
-    vhost.declare_queue("src", owner=None, durable=True, arguments={"x-dead-letter-exchange": "dlx"})
-    vhost.publish("", "src", PERSISTENT, b"m")
+    vhost.declare_queue("src", now=NOW, owner=None, durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+    vhost.broker.delivery.publish(vhost, "", "src", PERSISTENT, b"m", NOW)
     src = vhost.queues["src"]
-    entry = src.get(broker.now, no_ack=False, owner=object())
+    entry = src.get(NOW, no_ack=False, owner=object())
     assert entry is not None
     broker.take_store_ops()
-    src.reject(entry)
-    vhost.drain_dead_letters(src)
+    broker.delivery.settle(vhost, [(src, entry)], Settle.REJECT, NOW)
     ops, _ = broker.take_store_ops()
     assert kinds(ops) == ["Publish", "Ack"]
     assert isinstance(ops[0], Publish) and ops[0].queues == ("dead",)
@@ -98,11 +99,11 @@ def test_drop_head_dead_letter_of_the_new_message_keeps_order(tmp_path: Path) ->
     broker = make_broker()
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("dlx", "fanout", durable=True)
-    vhost.declare_queue("dead", owner=None, durable=True)
+    vhost.declare_queue("dead", now=NOW, owner=None, durable=True)
     vhost.bind("dlx", "dead", DestinationKind.QUEUE, "", None)
-    vhost.declare_queue("src", owner=None, durable=True,
+    vhost.declare_queue("src", now=NOW, owner=None, durable=True,
                         arguments={"x-dead-letter-exchange": "dlx", "x-max-length": 0})
-    vhost.publish("", "src", PERSISTENT, b"m")
+    vhost.broker.delivery.publish(vhost, "", "src", PERSISTENT, b"m", NOW)
     ops, _ = broker.take_store_ops()
     assert kinds(ops) == ["Publish", "Publish", "Ack"]
     write(tmp_path, ops)
@@ -115,12 +116,12 @@ def test_purge_of_a_spilled_queue_is_one_record_and_spares_unacked(tmp_path: Pat
     broker = make_broker(resident_max_messages=100,
                          spill_factory=lambda v, q: spill.backing(f"{v}\x00{q}"))
     vhost = broker.vhosts["/"]
-    queue = vhost.declare_queue("p", owner=None, durable=True)
+    queue = vhost.declare_queue("p", now=NOW, owner=None, durable=True)
     for i in range(5_000):
-        vhost.publish("", "p", PERSISTENT, b"%d" % i)
+        vhost.broker.delivery.publish(vhost, "", "p", PERSISTENT, b"%d" % i, NOW)
     assert queue.spilled_count() > 4_000
     owner = object()
-    held = [queue.get(broker.now, no_ack=False, owner=owner) for _ in range(3)]
+    held = [queue.get(NOW, no_ack=False, owner=owner) for _ in range(3)]
     assert all(held)
     ops, _ = broker.take_store_ops()
     assert vhost.purge_queue("p", None) == 4_997
@@ -130,10 +131,10 @@ def test_purge_of_a_spilled_queue_is_one_record_and_spares_unacked(tmp_path: Pat
     assert isinstance(purge_ops[0], PurgeQueue)
     assert sorted(purge_ops[0].keep) == sorted(e.message.id for e in held if e)
     assert spill.disk_bytes() == 0
-    queue.ack(held[0])  # acked after the purge
-    queue.requeue(held[1])  # back in the queue
+    broker.delivery.settle(vhost, [(queue, held[0])], Settle.ACK, NOW)  # acked after the purge
+    broker.delivery.settle(vhost, [(queue, held[1])], Settle.REQUEUE, NOW)  # back in the queue
     late = broker.take_store_ops()[0]
-    vhost.publish("", "p", PERSISTENT, b"after")
+    vhost.broker.delivery.publish(vhost, "", "p", PERSISTENT, b"after", NOW)
     write(tmp_path / "store", ops + purge_ops + late + broker.take_store_ops()[0])
     bodies = [m.body for m in recovered(tmp_path / "store")[("/", "p")]]
     assert bodies == [b"1", b"2", b"after"]  # unacked at the purge: kept; the rest gone
@@ -155,12 +156,11 @@ def test_purge_record_of_kept_messages_only_is_not_written(tmp_path: Path) -> No
 def test_delivery_count_survives_restart(tmp_path: Path) -> None:
     broker = make_broker()
     vhost = broker.vhosts["/"]
-    queue = vhost.declare_queue("c", owner=None, durable=True, arguments={"x-delivery-limit": 5})
-    vhost.publish("", "c", PERSISTENT, b"m")
+    queue = vhost.declare_queue("c", now=NOW, owner=None, durable=True, arguments={"x-delivery-limit": 5})
+    vhost.broker.delivery.publish(vhost, "", "c", PERSISTENT, b"m", NOW)
     for _ in range(3):  # as a channel does for every basic.get / delivery
-        entry = queue.get(broker.now, no_ack=False, owner=object())
+        entry = broker.delivery.get(vhost, queue, NOW, no_ack=False, owner=object())
         assert entry is not None
-        broker.on_deliver(queue, entry)
         queue.requeue(entry)
     ops, _ = broker.take_store_ops()
     assert kinds(ops).count("Deliver") == 3
@@ -168,10 +168,10 @@ def test_delivery_count_survives_restart(tmp_path: Path) -> None:
     settings = Settings(fsync="off")
     storage = Storage(tmp_path, settings)
     again = make_broker()
-    again.vhosts["/"].declare_queue("c", owner=None, durable=True, arguments={"x-delivery-limit": 5})
+    again.vhosts["/"].declare_queue("c", now=NOW, owner=None, durable=True, arguments={"x-delivery-limit": 5})
     storage.recover(again)
     queue = again.vhosts["/"].queues["c"]
-    entry = queue.get(again.now, no_ack=False, owner=object())
+    entry = queue.get(NOW, no_ack=False, owner=object())
     assert entry is not None and entry.redelivered and entry.delivery_count == 3
     storage.close()
 
@@ -184,7 +184,7 @@ def test_orphaned_records_are_killed_at_recovery(tmp_path: Path) -> None:
     ])
     storage = Storage(tmp_path, Settings(fsync="off"))
     broker = make_broker()
-    broker.vhosts["/"].declare_queue("kept", owner=None, durable=True)
+    broker.vhosts["/"].declare_queue("kept", now=NOW, owner=None, durable=True)
     storage.recover(broker)
     assert storage.store.live_messages() == 1
     storage.close()
@@ -192,7 +192,7 @@ def test_orphaned_records_are_killed_at_recovery(tmp_path: Path) -> None:
     storage = Storage(tmp_path, Settings(fsync="off"))
     broker = make_broker()
     for name in ("gone-exclusive", "kept"):
-        broker.vhosts["/"].declare_queue(name, owner=None, durable=True)
+        broker.vhosts["/"].declare_queue(name, now=NOW, owner=None, durable=True)
     storage.recover(broker)
     assert broker.vhosts["/"].queues["gone-exclusive"].messages_ready == 0
     assert broker.vhosts["/"].queues["kept"].messages_ready == 1
@@ -206,9 +206,9 @@ def test_delayed_messages_of_a_non_durable_exchange_are_not_stored() -> None:
     vhost.declare_exchange("tmp-delay", "x-delayed-message", durable=False, arguments=args)
     vhost.declare_exchange("dur-delay", "x-delayed-message", durable=True, arguments=args)
     props = encode_properties(BasicProperties(delivery_mode=2, headers={"x-delay": 60_000}))
-    vhost.publish("tmp-delay", "k", props, b"t")
+    vhost.broker.delivery.publish(vhost, "tmp-delay", "k", props, b"t", NOW)
     assert broker.take_store_ops()[0] == []
-    vhost.publish("dur-delay", "k", props, b"d")
+    vhost.broker.delivery.publish(vhost, "dur-delay", "k", props, b"d", NOW)
     assert kinds(broker.take_store_ops()[0]) == ["Delay"]
     assert len(vhost.delayed) == 2
 
@@ -218,18 +218,17 @@ def test_group_commit_takes_at_most_fsync_batch_max_ops(tmp_path: Path) -> None:
     storage.store.recover()
     broker = make_broker()
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("b", owner=None, durable=True)
+    vhost.declare_queue("b", now=NOW, owner=None, durable=True)
     queue = vhost.queues["b"]
     for i in range(24):
-        vhost.publish("", "b", PERSISTENT, b"%d" % i)
-    entry = queue.get(broker.now, no_ack=False, owner=object())
+        vhost.broker.delivery.publish(vhost, "", "b", PERSISTENT, b"%d" % i, NOW)
+    entry = broker.delivery.get(vhost, queue, NOW, no_ack=False, owner=object())  # a ticketless op at the end
     assert entry is not None
-    broker.on_deliver(queue, entry)  # a ticketless op at the end
     groups: list[tuple[int, int]] = []
 
     async def flush_all() -> None:
         while broker.store_backlog:
-            await storage._flush_once(broker, None)
+            await storage.flusher.flush_once(broker, None)
             groups.append((storage.store.live_messages(), broker.synced_ticket))
 
     trio.run(flush_all)
@@ -247,7 +246,7 @@ def test_recovery_streams_bodies_into_the_queue_and_its_spill(tmp_path: Path) ->
     # a segment is read whole during the replay: that, not the backlog, bounds the transient part
     storage = Storage(tmp_path, Settings(fsync="off", segment_max_bytes=1 << 20))
     broker = make_broker(resident_max_messages=100, spill_factory=storage.spill_factory)
-    queue = broker.vhosts["/"].declare_queue("big", owner=None, durable=True)
+    queue = broker.vhosts["/"].declare_queue("big", now=NOW, owner=None, durable=True)
     tracemalloc.start()
     try:
         storage.recover(broker)
@@ -257,7 +256,7 @@ def test_recovery_streams_bodies_into_the_queue_and_its_spill(tmp_path: Path) ->
     assert queue.messages_ready == total and queue.resident_count == 100
     assert peak < total * size // 2, peak  # the bodies (12 MB) were never all in memory at once
     bodies = []
-    while (entry := queue.get(broker.now, no_ack=True, owner=None)) is not None or queue.spilled_count():
+    while (entry := queue.get(NOW, no_ack=True, owner=None)) is not None or queue.spilled_count():
         if entry is None:
             queue.page_in(queue.take_backing().read_batch(500, 1 << 30), queue.generation)
             continue

@@ -40,6 +40,7 @@ class Sink:
 class ListBacking:
     def __init__(self) -> None:
         self.items: deque[QueueEntry] = deque()
+        self.wanted = 0
 
     def append(self, entries):
         self.items.extend(entries)
@@ -52,6 +53,12 @@ class ListBacking:
 
     def depth(self):
         return len(self.items)
+
+    def want_page_in(self):
+        self.wanted += 1
+
+    def take_lost(self):
+        return 0, 0
 
     def byte_depth(self):
         return sum(len(e.message.body) for e in self.items)
@@ -133,11 +140,12 @@ def test_sink_without_room_gets_nothing_until_it_has_room():
 )
 def test_max_length_overflow_modes(overflow, outcome, left, dead):
     q = Queue("q", arguments={"x-max-length": 2, "x-overflow": overflow, "x-dead-letter-exchange": "dlx"})
-    assert q.enqueue(msg(b"0"), NOW) is EnqueueOutcome.ACCEPTED
-    q.enqueue(msg(b"1"), NOW)
-    assert q.enqueue(msg(b"2"), NOW) is outcome
+    gone = []  # what left the queue, as the queue reports it
+    assert q.enqueue(msg(b"0"), NOW, gone) is EnqueueOutcome.ACCEPTED
+    q.enqueue(msg(b"1"), NOW, gone)
+    assert q.enqueue(msg(b"2"), NOW, gone) is outcome
     assert bodies(q.get(NOW, no_ack=True, owner="g") for _ in range(2)) == left
-    assert [d.reason for d in q.take_dead_letters()] == dead
+    assert [d.reason for d in gone if d.reason] == dead
 
 
 def test_max_length_bytes():
@@ -149,28 +157,30 @@ def test_max_length_bytes():
 
 def test_ttl_expiry_at_head_and_per_message_expiration():
     q = Queue("q", arguments={"x-message-ttl": 1000, "x-dead-letter-exchange": "dlx"})
+    gone = []
     q.enqueue(msg(b"queue-ttl"), NOW)
     q.enqueue(msg(b"short", expiration_ms=10), NOW)
     assert q.next_deadline() == NOW + 1
-    assert q.expire(NOW + 0.5) == 0
-    assert bodies([q.get(NOW + 0.5, no_ack=True, owner="g")]) == [b"queue-ttl"]
-    assert q.get(NOW + 0.5, no_ack=True, owner="g") is None  # the short one expired on the way
-    assert [d.reason for d in q.take_dead_letters()] == ["expired"]
+    assert q.expire(NOW + 0.5, gone) == 0
+    assert bodies([q.get(NOW + 0.5, no_ack=True, owner="g", left=gone)]) == [b"queue-ttl"]
+    assert q.get(NOW + 0.5, no_ack=True, owner="g", left=gone) is None  # the short one expired on the way
+    assert [d.reason for d in gone if d.reason] == ["expired"]
 
 
 def test_reject_dead_letters_and_delivery_limit():
     q = Queue("q", arguments={"x-dead-letter-exchange": "dlx", "x-delivery-limit": 1})
     q.enqueue(msg(b"poison"), NOW)
     q.enqueue(msg(b"bad"), NOW)
+    gone = []
     e = q.get(NOW, no_ack=False, owner="g")
-    q.requeue(e)
+    q.requeue(e, gone)
     e = q.get(NOW, no_ack=False, owner="g")
-    q.requeue(e)  # second return exceeds the limit of 1
+    q.requeue(e, gone)  # second return exceeds the limit of 1
     e2 = q.get(NOW, no_ack=False, owner="g")
     assert e2.message.body == b"bad"
-    q.reject(e2)
-    assert [(d.message.body, d.reason) for d in q.take_dead_letters()] == [(b"poison", "delivery_limit"),
-                                                                             (b"bad", "rejected")]
+    q.reject(e2, gone)
+    assert [(d.entry.message.body, d.reason) for d in gone] == [(b"poison", "delivery_limit"),
+                                                                (b"bad", "rejected")]
 
 
 def test_priority_lanes_serve_highest_first():
@@ -201,11 +211,11 @@ def test_single_active_consumer_and_consumer_priority():
 
 def test_no_ack_delivery_discards_at_once():
     q = Queue("q")
-    gone = []
-    q.on_discard = lambda queue, entry: gone.append(entry.message.body)
+    left = []
     q.add_consumer(Consumer("c", Sink(), no_ack=True))
     q.enqueue(msg(b"m"), NOW)
-    q.dispatch(NOW)
+    q.dispatch(NOW, left)
+    gone = [item.entry.message.body for item in left]
     assert gone == [b"m"] and q.messages_unacked == 0
 
 
@@ -274,11 +284,12 @@ def test_page_in_after_purge_is_dropped():
         q.enqueue(msg(), NOW)
     generation = q.generation
     batch = backing.read_batch(10, 1 << 20)
-    discarded = []
-    q.on_discard = lambda queue, entry: discarded.append(entry.seq)
-    q.purge()
+    left = []
+    q.purge(left)
+    discarded = [item.entry.seq for item in left]
     assert len(discarded) == 30  # 16 resident, 14 left in the backing
-    q.page_in(batch, generation)
+    q.page_in(batch, generation, left)
+    discarded = [item.entry.seq for item in left]
     assert q.messages_ready == 0
     assert sorted(discarded) == list(range(1, 41))  # the in-flight batch is settled too
 

@@ -8,6 +8,8 @@ from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_method_frame
 from headrace.server.broker import Broker
 
+NOW = 1000.0  # the broker time the calls below pass
+
 
 def handshake(user: str = "guest", password: str = "guest", vhost: str = "/",
               capabilities: dict[str, Any] | None = None) -> bytes:
@@ -25,6 +27,6 @@ def durable_broker(backlog_max: int) -> Broker:
     ``backlog_max`` ops."""
     b = Broker(store_enabled=True)
     b.ensure_default("/", "guest", "guest")
-    b.vhosts["/"].declare_queue("d", owner=None, durable=True)
+    b.vhosts["/"].declare_queue("d", now=NOW, owner=None, durable=True)
     b.store_backlog_max = backlog_max
     return b

@@ -7,8 +7,10 @@ import pytest
 from headrace.exchanges import DestinationKind
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
-from headrace.server.broker import Broker
+from headrace.server.broker import Broker, Settle
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
+
+NOW = 1000.0  # the broker time the calls below pass
 
 QUEUE = DestinationKind.QUEUE
 
@@ -17,7 +19,6 @@ QUEUE = DestinationKind.QUEUE
 def broker() -> Broker:
     b = Broker(store_enabled=True)
     b.ensure_default("/", "guest", "guest")
-    b.now = 1000.0
     return b
 
 
@@ -35,11 +36,11 @@ def test_predeclared_exchanges_exist(broker):
     [
         (lambda v: v.declare_exchange("nope", "direct", passive=True), 404),
         (lambda v: v.declare_exchange("amq.custom", "direct"), 403),
-        (lambda v: v.declare_queue("missing", owner=None, passive=True), 404),
-        (lambda v: v.declare_queue("amq.q", owner=None), 403),
+        (lambda v: v.declare_queue("missing", now=NOW, owner=None, passive=True), 404),
+        (lambda v: v.declare_queue("amq.q", now=NOW, owner=None), 403),
         (lambda v: v.bind("", "q", QUEUE, "k", None), 403),
         (lambda v: v.bind("amq.direct", "missing", QUEUE, "k", None), 404),
-        (lambda v: v.publish("missing", "k", b"", b""), 404),
+        (lambda v: v.broker.delivery.publish(v, "missing", "k", b"", b"", NOW), 404),
     ],
 )
 def test_declare_and_bind_errors_carry_rabbitmq_codes(broker, call, code):
@@ -56,9 +57,9 @@ def test_unknown_exchange_type_is_a_connection_error(broker):
 
 def test_inequivalent_queue_redeclare(broker):
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("q", owner=None, durable=True)
+    vhost.declare_queue("q", now=NOW, owner=None, durable=True)
     with pytest.raises(ChannelException) as info:
-        vhost.declare_queue("q", owner=None, durable=False)
+        vhost.declare_queue("q", now=NOW, owner=None, durable=False)
     assert info.value.reply_code == 406
     assert "inequivalent arg 'durable'" in info.value.reply_text
 
@@ -66,60 +67,59 @@ def test_inequivalent_queue_redeclare(broker):
 def test_exclusive_queue_locked_for_other_owner(broker):
     vhost = broker.vhosts["/"]
     owner = object()
-    vhost.declare_queue("ex", owner=owner, exclusive=True)
+    vhost.declare_queue("ex", now=NOW, owner=owner, exclusive=True)
     with pytest.raises(ChannelException) as info:
-        vhost.declare_queue("ex", owner=object(), exclusive=True)
+        vhost.declare_queue("ex", now=NOW, owner=object(), exclusive=True)
     assert info.value.reply_code == 405
 
 
 def test_publish_routes_one_message_object_to_every_queue(broker):
     vhost = broker.vhosts["/"]
     for name in ("a", "b"):
-        vhost.declare_queue(name, owner=None)
+        vhost.declare_queue(name, now=NOW, owner=None)
         vhost.bind("amq.fanout", name, QUEUE, "", None)
-    result = vhost.publish("amq.fanout", "k", props(), b"body")
+    result = vhost.broker.delivery.publish(vhost, "amq.fanout", "k", props(), b"body", NOW)
     assert result.routed
-    a = vhost.queues["a"].get(broker.now, no_ack=True, owner=None)
-    b = vhost.queues["b"].get(broker.now, no_ack=True, owner=None)
+    a = vhost.queues["a"].get(NOW, no_ack=True, owner=None)
+    b = vhost.queues["b"].get(NOW, no_ack=True, owner=None)
     assert a.message is b.message
 
 
 def test_persistent_publish_to_durable_queue_makes_one_store_op(broker):
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("d1", owner=None, durable=True)
-    vhost.declare_queue("d2", owner=None, durable=True)
-    vhost.declare_queue("t", owner=None, durable=False)
+    vhost.declare_queue("d1", now=NOW, owner=None, durable=True)
+    vhost.declare_queue("d2", now=NOW, owner=None, durable=True)
+    vhost.declare_queue("t", now=NOW, owner=None, durable=False)
     for q in ("d1", "d2", "t"):
         vhost.bind("amq.fanout", q, QUEUE, "", None)
-    result = vhost.publish("amq.fanout", "", props(delivery_mode=2), b"p")
+    result = vhost.broker.delivery.publish(vhost, "amq.fanout", "", props(delivery_mode=2), b"p", NOW)
     ops, ticket = broker.take_store_ops()
     assert len(ops) == 1 and set(ops[0].queues) == {"d1", "d2"}
     assert result.ticket == ticket == 1
-    transient = vhost.publish("amq.fanout", "", props(delivery_mode=1), b"t")
+    transient = vhost.broker.delivery.publish(vhost, "amq.fanout", "", props(delivery_mode=1), b"t", NOW)
     assert transient.ticket == 0 and broker.take_store_ops()[0] == []
 
 
 def test_bcc_is_routed_but_stripped(broker):
     vhost = broker.vhosts["/"]
     for name in ("to", "hidden"):
-        vhost.declare_queue(name, owner=None)
-    vhost.publish("", "to", props(headers={"BCC": ["hidden"], "x": 1}), b"m")
-    entry = vhost.queues["hidden"].get(broker.now, no_ack=True, owner=None)
+        vhost.declare_queue(name, now=NOW, owner=None)
+    vhost.broker.delivery.publish(vhost, "", "to", props(headers={"BCC": ["hidden"], "x": 1}), b"m", NOW)
+    entry = vhost.queues["hidden"].get(NOW, no_ack=True, owner=None)
     assert decode_properties(entry.message.props_raw).headers == {"x": 1}
 
 
 def test_rejected_message_is_dead_lettered_with_x_death(broker):
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("dlx", "fanout")
-    vhost.declare_queue("dead", owner=None)
+    vhost.declare_queue("dead", now=NOW, owner=None)
     vhost.bind("dlx", "dead", QUEUE, "", None)
-    vhost.declare_queue("work", owner=None, arguments={"x-dead-letter-exchange": "dlx"})
-    vhost.publish("", "work", props(), b"bad")
+    vhost.declare_queue("work", now=NOW, owner=None, arguments={"x-dead-letter-exchange": "dlx"})
+    vhost.broker.delivery.publish(vhost, "", "work", props(), b"bad", NOW)
     queue = vhost.queues["work"]
-    entry = queue.get(broker.now, no_ack=False, owner="getter")
-    queue.reject(entry)
-    vhost.drain_dead_letters(queue)
-    dead = vhost.queues["dead"].get(broker.now, no_ack=True, owner=None)
+    entry = queue.get(NOW, no_ack=False, owner="getter")
+    broker.delivery.settle(vhost, [(queue, entry)], Settle.REJECT, NOW)
+    dead = vhost.queues["dead"].get(NOW, no_ack=True, owner=None)
     death = decode_properties(dead.message.props_raw).headers["x-death"][0]
     assert death["reason"] == "rejected" and death["queue"] == "work" and death["count"] == 1
 
@@ -127,7 +127,7 @@ def test_rejected_message_is_dead_lettered_with_x_death(broker):
 def test_queue_delete_cascades_bindings_and_auto_delete_exchange(broker):
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("ad", "direct", auto_delete=True)
-    vhost.declare_queue("q", owner=None)
+    vhost.declare_queue("q", now=NOW, owner=None)
     vhost.bind("ad", "q", QUEUE, "k", None)
     vhost.delete_queue("q")
     assert "ad" not in vhost.exchanges
@@ -137,14 +137,14 @@ def test_definitions_round_trip_keeps_only_durable(broker):
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("dx", "topic", durable=True)
     vhost.declare_exchange("tx", "topic", durable=False)
-    vhost.declare_queue("dq", owner=None, durable=True, arguments={"x-max-length": 5})
-    vhost.declare_queue("tq", owner=None, durable=False)
+    vhost.declare_queue("dq", now=NOW, owner=None, durable=True, arguments={"x-max-length": 5})
+    vhost.declare_queue("tq", now=NOW, owner=None, durable=False)
     vhost.bind("dx", "dq", QUEUE, "a.#", None)
     doc = export_definitions(broker)
     assert [e["name"] for e in doc["exchanges"]] == ["dx"]
     assert [q["name"] for q in doc["queues"]] == ["dq"]
     fresh = Broker()
-    import_definitions(fresh, doc)
+    import_definitions(fresh, doc, NOW)
     v2 = fresh.vhosts["/"]
     assert "dx" in v2.exchanges and "dq" in v2.queues and "tq" not in v2.queues
     assert v2.queues["dq"].arguments == {"x-max-length": 5}

@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from headrace.server.http import api
+from headrace.server.http import messages
 from headrace.server.http.routes import HTTPError, Request
 from session_support import durable_broker
 
@@ -16,12 +16,12 @@ def publish(ctx: SimpleNamespace, n: int) -> None:
     line = json.dumps({"routing_key": "d", "payload": "x", "properties": {"delivery_mode": 2}})
     req = Request("POST", "/api/exchanges/%2F/amq.default/publish-batch", {}, {},
                   "\n".join([line] * n).encode(), user=ctx.broker.users.users["guest"])
-    api.publish_batch(ctx, req, "/", "amq.default")
+    messages.publish_batch(ctx, req, ctx.broker.vhost("/"), "amq.default")
 
 
 def test_http_publish_is_503_while_the_store_is_behind_and_accepted_after_a_flush():
     broker = durable_broker(3)
-    ctx = SimpleNamespace(broker=broker)
+    ctx = SimpleNamespace(broker=broker, now=1000.0)
     publish(ctx, 3)
     assert broker.store_backlog == 3
     with pytest.raises(HTTPError) as info:

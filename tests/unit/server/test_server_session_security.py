@@ -13,6 +13,8 @@ from headrace.server.broker import Broker, Limits
 from headrace.server.session import Session
 from session_support import handshake
 
+NOW = 1000.0  # the broker time the calls below pass
+
 PASSWORDS = {"alice": "pw", "guest": "guest"}
 CAPS = {"capabilities": {"connection.blocked": True}}
 
@@ -20,7 +22,7 @@ CAPS = {"capabilities": {"connection.blocked": True}}
 def open_session(broker: Broker, user: str = "alice", vhost: str = "/") -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
     session = Session(broker, conn)
-    session.handle(conn.receive_data(handshake(user, PASSWORDS[user], vhost, CAPS)))
+    session.handle(conn.receive_data(handshake(user, PASSWORDS[user], vhost, CAPS)), NOW)
     conn.data_to_send()
     assert session.id in broker.connections
     return session, conn
@@ -61,17 +63,17 @@ def make_broker(**limits: int) -> Broker:
     b.ensure_default("/", "guest", "guest")
     b.users.add_user("alice", None, password_hash=hash_password("pw", iterations=1000))
     b.users.set_permission("alice", "/", Permission())
-    b.vhosts["/"].declare_queue("q", owner=None)
+    b.vhosts["/"].declare_queue("q", now=NOW, owner=None)
     return b
 
 
 def test_revoked_write_permission_applies_to_the_next_publish():
     b = make_broker()
     session, conn = open_session(b)
-    session.handle(conn.receive_data(publish("q")))
+    session.handle(conn.receive_data(publish("q")), NOW)
     assert closes(conn.data_to_send()) == [] and b.vhosts["/"].queues["q"].messages_ready == 1
     b.users.set_permission("alice", "/", Permission(write="^$"))
-    session.handle(conn.receive_data(publish("q")))
+    session.handle(conn.receive_data(publish("q")), NOW)
     assert closes(conn.data_to_send()) == [
         (1, 20, 403, "ACCESS_REFUSED - write access to exchange 'amq.default' in vhost '/' refused for user 'alice'")]
     assert b.vhosts["/"].queues["q"].messages_ready == 1
@@ -88,7 +90,7 @@ def test_deleting_the_user_or_the_vhost_closes_connections_with_320():
     b.add_vhost("v")
     b.users.set_permission("guest", "v", Permission())
     on_v, on_v_conn = open_session(b, "guest", "v")
-    on_v.handle(on_v_conn.receive_data(encode_method_frame(1, m.QueueDeclare(queue="excl", exclusive=True))))
+    on_v.handle(on_v_conn.receive_data(encode_method_frame(1, m.QueueDeclare(queue="excl", exclusive=True))), NOW)
     on_v_conn.data_to_send()
     assert b.delete_vhost("v")
     assert closes(on_v_conn.data_to_send()) == [(0, 10, 320, "CONNECTION_FORCED - vhost 'v' is deleted")]
@@ -98,21 +100,21 @@ def test_deleting_the_user_or_the_vhost_closes_connections_with_320():
 def test_uncommitted_transaction_is_held_memory_and_bounded():
     b = make_broker(max_tx_bytes=3000)
     session, conn = open_session(b)
-    session.handle(conn.receive_data(encode_method_frame(1, m.TxSelect())))
+    session.handle(conn.receive_data(encode_method_frame(1, m.TxSelect())), NOW)
     base = b.held_memory()
-    session.handle(conn.receive_data(publish("q", b"a" * 1000) * 2))
+    session.handle(conn.receive_data(publish("q", b"a" * 1000) * 2), NOW)
     assert session.tx_bytes == 2004 and b.held_memory() >= base + 2004
     b.set_alarm("memory", True)
     assert session.read_paused  # a transactional publisher is paused too, before it commits ...
     assert (0, 10, 60) in methods(conn.data_to_send())  # ... and told so with connection.blocked
     b.set_alarm("memory", False)
     assert (0, 10, 61) in methods(conn.data_to_send())
-    session.handle(conn.receive_data(encode_method_frame(1, m.TxCommit())))
+    session.handle(conn.receive_data(encode_method_frame(1, m.TxCommit())), NOW)
     assert session.tx_bytes == 0 and b.vhosts["/"].queues["q"].messages_ready == 2
-    session.handle(conn.receive_data(publish("q", b"b" * 1000) * 2 + encode_method_frame(1, m.TxRollback())))
+    session.handle(conn.receive_data(publish("q", b"b" * 1000) * 2 + encode_method_frame(1, m.TxRollback())), NOW)
     assert session.tx_bytes == 0
     conn.data_to_send()
-    session.handle(conn.receive_data(publish("q", b"c" * 1000) * 3))  # the third crosses 3000
+    session.handle(conn.receive_data(publish("q", b"c" * 1000) * 3), NOW)  # the third crosses 3000
     assert closes(conn.data_to_send()) == [
         (1, 20, 406, "PRECONDITION_FAILED - transaction too large: uncommitted publishes exceed "
                      "max_tx_bytes (3000)")]
@@ -123,7 +125,7 @@ def test_refused_login_with_pipelined_open_sends_one_close():
     b = make_broker()
     conn = AMQPConnection(server_properties={})
     session = Session(b, conn)
-    session.handle(conn.receive_data(handshake("alice", "wrong")))
+    session.handle(conn.receive_data(handshake("alice", "wrong")), NOW)
     sent = closes(conn.data_to_send())
     assert [(c[0], c[1], c[2]) for c in sent] == [(0, 10, 403)]
     assert session.vhost is None and not b.connections

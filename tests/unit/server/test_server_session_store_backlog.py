@@ -15,11 +15,13 @@ from headrace.server.broker.core import STORE_BACKLOG_MAX
 from headrace.server.session import Session
 from session_support import durable_broker, handshake
 
+NOW = 1000.0  # the broker time the calls below pass
+
 
 def open_session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
     session = Session(broker, conn)
-    session.handle(conn.receive_data(handshake()))
+    session.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return session, conn
 
@@ -34,9 +36,9 @@ def test_store_backlog_pauses_publishers_until_the_flusher_takes_a_batch():
     b = durable_broker(4)
     publisher, pconn = open_session(b)
     other, _ = open_session(b)  # has not published: never paused for the backlog
-    publisher.handle(pconn.receive_data(publish() * 3))
+    publisher.handle(pconn.receive_data(publish() * 3), NOW)
     assert b.store_backlog == 3 and not publisher.read_paused
-    publisher.handle(pconn.receive_data(publish()))
+    publisher.handle(pconn.receive_data(publish()), NOW)
     assert b.store_backlog == 4
     assert publisher.read_paused and not other.read_paused
     ops, ticket = b.take_store_ops(2)  # one flusher batch
@@ -48,7 +50,7 @@ def test_store_backlog_pauses_publishers_until_the_flusher_takes_a_batch():
 def test_transient_publishes_add_no_store_ops_so_never_pause():
     b = durable_broker(1)
     session, conn = open_session(b)
-    session.handle(conn.receive_data(publish(persistent=False) * 5))
+    session.handle(conn.receive_data(publish(persistent=False) * 5), NOW)
     assert b.store_backlog == 0 and not session.read_paused
 
 

@@ -1,0 +1,90 @@
+"""The spilled range of one queue: entries that went to its ``Backing`` and are not back yet.
+
+Rule 1: the ``Queue`` owns one ``SpilledRange`` and is its only caller. The range creates the
+backing on first use and keeps the counters the queue reports (depth and body bytes), so a spilled
+message costs two integers in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .backing import Backing
+from .message import QueueEntry
+
+__all__ = ["PURGE_READ_BATCH", "SpilledRange"]
+
+# A purge that must account for every spilled entry reads them back this many at a time (or this
+# many bytes): the batch bounds the memory one purge holds.
+PURGE_READ_BATCH = (4096, 64 << 20)
+
+
+class SpilledRange:
+    __slots__ = ("_factory", "backing", "count", "bytes")
+
+    def __init__(self, factory: Callable[[], Backing] | None) -> None:
+        self._factory = factory
+        self.backing: Backing | None = None
+        self.count = 0
+        self.bytes = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self._factory is not None
+
+    def append(self, entry: QueueEntry) -> bool:
+        """Spill ``entry``; False when the disk has no room even for a first spill file (nothing
+        is spilled yet, so the queue keeps it in memory without breaking FIFO order)."""
+        try:
+            backing = self.backing
+            if backing is None:
+                assert self._factory is not None
+                backing = self.backing = self._factory()
+            backing.append((entry,))
+        except OSError:
+            if self.count:
+                raise
+            return False
+        self.count += 1
+        self.bytes += len(entry.message.body)
+        return True
+
+    def lost(self, count: int, body_bytes: int) -> None:
+        """The backing skipped ``count`` entries it could not read back (damaged records)."""
+        self.count = max(self.count - count, 0)
+        self.bytes = max(self.bytes - body_bytes, 0) if self.count else 0
+
+    def pop_one(self) -> QueueEntry | None:
+        """The head entry, read back at once (rare: a length bound enforced on a spilled head)."""
+        if not self.count or self.backing is None:
+            return None
+        batch = self.backing.read_batch(1, 1 << 30)
+        if not batch:
+            return None
+        self.returned(batch)
+        return batch[0]
+
+    def returned(self, entries: list[QueueEntry]) -> None:
+        """Entries the pager read back are no longer spilled."""
+        self.count -= len(entries)
+        self.bytes -= sum(len(e.message.body) for e in entries)
+
+    def read_all(self) -> list[QueueEntry]:
+        """Every spilled entry, read back in batches (a purge that must see each one)."""
+        out: list[QueueEntry] = []
+        if self.backing is not None:
+            while batch := self.backing.read_batch(*PURGE_READ_BATCH):
+                out.extend(batch)
+        return out
+
+    def drop(self) -> None:
+        if self.backing is not None:
+            self.backing.drop()
+        self.count = 0
+        self.bytes = 0
+
+    def close(self) -> None:
+        self.drop()
+        if self.backing is not None:
+            self.backing.close()
+            self.backing = None

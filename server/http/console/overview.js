@@ -1,0 +1,44 @@
+// Overview: totals, message rates and queued messages charted over time, alarms, listeners, node.
+import { get } from "./api.js";
+import { History, lineChart } from "./chart.js";
+import { fmtBytes, fmtNum, h, kv, rate, totals } from "./ui.js";
+
+const rates = new History(["publish", "deliver_get", "ack"]);
+const queued = new History(["messages_ready", "messages_unacknowledged"]);
+
+export function overviewView(main) {
+  const box = h("div");
+  main.append(h("h2", {}, "Overview"), box);
+  return {
+    async refresh() {
+      const o = await get("/overview");
+      const qt = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
+      rates.add({ publish: rate(ms, "publish"), deliver_get: rate(ms, "deliver_get"), ack: rate(ms, "ack") });
+      queued.add({ messages_ready: qt.messages_ready || 0, messages_unacknowledged: qt.messages_unacknowledged || 0 });
+      const alarms = o.alarms || [];
+      const listeners = o.listeners || [];
+      box.replaceChildren(
+        h("section", { "aria-label": "Totals", class: "card" }, totals([
+          ["Messages", qt.messages, "total-messages"], ["Ready", qt.messages_ready, "total-ready"],
+          ["Unacked", qt.messages_unacknowledged, "total-unacked"], ["Connections", ot.connections, "total-connections"],
+          ["Channels", ot.channels, "total-channels"], ["Exchanges", ot.exchanges, "total-exchanges"],
+          ["Queues", ot.queues, "total-queues"], ["Consumers", ot.consumers, "total-consumers"]])),
+        h("div", { class: "grid" },
+          lineChart(rates, ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }),
+          lineChart(queued, ["Ready", "Unacked"], { title: "Queued messages", unit: "" })),
+        h("div", { class: "grid" },
+          h("section", { class: "card", id: "alarms", "aria-label": "Alarms" }, h("h3", {}, "Alarms"),
+            alarms.length ? alarms.map((a) => h("span", { class: "pill bad" }, `${a} alarm`))
+              : h("span", { class: "pill ok" }, "none: publishers are not blocked")),
+          h("section", { class: "card", "aria-label": "Node" }, h("h3", {}, "Node"), kv([
+            ["Name", o.node], ["Cluster", o.cluster_name ?? ""], ["Version", `${o.product_name} ${o.product_version}`],
+            ["Memory used", fmtBytes(o.mem_used)], ["Resident memory", fmtBytes(o.mem_rss)],
+            ["Disk free", fmtBytes(o.disk_free)]])),
+          h("section", { class: "card", id: "listeners", "aria-label": "Listeners" }, h("h3", {}, "Listeners"),
+            listeners.length ? h("table", {}, h("thead", {}, h("tr", {}, ["Protocol", "Interface", "Port"]
+              .map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, listeners.map((l) =>
+              h("tr", {}, h("td", {}, l.protocol), h("td", {}, l.ip_address), h("td", { class: "num" }, fmtNum(l.port))))))
+              : h("p", { class: "muted" }, "Not reported by this broker version."))));
+    },
+  };
+}

@@ -1,0 +1,156 @@
+// Small DOM helpers, formatters, the confirmation dialog and the list component.
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(tag.startsWith("svg:") ? "http://www.w3.org/2000/svg"
+    : "http://www.w3.org/1999/xhtml", tag.replace("svg:", ""));
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function fmtNum(n) {
+  if (n === undefined || n === null || n === "") return "";
+  return typeof n === "number" ? n.toLocaleString("en-US", { maximumFractionDigits: 2 }) : String(n);
+}
+
+export function fmtBytes(n) {
+  if (n === undefined || n === null) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+export const fmtRate = (r) => (r === undefined || r === null ? "" : `${Number(r).toFixed(1)}/s`);
+
+export function rate(stats, key) {
+  const d = stats && stats[`${key}_details`];
+  return d ? d.rate : 0;
+}
+
+export function kv(pairs) {
+  return h("dl", { class: "kv" }, pairs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+}
+
+export function totals(pairs) {
+  return h("dl", { class: "totals" }, pairs.map(([k, v, id]) =>
+    h("div", { id }, h("dt", {}, k), h("dd", {}, fmtNum(v)))));
+}
+
+export function toast(text) {
+  const el = h("div", { class: "toast", role: "status" }, text);
+  document.body.append(el);
+  setTimeout(() => el.remove(), 4000);
+}
+
+export function confirmAction(text) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "cancel";
+    dialog.showModal();
+    document.getElementById("confirm-ok").focus();
+  });
+}
+
+// A labelled form control: [label, input] with matching ids.
+let seq = 0;
+export function field(label, control) {
+  const id = control.id || `f${++seq}`;
+  control.id = id;
+  return h("div", {}, h("label", { for: id }, label), control);
+}
+
+// Run an API action from a form: errors shown next to it, success reported and the view refreshed.
+export async function act(out, fn, done) {
+  out.textContent = "";
+  try {
+    const msg = await fn();
+    if (msg) toast(msg);
+    if (done) await done();
+  } catch (err) {
+    out.textContent = err.message || String(err);
+  }
+}
+
+// A list: filter (plain text or regex), sortable columns, pages. The rows come from `load()`.
+// Sorting, filtering and paging keep their state across refreshes.
+export class ListView {
+  constructor({ id, columns, load, empty = "Nothing here yet.", pageSize = 20, rowKey }) {
+    Object.assign(this, { id, columns, load, empty, pageSize, rowKey });
+    this.page = 1; this.filter = ""; this.regex = false; this.sort = columns[0].key; this.reverse = false;
+    this.el = h("section", { class: "list", id, "aria-label": id });
+    this.filterInput = h("input", { type: "search", id: `${id}-filter`, placeholder: "name", oninput: () => {
+      this.filter = this.filterInput.value; this.page = 1; this.render(); } });
+    this.regexBox = h("input", { type: "checkbox", id: `${id}-regex`, onchange: () => {
+      this.regex = this.regexBox.checked; this.page = 1; this.render(); } });
+    this.sizeSelect = h("select", { id: `${id}-size`, onchange: () => {
+      this.pageSize = Number(this.sizeSelect.value); this.page = 1; this.render(); } },
+      [20, 50, 100, 500].map((n) => h("option", { value: n, selected: n === pageSize }, n)));
+    this.pager = h("div", { class: "pager" });
+    this.table = h("div", { class: "table-wrap" });
+    this.el.append(h("div", { class: "controls" },
+      h("label", { for: `${id}-filter` }, "Filter"), this.filterInput,
+      h("label", {}, this.regexBox, " regex"),
+      h("label", { for: `${id}-size` }, "Per page"), this.sizeSelect, this.pager), this.table);
+    this.rows = [];
+  }
+
+  async refresh() {
+    this.rows = await this.load();
+    this.render();
+  }
+
+  visible() {
+    let rows = this.rows;
+    if (this.filter) {
+      let test;
+      try {
+        const re = this.regex ? new RegExp(this.filter, "i") : null;
+        test = re ? (n) => re.test(n) : (n) => n.toLowerCase().includes(this.filter.toLowerCase());
+      } catch { test = () => false; }
+      rows = rows.filter((r) => test(String(r.name ?? "")));
+    }
+    const col = this.columns.find((c) => c.key === this.sort) || this.columns[0];
+    const val = col.sortValue || ((r) => r[col.key]);
+    rows = [...rows].sort((a, b) => {
+      const x = val(a), y = val(b);
+      const c = typeof x === "number" && typeof y === "number" ? x - y : String(x ?? "").localeCompare(String(y ?? ""));
+      return this.reverse ? -c : c;
+    });
+    return rows;
+  }
+
+  render() {
+    const rows = this.visible();
+    const pages = Math.max(1, Math.ceil(rows.length / this.pageSize));
+    this.page = Math.min(this.page, pages);
+    const shown = rows.slice((this.page - 1) * this.pageSize, this.page * this.pageSize);
+    const head = h("tr", {}, this.columns.map((c) => h("th", {
+      scope: "col", class: c.num ? "num" : null,
+      "aria-sort": c.key === this.sort ? (this.reverse ? "descending" : "ascending") : null },
+      c.sortable === false ? c.label : h("button", { type: "button", onclick: () => {
+        if (this.sort === c.key) this.reverse = !this.reverse; else { this.sort = c.key; this.reverse = false; }
+        this.render(); } }, c.label))));
+    const body = shown.length ? shown.map((r) => h("tr", { "data-key": this.rowKey ? this.rowKey(r) : r.name },
+      this.columns.map((c) => h("td", { class: c.num ? "num" : null, "data-col": c.key },
+        c.render ? c.render(r) : fmtNum(r[c.key])))))
+      : [h("tr", {}, h("td", { colspan: this.columns.length, class: "muted" }, this.empty))];
+    this.table.replaceChildren(h("table", {}, h("thead", {}, head), h("tbody", {}, body)));
+    const go = (p) => () => { this.page = p; this.render(); };
+    this.pager.replaceChildren(
+      h("button", { type: "button", class: "secondary", disabled: this.page <= 1, onclick: go(this.page - 1),
+        "aria-label": "Previous page" }, "‹"),
+      h("span", { "aria-live": "polite" }, `page ${this.page} of ${pages} (${rows.length} of ${this.rows.length})`),
+      h("button", { type: "button", class: "secondary", disabled: this.page >= pages, onclick: go(this.page + 1),
+        "aria-label": "Next page" }, "›"));
+  }
+}

@@ -1,0 +1,56 @@
+"""``/api/exchanges``: list, show, declare and delete exchanges (publishing: ``messages.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headrace.server.broker import VHost
+
+from .listing import page, visible_vhosts
+from .models import ExchangeBody, check_object_name
+from .routes import Context, Request, Response, Routes, json_response
+
+__all__ = ["routes"]
+
+routes = Routes()
+
+
+def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
+    ex = vhost.exchanges[name]
+    out = {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
+           "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
+           "mirrored": name in vhost.mirrored}
+    policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
+    if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
+        out["policy"] = policy.name
+    return out
+
+
+@routes.get("/api/exchanges")
+@routes.get("/api/exchanges/{vhost}")
+def list_exchanges(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
+    vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
+    return page(req, [_exchange_json(v, n) for v in vhosts for n in sorted(v.exchanges)])
+
+
+@routes.get("/api/exchanges/{vhost}/{name}")
+def get_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    vhost.get_exchange(name)
+    return json_response(200, _exchange_json(vhost, name))
+
+
+@routes.put("/api/exchanges/{vhost}/{name}", perms=[("configure", "name")])
+def put_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    check_object_name(name)
+    body = ExchangeBody.model_validate(req.json())
+    existed = name in vhost.exchanges
+    vhost.declare_exchange(name, body.type, durable=body.durable, auto_delete=body.auto_delete,
+                           internal=body.internal, arguments=body.arguments)
+    return Response(204 if existed else 201)
+
+
+@routes.delete("/api/exchanges/{vhost}/{name}", perms=[("configure", "name")])
+def delete_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    vhost.get_exchange(name)
+    vhost.delete_exchange(name, if_unused=req.arg("if-unused") == "true")
+    return Response(204)

@@ -1,0 +1,137 @@
+"""The pydantic models of the HTTP API's request bodies, and the checks that go with them.
+
+Bodies are validated here, at the edge, before anything reaches the broker: a wrong type is a 400
+with pydantic's account of it. RabbitMQ's rules where they differ from pydantic's lax defaults:
+flags take only true/false or "true"/"false" (``parse_bool``), message properties are typed as AMQP
+carries them. The definitions document has its own module (``definitions_body.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from .routes import HTTPError
+
+__all__ = ["BindingBody", "ExchangeBody", "Flag", "GetBody", "MirrorBody", "PermissionBody", "PropertiesBody",
+           "PublishBody", "QueueBody", "SettleBody", "UserBody", "check_object_name", "from_json_value",
+           "validation_reason"]
+
+
+def _flag(value: Any) -> Any:
+    """RabbitMQ's ``parse_bool``: true/false or the strings "true"/"false"; anything else ("yes", 1)
+    is a 400 rather than pydantic's lax reading of it as a bool."""
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise ValueError(f"{value!r} is not a boolean (true or false)")
+
+
+Flag = Annotated[bool, BeforeValidator(_flag)]
+
+
+def check_object_name(value: str) -> str:
+    """``.`` and ``..`` are path segments that clients and proxies resolve away, so a queue or
+    exchange of that name could never be addressed by a URL again."""
+    if value in (".", ".."):
+        raise HTTPError(400, "bad_request", f"'{value}' is not a valid queue or exchange name")
+    return value
+
+
+class ExchangeBody(BaseModel):
+    type: str = "direct"
+    durable: Flag = True
+    auto_delete: Flag = False
+    internal: Flag = False
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueueBody(BaseModel):
+    durable: Flag = True
+    auto_delete: Flag = False
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class BindingBody(BaseModel):
+    routing_key: str = ""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class PropertiesBody(BaseModel):
+    """Message properties of a publish, typed as AMQP carries them: a wrong type is a 400, not a
+    failure while encoding. Header values ``{"$base64": "..."}`` become byte arrays."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    content_type: str | None = Field(None, max_length=255)
+    content_encoding: str | None = Field(None, max_length=255)
+    headers: dict[str, Any] | None = None
+    delivery_mode: int | None = Field(None, ge=1, le=2)
+    priority: int | None = Field(None, ge=0, le=255)
+    correlation_id: str | None = Field(None, max_length=255)
+    reply_to: str | None = Field(None, max_length=255)
+    expiration: str | None = Field(None, max_length=255)
+    message_id: str | None = Field(None, max_length=255)
+    timestamp: int | None = Field(None, ge=0, lt=1 << 63)
+    type: str | None = Field(None, max_length=255)
+    user_id: str | None = Field(None, max_length=255)
+    app_id: str | None = Field(None, max_length=255)
+    cluster_id: str | None = Field(None, max_length=255)
+
+
+def from_json_value(value: Any) -> Any:
+    """Inverse of ``consume.json_value`` for byte arrays: ``{"$base64": "..."}`` -> bytes."""
+    if isinstance(value, dict):
+        if set(value) == {"$base64"} and isinstance(value["$base64"], str):
+            try:
+                return base64.b64decode(value["$base64"], validate=True)
+            except binascii.Error:
+                raise HTTPError(400, "bad_request", "a $base64 header value is not valid base64") from None
+        return {k: from_json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json_value(v) for v in value]
+    return value
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """One line per problem, e.g. ``properties.priority: Input should be a valid integer``."""
+    return "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors(include_url=False))
+
+
+class PublishBody(BaseModel):
+    routing_key: str = ""
+    payload: str = ""
+    payload_encoding: str = "string"  # or base64
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+
+class GetBody(BaseModel):
+    count: int = Field(1, ge=1, le=10_000)
+    ackmode: str = "ack_requeue_true"
+    encoding: str = "auto"
+    truncate: int | None = Field(None, ge=0)
+
+
+class UserBody(BaseModel):
+    password: str | None = None
+    password_hash: str | None = None
+    tags: str | list[str] = ""
+
+
+class PermissionBody(BaseModel):
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+class MirrorBody(BaseModel):
+    max_age_ms: int | None = Field(None, ge=1)
+    max_bytes: int | None = Field(None, ge=1)
+
+
+class SettleBody(BaseModel):
+    delivery_ids: list[int]
+    action: str = "ack"  # ack | nack | reject
+    requeue: bool = True

@@ -1,0 +1,44 @@
+"""``/api/overview`` and ``/api/whoami``: the broker at a glance, within what the user may see."""
+
+from __future__ import annotations
+
+from .listing import message_stats, visible_vhosts
+from .rates import FIELDS
+from .routes import Context, Request, Response, Routes, json_response, user_of
+
+__all__ = ["routes"]
+
+routes = Routes()
+
+
+@routes.get("/api/overview")
+def overview(ctx: Context, req: Request) -> Response:
+    """Totals over the vhosts the user can see (all of them for an administrator), as RabbitMQ's."""
+    b = ctx.broker
+    user = user_of(req)
+    vhosts = visible_vhosts(ctx, req)
+    names = {v.name for v in vhosts}
+    queues = [q for v in vhosts for q in v.queues.values()]
+    sessions = [s for s in b.connections.values() if s.user is not None and s.vhost.name in names
+                and (user.can_monitor or s.user.name == user.name)]
+    rate_key = ("", "") if user.is_administrator else ("", "user:" + user.name)
+    return json_response(200, {
+        "product_name": "headrace", "product_version": ctx.version, "management_version": ctx.version,
+        "node": "headrace@localhost",
+        "object_totals": {"connections": len(sessions), "channels": sum(len(s.channels) for s in sessions),
+                          "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues),
+                          "consumers": sum(q.consumer_count for q in queues)},
+        "queue_totals": {"messages": sum(q.messages_ready + q.messages_unacked for q in queues),
+                         "messages_ready": sum(q.messages_ready for q in queues),
+                         "messages_unacknowledged": sum(q.messages_unacked for q in queues)},
+        "message_stats": message_stats(ctx, rate_key, ctx.rates,
+                                       tuple(sum(getattr(q.stats, f) for q in queues) for f, _ in FIELDS)),
+        "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
+        "disk_free": b.disk_free,
+    })
+
+
+@routes.get("/api/whoami")
+def whoami(ctx: Context, req: Request) -> Response:
+    user = user_of(req)
+    return json_response(200, {"name": user.name, "tags": list(user.tags)})

@@ -1,0 +1,50 @@
+"""``/api/users``: list, show, create and delete users (administrators only, as in RabbitMQ)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headrace.server.auth import User
+
+from .listing import page
+from .models import UserBody
+from .routes import Context, HTTPError, Request, Response, Routes, json_response
+
+__all__ = ["routes"]
+
+routes = Routes()
+
+
+def _user_json(u: User) -> dict[str, Any]:
+    return {"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256", "limits": {}}
+
+
+@routes.get("/api/users", admin=True)
+def list_users(ctx: Context, req: Request) -> Response:
+    return page(req, [_user_json(u) for u in ctx.broker.users.users.values()])
+
+
+@routes.get("/api/users/{name}", admin=True)
+def get_user(ctx: Context, req: Request, name: str) -> Response:
+    user = ctx.broker.users.users.get(name)
+    if user is None:
+        raise HTTPError(404, "not_found", f"user '{name}' not found")
+    return json_response(200, _user_json(user))
+
+
+@routes.put("/api/users/{name}", admin=True)
+def put_user(ctx: Context, req: Request, name: str) -> Response:
+    body = UserBody.model_validate(req.json())
+    tags = body.tags.split(",") if isinstance(body.tags, str) else body.tags
+    existed = name in ctx.broker.users.users
+    ctx.broker.users.add_user(name, body.password, [t for t in tags if t], password_hash=body.password_hash)
+    ctx.broker.definitions_changed()
+    return Response(204 if existed else 201)
+
+
+@routes.delete("/api/users/{name}", admin=True)
+def delete_user(ctx: Context, req: Request, name: str) -> Response:
+    if not ctx.broker.users.delete_user(name):
+        raise HTTPError(404, "not_found", f"user '{name}' not found")
+    ctx.broker.definitions_changed()
+    return Response(204)

@@ -1,0 +1,216 @@
+"""The web console in a real browser (headless Debian Chromium) against a real broker.
+
+Everything the console shows or changes goes through the management API, so these tests act in
+the page the way a user does and check the effect both on screen and through the API. Screenshots
+of every tab land in tests/artifacts/ (not committed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_support import unique
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+pytestmark = pytest.mark.timeout(90)
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+WAIT = 10.0
+TABS = ("overview", "connections", "channels", "exchanges", "queues", "admin", "mirrors")
+
+
+def wait(driver: WebDriver, cond, timeout: float = WAIT):
+    """Poll ``cond(driver)`` until it is truthy (a re-rendered element is simply looked up again)."""
+    return WebDriverWait(driver, timeout, poll_frequency=0.05,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(cond)
+
+
+def css(driver: WebDriver, selector: str):
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def text_of(selector: str):
+    return lambda d: d.find_element(By.CSS_SELECTOR, selector).text
+
+
+def login(driver: WebDriver, base: str, user: str = "guest", password: str = "guest") -> None:
+    driver.get(base + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(base + "/#/overview")
+    wait(driver, lambda d: css(d, "#login").is_displayed())
+    css(driver, "#login-user").send_keys(user)
+    css(driver, "#login-password").send_keys(password, Keys.ENTER)  # the keyboard alone logs in
+    wait(driver, lambda d: css(d, "#shell").is_displayed() and user in css(d, "#whoami").text)
+
+
+def go(driver: WebDriver, base: str, route: str) -> None:
+    """Open a route and wait for its first refresh to finish."""
+    before = driver.execute_script("return document.getElementById('main').dataset.refreshed || ''")
+    driver.get(f"{base}/#/{route}")
+    wait(driver, lambda d: d.execute_script("return document.getElementById('main').dataset.refreshed || ''")
+         not in ("", before))
+
+
+def fill(driver: WebDriver, values: dict[str, str]) -> None:
+    for selector, value in values.items():
+        el = css(driver, selector)
+        if el.tag_name == "select":
+            Select(el).select_by_value(value)
+        else:
+            el.clear()
+            el.send_keys(value)
+
+
+def confirm(driver: WebDriver) -> None:
+    wait(driver, lambda d: css(d, "#confirm").get_attribute("open") is not None)
+    css(driver, "#confirm-ok").click()
+
+
+def shot(driver: WebDriver, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / f"console-{name}.png"))
+
+
+def row(driver: WebDriver, list_id: str, key: str):
+    return driver.find_element(By.CSS_SELECTOR, f'#{list_id} tr[data-key="{key}"]')
+
+
+def test_console_files_are_served_without_a_login_and_nothing_else_is(broker):
+    with httpx.Client(base_url=broker.http_url, timeout=5) as http:
+        index = http.get("/")
+        assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
+        assert 'src="/console/app.js"' in index.text and "cache-control" in index.headers
+        js = http.get("/console/app.js")
+        assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+        assert "max-age" in js.headers["cache-control"]
+        assert http.get("/console/style.css").headers["content-type"].startswith("text/css")
+        for path in ("/console/..%2Fapi.py", "/console/%2e%2e%2fconsole.py", "/console/%2e%2e",
+                     "/console/console.py", "/console/nothing.js"):
+            assert http.get(path).status_code == 404, path
+        assert http.get("/api/overview").status_code == 401  # the data still needs a login
+
+
+def test_wrong_password_is_refused_on_the_login_form(browser, broker):
+    browser.get(broker.http_url + "/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    wait(browser, lambda d: css(d, "#login").is_displayed())
+    css(browser, "#login-user").send_keys("guest")
+    css(browser, "#login-password").send_keys("wrong", Keys.ENTER)
+    wait(browser, lambda d: css(d, "#login-error").text == "Login failed")
+    assert browser.execute_script("return sessionStorage.getItem('headrace.auth')") is None
+
+
+def test_declare_publish_see_count_and_rate_get_back(browser, broker):
+    base = broker.http_url
+    q = unique("console-q")
+    login(browser, base)
+    go(browser, base, "queues")
+    fill(browser, {"#queue-name": q, "#queue-durable": "false"})
+    css(browser, "#add-queue-form button[type=submit]").click()
+    wait(browser, lambda d: row(d, "queues", f"/|{q}"))
+
+    # bind it to amq.direct from its page, then publish from the exchange's page
+    row(browser, "queues", f"/|{q}").find_element(By.TAG_NAME, "a").click()
+    wait(browser, lambda d: css(d, "#queue-ready dd").text == "0")
+    fill(browser, {"#bind-other": "amq.direct", "#bind-key": q})
+    css(browser, "#bind-key").send_keys(Keys.ENTER)
+    wait(browser, lambda d: row(d, "bindings", f"amq.direct|{q}|{q}"))
+
+    go(browser, base, "exchange/%2F/amq.direct")
+    wait(browser, lambda d: row(d, "bindings", f"amq.direct|{q}|{q}"))
+    fill(browser, {"#publish-routing-key": q, "#publish-payload": "hello from the console",
+                   "#publish-headers": '{"x-origin": "browser"}'})
+    css(browser, "#publish-form button[type=submit]").click()
+    wait(browser, lambda d: "Message published." in d.find_element(By.CSS_SELECTOR, ".toast").text)
+
+    go(browser, base, f"queue/%2F/{q}")
+    Select(css(browser, "#refresh")).select_by_value("2000")
+    wait(browser, lambda d: css(d, "#queue-ready dd").text == "1")
+    rate = lambda d: float(d.find_element(By.CSS_SELECTOR, '.legend li[data-series="publish"] .rate-value')
+                           .text.removesuffix("/s"))
+    wait(browser, lambda d: rate(d) > 0)
+    shot(browser, "queue")
+
+    fill(browser, {"#get-ackmode": "ack_requeue_true", "#get-encoding": "auto", "#get-count": "1"})
+    css(browser, "#get-form button[type=submit]").click()
+    wait(browser, lambda d: css(d, "#get-results pre.payload").text == "hello from the console")
+    assert "x-origin" in css(browser, "#get-results").text
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 1  # requeued
+
+    css(browser, "#purge-button").click()
+    confirm(browser)
+    wait(browser, lambda d: css(d, "#queue-ready dd").text == "0")
+    css(browser, "#delete-button").click()
+    confirm(browser)
+    wait(browser, lambda d: d.current_url.endswith("#/queues"))
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.get(f"/api/queues/%2F/{q}").status_code == 404
+
+
+def test_admin_creates_a_user_with_permissions(browser, broker):
+    base = broker.http_url
+    name = unique("console-user")
+    login(browser, base)
+    go(browser, base, "admin")
+    fill(browser, {"#user-name": name, "#user-password": "secret", "#user-tags": "management"})
+    css(browser, "#add-user-form button[type=submit]").click()
+    wait(browser, lambda d: row(d, "users", name))
+    fill(browser, {"#perm-user": name, "#perm-vhost": "/", "#perm-read": "^console-.*"})
+    css(browser, "#set-permission-form button[type=submit]").click()
+    wait(browser, lambda d: row(d, "permissions", f"{name}|/"))
+    with httpx.Client(base_url=base, auth=(name, "secret"), timeout=5) as http:
+        assert http.get("/api/whoami").json() == {"name": name, "tags": ["management"]}
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.get(f"/api/permissions/%2F/{name}").json()["read"] == "^console-.*"
+
+
+def test_monitoring_user_sees_no_message_contents(browser, broker):
+    base = broker.http_url
+    q, user = unique("console-secret"), unique("console-monitor")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+        http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": "top secret"})
+        http.put(f"/api/users/{user}", json={"password": "pw", "tags": "monitoring"})
+        http.put(f"/api/permissions/%2F/{user}", json={"configure": ".*", "write": ".*", "read": ".*"})
+    login(browser, base, user, "pw")
+    go(browser, base, f"queue/%2F/{q}")
+    wait(browser, lambda d: css(d, "#queue-ready dd").text == "1")
+    assert css(browser, "#get-messages-denied").is_displayed()
+    assert not browser.find_elements(By.CSS_SELECTOR, "#get-form")
+    assert "top secret" not in browser.page_source
+    with httpx.Client(base_url=base, auth=(user, "pw"), timeout=5) as http:  # and not through the API
+        assert http.post(f"/api/queues/%2F/{q}/get", json={"count": 1, "ackmode": "ack_requeue_true"}).status_code == 403
+    go(browser, base, "admin")
+    wait(browser, lambda d: "needs the administrator tag" in css(d, "main").text)
+
+
+def test_every_tab_renders_at_desktop_and_phone_width(browser, broker):
+    base = broker.http_url
+    login(browser, base)
+    try:
+        for width, label in ((1280, "desktop"), (390, "phone")):
+            browser.set_window_size(width, 900)
+            for tab in TABS:
+                go(browser, base, tab)
+                assert css(browser, f'#tabs a[data-tab="{tab}"]').get_attribute("aria-current") == "page"
+                assert css(browser, "#banner").text == ""  # no API error on any tab
+                # nothing wider than the window: the page never scrolls sideways as a whole
+                assert browser.execute_script("return document.documentElement.scrollWidth") <= width + 1, tab
+                shot(browser, f"{tab}-{label}")
+        # every form control has a label
+        go(browser, base, "admin")
+        unlabelled = browser.execute_script(
+            "return [...document.querySelectorAll('main input, main select, main textarea')]"
+            ".filter(e => !e.labels || e.labels.length === 0).map(e => e.id)")
+        assert unlabelled == []
+    finally:
+        browser.set_window_size(1280, 900)
+

@@ -1,0 +1,60 @@
+"""A connection's lifecycle as the session keeps it: HANDSHAKE -> OPEN -> CLOSING -> CLOSED, forward
+only, and the connection's broker state dropped exactly once when it stops being live. Real
+Session, AMQPConnection and Broker driven by bytes."""
+
+from __future__ import annotations
+
+from headrace.server.amqp import methods as m
+from headrace.server.amqp.codec import encode_method_frame
+from headrace.server.amqp.connection import AMQPConnection
+from headrace.server.amqp.errors import ConnectionException
+from headrace.server.amqp.spec import ReplyCode
+from headrace.server.broker import Broker
+from headrace.server.session import Lifecycle, Session
+from session_support import handshake
+
+NOW = 1000.0
+
+
+def make_broker() -> Broker:
+    b = Broker()
+    b.ensure_default("/", "guest", "guest")
+    return b
+
+
+def test_handshake_opens_then_a_client_close_ends_it_and_drops_its_state():
+    b = make_broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    assert session.state is Lifecycle.HANDSHAKE and session.reading
+    session.handle(conn.receive_data(handshake()), NOW)
+    assert session.state is Lifecycle.OPEN and session.id in b.connections
+    session.handle(conn.receive_data(encode_method_frame(1, m.QueueDeclare(queue="mine", exclusive=True))), NOW)
+    assert "mine" in b.vhosts["/"].queues
+    session.handle(conn.receive_data(encode_method_frame(0, m.ConnectionClose(200, "bye", 0, 0))), NOW)
+    assert session.state is Lifecycle.CLOSED and session.closed and not session.reading
+    assert "mine" not in b.vhosts["/"].queues and session.id not in b.connections
+
+
+def test_server_close_waits_for_close_ok_and_never_goes_back():
+    b = make_broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    session.handle(conn.receive_data(handshake()), NOW)
+    session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - test"))
+    assert session.state is Lifecycle.CLOSING and not session.reading and not session.closed
+    assert session.id not in b.connections  # dropped on leaving OPEN, not at the socket's end
+    session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - again"))
+    assert session.state is Lifecycle.CLOSING
+    session.connection_lost(NOW)
+    assert session.state is Lifecycle.CLOSED
+    session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - late"))
+    assert session.state is Lifecycle.CLOSED
+
+
+def test_a_refused_login_leaves_a_pipelined_open_unanswered():
+    b = make_broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    session.handle(conn.receive_data(handshake(password="wrong")), NOW)
+    assert session.state is Lifecycle.CLOSING and session.vhost is None and not b.connections
