@@ -64,6 +64,10 @@ def test_snapshot_restore_round_trip_keeps_order_and_drops_expired():
     assert [k for w, k, _ in again.snapshot(11.0) if w == window_id("exchange", "/", "ex")] == ["c", "d", "a"]
 
 
+def publish(vhost, exchange, routing_key, props_raw, body):
+    return vhost.broker.delivery.publish(vhost, exchange, routing_key, props_raw, body, 1000.0)
+
+
 @pytest.fixture
 def broker() -> Broker:
     b = Broker(store_enabled=True)
@@ -76,31 +80,31 @@ def test_exchange_window_confirms_a_duplicate_without_routing_storing_or_mirrori
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("ex", "fanout", durable=True, arguments={"x-message-deduplication": True,
                                                                   "x-cache-size": 10})
-    vhost.declare_queue("q", owner=None, durable=True)
+    vhost.declare_queue("q", owner=None, now=1000.0, durable=True)
     vhost.bind("ex", "q", QUEUE, "", None)
     vhost.set_mirror("ex", True)
     p = props(headers={"x-deduplication-header": "k1"}, delivery_mode=2)
-    first = vhost.publish("ex", "", p, b"one")
+    first = publish(vhost, "ex", "", p, b"one")
     ops_after_first, _ = broker.take_store_ops()
-    second = vhost.publish("ex", "", p, b"two")
+    second = publish(vhost, "ex", "", p, b"two")
     assert first.routed and second.routed  # no basic.return for a duplicate
     assert second.ticket == broker.store_ticket  # its confirm waits for what came before it
     assert broker.take_store_ops()[0] == [] and len(ops_after_first) == 1
     assert vhost.queues["q"].messages_ready == 1
     assert len(broker.take_mirror_records()) == 1
-    vhost.publish("ex", "", props(headers={"x-deduplication-header": "k2"}), b"three")
+    publish(vhost, "ex", "", props(headers={"x-deduplication-header": "k2"}), b"three")
     assert vhost.queues["q"].messages_ready == 2
 
 
 def test_queue_window_drops_only_for_that_queue(broker):
     vhost = broker.vhosts["/"]
-    vhost.declare_queue("dedup-q", owner=None, arguments={"x-message-deduplication": True})
-    vhost.declare_queue("plain-q", owner=None)
+    vhost.declare_queue("dedup-q", owner=None, now=1000.0, arguments={"x-message-deduplication": True})
+    vhost.declare_queue("plain-q", owner=None, now=1000.0)
     for q in ("dedup-q", "plain-q"):
         vhost.bind("amq.fanout", q, QUEUE, "", None)
     for _ in range(3):
-        assert vhost.publish("amq.fanout", "", props(message_id="same"), b"x").routed
+        assert publish(vhost, "amq.fanout", "", props(message_id="same"), b"x").routed
     assert vhost.queues["dedup-q"].messages_ready == 1 and vhost.queues["plain-q"].messages_ready == 3
     vhost.unbind("amq.fanout", "plain-q", QUEUE, "", None)
-    result = vhost.publish("amq.fanout", "", props(message_id="same"), b"x")
+    result = publish(vhost, "amq.fanout", "", props(message_id="same"), b"x")
     assert result.routed and vhost.queues["dedup-q"].messages_ready == 1
