@@ -1,10 +1,11 @@
 // How a connection ends, with amqplib: a close sent while a burst of publishes is still buffered
-// gets close-ok (no ECONNRESET), and an exclusive queue is free again the moment its connection's
-// socket is destroyed without a connection.close.
+// gets close-ok (no ECONNRESET), a server-initiated close reaches a busy client as connection.close,
+// and an exclusive queue is free again the moment its connection's socket is destroyed without a
+// connection.close.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import amqp from 'amqplib';
-import { URL, unique, within, withConnection } from './support.mjs';
+import { HTTP_URL, URL, unique, within, withConnection } from './support.mjs';
 
 test('close right behind a burst of publishes resolves with close-ok', async () => {
   const conn = await amqp.connect(URL);
@@ -33,4 +34,30 @@ test('an exclusive queue is free as soon as its socket is destroyed', async () =
     const ch = await conn.createChannel();
     assert.equal((await ch.assertQueue(name, { exclusive: true })).queue, name); // no 405
   });
+});
+
+test('a server-initiated close reaches a busy client as connection.close, not a reset', async () => {
+  const conn = await amqp.connect(URL);
+  const errors = [];
+  conn.on('error', (err) => errors.push(err));
+  const closed = new Promise((resolve) => conn.on('close', resolve));
+  const ch = await conn.createChannel();
+  const { queue } = await ch.assertQueue(unique('node-forced'), { exclusive: true });
+  const port = conn.connection.stream.localPort;
+  const auth = `Basic ${Buffer.from('guest:guest').toString('base64')}`;
+  const listed = await (await fetch(`${HTTP_URL}/api/connections`, { headers: { authorization: auth } })).json();
+  const mine = listed.find((c) => c.peer_port === port);
+  assert.ok(mine, 'the connection is listed');
+  const body = Buffer.alloc(64 * 1024, 'y');
+  for (let i = 0; i < 200; i += 1) {
+    ch.sendToQueue(queue, body);  // still being written when the broker closes
+  }
+  const answer = await fetch(`${HTTP_URL}/api/connections/${encodeURIComponent(mine.name)}`,
+    { method: 'DELETE', headers: { authorization: auth } });
+  assert.equal(answer.status, 204);
+  const reason = await within(closed, 5000, 'close');
+  // amqplib reports a 320 close as the 'close' event's reason; a reset socket would be an 'error'
+  assert.deepEqual(errors.map(String), []);
+  assert.equal(reason.code, 320);
+  assert.match(reason.message, /CONNECTION_FORCED/);
 });
