@@ -129,7 +129,7 @@ class Flusher:
         if added and self.dedup is not None:
             self.dedup.append(added, sync=self.store.fsync_mode is not FsyncMode.OFF)
             if self.dedup.wants_compaction:
-                self.dedup.rewrite(broker.delivery.dedup.snapshot(broker.now))
+                self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))
 
     async def drain(self, broker: Broker) -> None:
         """Shutdown: every op still in the outbox goes to disk (or is reported as not written)."""
