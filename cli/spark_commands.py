@@ -7,6 +7,7 @@ SparkSession builder, so the same job runs on a cluster that can read the data d
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -96,13 +97,21 @@ def _filters(start: str | None, end: str | None) -> dict[str, Any]:
 
 spark_options = [
     click.option("--data-dir", default="headrace-data", show_default=True, help="The broker's data directory."),
-    click.option("--exchange", required=True),
+    click.option("--exchange", help="A mirrored exchange's log."),
+    click.option("--stream", help="A stream queue's log (instead of --exchange)."),
     click.option("--vhost", default="/", show_default=True),
     click.option("--from", "start", help="First offset, or ISO time."),
     click.option("--to", "end", help="Last offset (inclusive), or ISO time."),
     click.option("--master", default="local[*]", show_default=True),
     click.option("--conf", multiple=True, help="Spark configuration k=v (repeatable)."),
 ]
+
+
+def _source(data_dir: str, exchange: str | None, stream: str | None) -> tuple[str, str]:
+    """(root, log name): a stream queue's log lies under <data dir>/streams, in the mirror layout."""
+    if (exchange is None) == (stream is None):
+        raise click.UsageError("give one of --exchange or --stream")
+    return (data_dir, exchange) if stream is None else (str(Path(data_dir) / "streams"), stream)  # type: ignore[return-value]
 
 
 def _with(options: list[Any]) -> Any:
@@ -121,11 +130,15 @@ def _with(options: list[Any]) -> Any:
 @click.option("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/%2F", show_default=True)
 @click.option("--progress-dir", help="Where confirmed offsets are kept (resume without duplicates); default: "
               "<data-dir>/replay-progress/<hash of the job's parameters>.")
-def replay_command(data_dir: str, exchange: str, vhost: str, start: str | None, end: str | None, master: str,
-                   conf: tuple[str, ...], pattern: str | None, to_exchange: str | None, rate: float | None,
-                   amqp_url: str, progress_dir: str | None) -> None:
-    """Publish a mirrored exchange's messages again, in order per routing key."""
+def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
+                   end: str | None, master: str, conf: tuple[str, ...], pattern: str | None, to_exchange: str | None,
+                   rate: float | None, amqp_url: str, progress_dir: str | None) -> None:
+    """Publish a mirrored exchange's (or a stream's) messages again, in order per routing key."""
     from headrace.spark_bridge.replay import replay
+
+    if stream is not None and to_exchange is None:
+        raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
+    data_dir, exchange = _source(data_dir, exchange, stream)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
@@ -140,10 +153,13 @@ def replay_command(data_dir: str, exchange: str, vhost: str, start: str | None, 
 @click.option("--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
 @click.option("--out", required=True, help="Output directory.")
 @click.option("--partition-by", type=click.Choice(["date", "routing_key"]))
-def export_command(data_dir: str, exchange: str, vhost: str, start: str | None, end: str | None, master: str,
-                   conf: tuple[str, ...], fmt: str, out: str, partition_by: str | None) -> None:
-    """Write a mirrored exchange's log as Parquet or JSON."""
+def export_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
+                   end: str | None, master: str, conf: tuple[str, ...], fmt: str, out: str,
+                   partition_by: str | None) -> None:
+    """Write a mirrored exchange's (or a stream's) log as Parquet or JSON."""
     from headrace.spark_bridge.export import export
+
+    data_dir, exchange = _source(data_dir, exchange, stream)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)

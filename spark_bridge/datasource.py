@@ -48,6 +48,7 @@ __all__ = ["DEFAULT_PARTITION_BYTES", "SCHEMA", "HeadraceDataSource", "register"
 DEFAULT_PARTITION_BYTES = 32 << 20
 # Smallest range worth a task of its own (Spark's spark.sql.files.openCostInBytes).
 MIN_PARTITION_BYTES = 4 << 20
+STREAMS_DIR = "streams"  # persistence.stream_log.stream_root: stream queues' logs
 
 
 def _time_ms(value: str | None) -> int | None:
@@ -87,9 +88,14 @@ class _Options:
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> _Options:
-        path, exchange = options.get("path"), options.get("exchange")
+        path, exchange, stream = options.get("path"), options.get("exchange"), options.get("stream")
+        if stream is not None and path:
+            if exchange is not None:
+                raise ValueError("the headrace source reads one log: give 'exchange' or 'stream', not both")
+            # a stream queue's log has the mirror layout under <data dir>/streams
+            path, exchange = str(Path(path) / STREAMS_DIR), stream
         if not path or exchange is None:
-            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange'")
+            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange' or 'stream'")
         bounds = Bounds(_int(options.get("fromOffset")), _int(options.get("toOffset")),
                         _time_ms(options.get("fromTime")), _time_ms(options.get("toTime")),
                         options.get("routingKey") or None)

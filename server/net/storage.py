@@ -29,6 +29,7 @@ from .flusher import Flusher
 from .mirror_writer import MirrorWriter
 from .pager import Pager
 from .recovery import recover
+from .stream_writer import StreamWriter
 
 if TYPE_CHECKING:
     from .gate import Gate
@@ -45,7 +46,8 @@ class Storage:
         self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.segment_max_bytes,
                                   fsync=FsyncMode(settings.fsync))
         self.spill = SpillStore(data_dir / "spill", report=self.disk)
-        self.flusher = Flusher(self.store, self.disk, settings)
+        self.streams = StreamWriter(data_dir, settings.fsync != "off")
+        self.flusher = Flusher(self.store, self.disk, settings, self.streams)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
 
@@ -54,6 +56,7 @@ class Storage:
 
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)
+        self.streams.recover(broker)
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
         self.disk.broker, self.disk.gate = broker, gate
@@ -75,3 +78,4 @@ class Storage:
             log.error("message store: records not written at shutdown (%s); none was confirmed", exc)
         self.spill.close()
         self.mirror_writer.close()
+        self.streams.close()
