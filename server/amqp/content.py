@@ -11,7 +11,7 @@ import struct
 
 from . import methods as m
 from .errors import ConnectionException
-from .properties import check_properties
+from .properties import FIXED_SIZES, check_properties
 from .spec import ReplyCode
 from .tables import FrameSyntaxError
 
@@ -42,6 +42,8 @@ def parse_header(payload: bytes) -> tuple[int, bytes]:
     if class_id != _BASIC:
         raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
     props_raw = payload[12:]
+    if FIXED_SIZES.get(payload[12] << 8 | payload[13]) == len(props_raw):
+        return size, props_raw  # the common case, and nothing to walk
     try:
         check_properties(props_raw)
     except FrameSyntaxError as exc:
