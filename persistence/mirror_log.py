@@ -400,6 +400,7 @@ class ReadRange:
     stop: int | None  # None: to the end of the file (the torn tail excluded by the reader)
     first_offset: int
     end_offset: int | None
+    size: int = 0  # bytes (for an open-ended range: as the segment was when listed)
 
 
 def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, from_offset: int | None = None,
@@ -435,9 +436,9 @@ def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, fro
             if position <= cut or stop is not None and position >= stop:
                 continue
             if position - cut >= target_bytes:
-                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset))
+                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset, position - cut))
                 cut, cut_first = position, offset
-        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end))
+        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end, (seg.size if stop is None else stop) - cut))
     return out
 
 

@@ -67,9 +67,12 @@ def _int(value: str | None) -> int | None:
 
 
 class RangePartition(InputPartition):
-    def __init__(self, rng: ReadRange, vhost: str, exchange: str, bounds: Bounds) -> None:
-        super().__init__(rng.path)
-        self.range, self.vhost, self.exchange, self.bounds = rng, vhost, exchange, bounds
+    """Consecutive ranges read by one task: one range of a big segment, or several small segments
+    packed together (as Spark packs small files), so a log of many small segments is not a task each."""
+
+    def __init__(self, ranges: list[ReadRange], vhost: str, exchange: str, bounds: Bounds) -> None:
+        super().__init__(ranges[0].path)
+        self.ranges, self.vhost, self.exchange, self.bounds = ranges, vhost, exchange, bounds
 
 
 def _tighter(current: int | None, new: int, *, lower: bool) -> int:
@@ -106,11 +109,20 @@ class _Options:
         ranges = read_ranges(Path(self.path), self.vhost, self.exchange, target_bytes=self.partition_bytes,
                              from_offset=bounds.from_offset, to_offset=bounds.to_offset,
                              from_ts=bounds.from_ts, to_ts=bounds.to_ts)
-        return [RangePartition(r, self.vhost, self.exchange, bounds) for r in ranges]
+        groups: list[list[ReadRange]] = []
+        size = self.partition_bytes
+        for r in ranges:
+            if size + r.size > self.partition_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(r)
+            size += r.size
+        return [RangePartition(g, self.vhost, self.exchange, bounds) for g in groups]
 
 
 def _read(partition: RangePartition) -> Iterator[Any]:
-    yield from range_batches(partition.range, partition.vhost, partition.exchange, partition.bounds)
+    for r in partition.ranges:
+        yield from range_batches(r, partition.vhost, partition.exchange, partition.bounds)
 
 
 class HeadraceReader(DataSourceReader):

@@ -29,6 +29,7 @@ from headrace.server.amqp.properties import decode_properties, quick_props, repl
 
 from . import errors
 from .dead_letters import dead_letter_message
+from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
 from .stream_queue import StreamQueue
@@ -57,6 +58,7 @@ class Delivery:
         self.store = store
         self.mirror = mirror
         self.replies = replies
+        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
 
     # ------------------------------------------------------------------ ids
@@ -100,6 +102,10 @@ class Delivery:
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
                                   delivery_mode == 2 and exchange.durable)
         result = exchange.route(routing_key, headers, vhost.exchanges.get)
+        targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
+                                    props_raw, headers, now)
+        if targets is None:  # a duplicate (dedup.py): confirmed once what came before it is, not routed nor stored
+            return PublishResult(True, False, self.store.ticket)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
             props_raw = replace_headers(props_raw, headers)
@@ -107,7 +113,7 @@ class Delivery:
                           delivery_mode == 2, priority or 0, expiration_ms, headers, now)
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
-        if not result.queues:
+        if not targets:
             return PublishResult(False)
         rejected = False
         durable: list[str] = []
@@ -118,7 +124,7 @@ class Delivery:
         ticket = 0
         store = self.store
         record = None
-        for qname in result.queues:
+        for qname in targets:
             queue = queues.get(qname)
             if queue is None or qname == cycle_guard:
                 continue

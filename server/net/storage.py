@@ -13,12 +13,14 @@ failure to the ``DiskWatch`` (the disk alarm stays up) and retries until it is w
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
 from headrace.persistence import FsyncMode, MessageStore
+from headrace.persistence.dedup_journal import DedupJournal
 from headrace.persistence.spill import SpillStore
 from headrace.queues.backing import Backing
 from headrace.server.broker import Broker
@@ -50,12 +52,15 @@ class Storage:
         self.flusher = Flusher(self.store, self.disk, settings, self.streams)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
+        self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         return self.spill.backing(f"{vhost}\x00{queue}")
 
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)
+        broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
+        self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
         self.streams.recover(broker)
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
@@ -69,6 +74,7 @@ class Storage:
     async def drain(self, broker: Broker) -> None:
         """Shutdown: what the outboxes hold goes to disk."""
         await self.flusher.drain(broker)
+        self.flusher.journal_dedup(broker)
         await self.mirror_writer.write(broker)
 
     def close(self) -> None:
@@ -79,3 +85,4 @@ class Storage:
         self.spill.close()
         self.mirror_writer.close()
         self.streams.close()
+        self.dedup.close()
