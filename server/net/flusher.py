@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from headrace.persistence import DropQueue, FsyncMode, MessageStore, PurgeQueue, StoreOp
+from headrace.persistence.dedup_journal import DedupJournal
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
@@ -55,6 +56,7 @@ class Flusher:
         # 1.55x in A/B); a slow disk moves it to a worker thread so it cannot stall the event loop
         self._inline_sync_max = settings.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
+        self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
 
     def kick(self) -> None:
         """The broker's store outbox got its first op."""
@@ -97,6 +99,7 @@ class Flusher:
             self.disk.wrote(max(store.disk_bytes() - before, 0))
             if store.failing is None:
                 self.disk.write_ok("store")
+            self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
             broker.store_synced(ticket)
         if gate is not None:
             gate.notify()
@@ -110,6 +113,14 @@ class Flusher:
             else:
                 if reclaimed:
                     log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+
+    def journal_dedup(self, broker: Broker) -> None:
+        """Appends the dedup keys added since the last group (fsynced unless fsync is off)."""
+        added = broker.delivery.dedup.take_added()
+        if added and self.dedup is not None:
+            self.dedup.append(added, sync=self.store.fsync_mode is not FsyncMode.OFF)
+            if self.dedup.wants_compaction:
+                self.dedup.rewrite(broker.delivery.dedup.snapshot(broker.now))
 
     async def drain(self, broker: Broker) -> None:
         """Shutdown: every op still in the outbox goes to disk (or is reported as not written)."""
