@@ -25,6 +25,7 @@ from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
+from .stream_writer import STREAM_OPS, StreamWriter
 
 if TYPE_CHECKING:
     from .gate import Gate
@@ -46,8 +47,9 @@ WRITE_RETRY_INTERVAL = 0.5
 
 
 class Flusher:
-    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings) -> None:
+    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter) -> None:
         self.store = store
+        self.streams = streams  # the stream queues' logs: written in the same group as the store
         self.disk = disk
         self.settings = settings
         self._kick = trio.Event()
@@ -82,10 +84,16 @@ class Flusher:
 
     async def flush_once(self, broker: Broker, gate: Gate | None) -> None:
         """One group: take the outbox's oldest ops, write them, release their waiters."""
-        ops, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        ops: list[StoreOp] = taken  # type: ignore[assignment]
+        stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None
+        if stream_ops:
+            ops = [op for op in taken if type(op) not in STREAM_OPS]  # type: ignore[misc]
         store = self.store
         before = store.disk_bytes()
         try:
+            if stream_ops or any(type(op) is DropQueue for op in ops):
+                await self.streams.write_group(broker, (stream_ops or []) + [op for op in ops if type(op) is DropQueue])
             await self._write_group(broker, ops, ticket)
         except OSError as exc:
             # disk full (or failing): the store cut its files back to the last whole record and
@@ -106,6 +114,7 @@ class Flusher:
         now = trio.current_time()
         if now - self._last_compact > COMPACT_INTERVAL:
             self._last_compact = now
+            await self.streams.retention(broker)  # idle streams age too
             try:
                 reclaimed = await trio.to_thread.run_sync(store.maybe_compact)
             except OSError as exc:
@@ -120,7 +129,7 @@ class Flusher:
         if added and self.dedup is not None:
             self.dedup.append(added, sync=self.store.fsync_mode is not FsyncMode.OFF)
             if self.dedup.wants_compaction:
-                self.dedup.rewrite(broker.delivery.dedup.snapshot(broker.now))
+                self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))
 
     async def drain(self, broker: Broker) -> None:
         """Shutdown: every op still in the outbox goes to disk (or is reported as not written)."""

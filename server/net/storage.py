@@ -13,6 +13,7 @@ failure to the ``DiskWatch`` (the disk alarm stays up) and retries until it is w
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,7 @@ class Storage:
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)
         broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
-        self.dedup.rewrite(broker.delivery.dedup.snapshot(broker.now))  # compacted, torn tail gone
+        self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
         self.streams.recover(broker)
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:

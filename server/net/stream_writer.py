@@ -9,6 +9,7 @@ a confirmed message is in the stream after any crash.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from headrace.persistence.stream_log import (
     stream_root,
     write_offsets,
 )
+import trio
+
 from headrace.server.broker import Broker
 from headrace.server.broker.queue_types import parse_interval_ms
 from headrace.server.broker.stream_queue import StreamQueue
@@ -55,6 +58,9 @@ class StreamWriter:
         self.data_dir = data_dir
         self.fsync = fsync
         self.logs: dict[tuple[str, str], MirrorLog] = {}
+        # the flusher's last group and the shutdown drain's may overlap: their writes go in turn, in
+        # the order they took their ops (a later offsets snapshot must land last)
+        self._lock = trio.Lock()
 
     def _log(self, key: tuple[str, str], queue: StreamQueue | None) -> MirrorLog:
         log_ = self.logs.get(key)
@@ -150,6 +156,48 @@ class StreamWriter:
                 segs = list_segments(log_.root, *key)
                 out.append(Written(key, log_.next_offset, None, segs[0].base_offset if segs else log_.next_offset))
         return out
+
+    async def write_group(self, broker: Broker, ops: list) -> None:
+        """The stream ops of one flusher group, written (and synced) before the group's confirms
+        go out; then the streams' consumers are told of the new ends."""
+        appends, tracks, drops = self.plan(broker, ops)
+        if not (appends or tracks or drops):
+            return
+        queues = {key: self.queue(broker, key) for key in appends}
+        try:
+            async with self._lock:
+                with trio.CancelScope(shield=True):  # ops taken are written, even at shutdown
+                    written = await trio.to_thread.run_sync(self.write, queues, appends, tracks, drops)
+        except OSError:
+            for key in appends:  # reopened (torn tail cut) on the next write
+                log_ = self.logs.pop(key, None)
+                if log_ is not None:
+                    try:
+                        log_.close()
+                    except OSError:
+                        pass  # its unwritten bytes are what the reopen cuts off
+            raise
+        self.report(broker, written)
+
+    async def retention(self, broker: Broker) -> None:
+        targets = self.retention_targets(broker)
+        if targets:
+            try:
+                async with self._lock:
+                    written = await trio.to_thread.run_sync(self.enforce_retention, targets,
+                                                            int(time.time() * 1000))
+            except OSError as exc:
+                log.warning("stream retention stopped: %s", exc)
+                return
+            self.report(broker, written)
+
+    def report(self, broker: Broker, written: list[Written]) -> None:
+        now = time.time()
+        for item in written:
+            queue = self.queue(broker, item.key)
+            if queue is not None:
+                broker.delivery.stream_appended(broker.vhosts[item.key[0]], queue, item.end, item.last_ts,
+                                                item.first, now)
 
     def close(self) -> None:
         for log_ in self.logs.values():

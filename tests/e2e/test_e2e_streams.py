@@ -409,3 +409,49 @@ def test_http_cli_and_metrics_show_stream_offsets_and_lag(broker_factory):
                           proc.http_url], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "amq.nope" in out.stderr
     conn.close()
+
+
+# ---------------------------------------------------------------- aio-pika
+
+def test_aio_pika_stream_offsets_and_named_resume(broker):
+    import asyncio
+
+    import aio_pika
+
+    name = unique("s")
+
+    async def read(channel, count: int, args: dict) -> list[tuple[int, bytes]]:
+        queue = await channel.get_queue(name, ensure=False)
+        got: list[tuple[int, bytes]] = []
+        done = asyncio.Event()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            got.append((message.headers["x-stream-offset"], message.body))
+            await message.ack()
+            if len(got) >= count:
+                done.set()
+
+        tag = await queue.consume(on_message, arguments=args)
+        await asyncio.wait_for(done.wait(), 15)
+        await queue.cancel(tag)
+        return got
+
+    async def main() -> tuple[list, list, list]:
+        conn = await aio_pika.connect_robust(broker.url)
+        async with conn:
+            channel = await conn.channel(publisher_confirms=True)
+            await channel.set_qos(prefetch_count=3)
+            await channel.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+            for i in range(12):
+                await channel.default_exchange.publish(aio_pika.Message(b"a%d" % i), routing_key=name)
+            first = await read(channel, 12, {"x-stream-offset": "first"})
+            named = await read(channel, 4, {"x-stream-offset": 2, "x-stream-consumer-name": "aio"})
+            for i in range(12, 14):  # the named consumer may have read (and acked) to the end
+                await channel.default_exchange.publish(aio_pika.Message(b"a%d" % i), routing_key=name)
+            resumed = await read(channel, 2, {"x-stream-consumer-name": "aio"})
+            return first, named, resumed
+
+    first, named, resumed = asyncio.run(asyncio.wait_for(main(), 60))
+    assert first == [(i, b"a%d" % i) for i in range(12)]
+    assert [o for o, _ in named[:4]] == [2, 3, 4, 5]
+    assert resumed[0][0] == named[-1][0] + 1  # after the last offset it acked
