@@ -96,6 +96,8 @@ class Broker:
         self.observers: set[BrokerObserver] = set()
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
         self.policies = PolicyStore()
+        # called after a policy change: the shell runs stream retention with the new values now
+        self.on_policies_changed: Callable[[], None] = lambda: None
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there
@@ -193,6 +195,7 @@ class Broker:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
         apply_policies(target, now)
+        self.on_policies_changed()
         self.definitions_changed()
         return policy
 
@@ -202,6 +205,7 @@ class Broker:
         target = self.vhosts.get(vhost)
         if target is not None:
             apply_policies(target, now)
+        self.on_policies_changed()
         self.definitions_changed()
         return True
 

@@ -129,6 +129,25 @@ class Dedup:
         self.windows: dict[str, Window] = {}
         self._restored: dict[str, list[tuple[str, float | None]]] = {}
         self._added: list[tuple[str, str, float | None]] = []  # (window id, key, expires) to journal
+        # window id -> the arguments a policy gives that exchange or queue (policies.py merges them)
+        self.policy_arguments: dict[str, dict[str, Any]] = {}
+
+    def set_policy_arguments(self, wid: str, arguments: dict[str, Any] | None) -> None:
+        """A policy's dedup keys now apply to ``wid`` (None: none do); its window takes the new size,
+        TTL and header, keeping its keys, or goes when dedup is off."""
+        if arguments is None:
+            if self.policy_arguments.pop(wid, None) is not None:
+                self.windows.pop(wid, None)
+            return
+        if self.policy_arguments.get(wid) == arguments:
+            return
+        self.policy_arguments[wid] = arguments
+        window = self.windows.get(wid)
+        fresh = Window.from_arguments(arguments)
+        if window is not None and fresh is None:
+            del self.windows[wid]
+        elif window is not None and fresh is not None:
+            window.size, window.ttl_ms, window.header = fresh.size, fresh.ttl_ms, fresh.header
 
     # ------------------------------------------------------------------ windows
     def _window(self, wid: str, arguments: Mapping[str, Any], now: float) -> Window | None:
@@ -161,6 +180,9 @@ class Dedup:
                headers: Mapping[str, Any] | None, now: float) -> Sequence[str] | None:
         """The queues a routed message still goes to: None when it is a duplicate for the exchange,
         or for every queue it was routed to; the queues whose own window saw it are left out."""
+        by_policy = self.policy_arguments
+        if by_policy:
+            exchange_arguments = by_policy.get(window_id("exchange", vhost, exchange), exchange_arguments)
         if exchange_arguments and ARG_ENABLE in exchange_arguments \
                 and self._check(window_id("exchange", vhost, exchange), exchange_arguments, headers, props_raw, now):
             return None
@@ -168,6 +190,8 @@ class Dedup:
         for i, name in enumerate(queue_names):
             queue = queues.get(name)
             arguments = queue.arguments if queue is not None else None
+            if by_policy:
+                arguments = by_policy.get(window_id("queue", vhost, name), arguments)
             if arguments and ARG_ENABLE in arguments \
                     and self._check(window_id("queue", vhost, name), arguments, headers, props_raw, now):
                 if kept is None:

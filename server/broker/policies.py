@@ -10,6 +10,11 @@ RabbitMQ 3.10's rules, kept here in one place:
   limits (``message-ttl``, ``expires``, ``max-length``, ``max-length-bytes``, ``delivery-limit``);
   the argument wins for ``dead-letter-exchange``, ``dead-letter-routing-key``, ``overflow`` and
   ``alternate-exchange`` (rabbit_amqqueue_process' ``res_min``/``res_arg``, rabbit_policy:get_arg).
+- On a stream, the policy wins for ``max-age``, ``max-length-bytes`` and
+  ``stream-max-segment-size-bytes`` (rabbit_stream_queue's ``policy_precedence``).
+- Publish deduplication (dedup.py) has no RabbitMQ or LavinMQ policy keys; ours are
+  ``message-deduplication``, ``deduplication-cache-size``, ``deduplication-cache-ttl`` and
+  ``deduplication-header``, for exchanges and queues; the object's own ``x-`` argument wins.
 
 Rule 1: the ``PolicyStore`` (one per broker) owns every vhost's policies; only ``set``, ``clear``
 and ``drop_vhost`` change them (through ``Broker.set_policy``/``clear_policy``).
@@ -28,12 +33,14 @@ from typing import TYPE_CHECKING, Any
 from headrace.exchanges import Exchange
 from headrace.queues import QueueArgs, QueueArgumentError
 
+from .dedup import window_id
+
 if TYPE_CHECKING:
     from .vhost import VHost
 
 __all__ = [
-    "Applied", "Policy", "PolicyError", "PolicyStore", "apply_exchange_policy", "apply_policies", "effective_alternate",
-    "effective_queue_arguments", "queue_args",
+    "Applied", "Policy", "apply_queue_dedup", "PolicyError", "PolicyStore", "apply_exchange_policy", "apply_policies", "dedup_arguments", "effective_alternate",
+    "effective_queue_arguments", "queue_args", "stream_arguments", "trim_recovered",
 ]
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
@@ -72,7 +79,15 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "queue-leader-locator": (lambda v: v in ("client-local", "random", "least-leaders"),
                              "is not a valid queue leader locator value"),
     "initial-cluster-size": (lambda v: _is_int(v, 0), "is not a valid cluster size"),
+    "message-deduplication": (lambda v: isinstance(v, bool), "is not a valid message deduplication value"),
+    "deduplication-cache-size": (lambda v: _is_int(v, 1), "is not a valid deduplication cache size"),
+    "deduplication-cache-ttl": (lambda v: _is_int(v, 1), "is not a valid deduplication cache TTL"),
+    "deduplication-header": (lambda v: isinstance(v, str) and bool(v), "is not a valid deduplication header"),
 }
+STREAM_KEYS = ("max-age", "max-length-bytes", "stream-max-segment-size-bytes")  # the policy wins
+# policy key -> the declare argument it stands for (dedup.py); the argument wins
+DEDUP_KEYS = {"message-deduplication": "x-message-deduplication", "deduplication-cache-size": "x-cache-size",
+              "deduplication-cache-ttl": "x-cache-ttl", "deduplication-header": "x-deduplication-header"}
 
 
 class PolicyError(ValueError):
@@ -239,6 +254,25 @@ def effective_queue_arguments(arguments: Mapping[str, Any], definition: Mapping[
     return out
 
 
+def stream_arguments(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any]:
+    """A stream's retention and segment arguments under its policy: the policy's value wins."""
+    out = dict(arguments)
+    for key in STREAM_KEYS:
+        if key in definition:
+            out["x-" + key] = definition[key]
+    return out
+
+
+def dedup_arguments(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An exchange's or queue's dedup arguments under its policy (its own win), or None when the
+    policy sets no dedup key."""
+    if not any(key in definition for key in DEDUP_KEYS):
+        return None
+    out = {arg: definition[key] for key, arg in DEDUP_KEYS.items() if key in definition}
+    out.update((arg, arguments[arg]) for arg in DEDUP_KEYS.values() if arg in arguments)
+    return out
+
+
 def effective_alternate(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> str | None:
     """An exchange's alternate: its own ``alternate-exchange`` argument, else the policy's."""
     own = arguments.get("alternate-exchange")
@@ -273,11 +307,30 @@ def apply_policies(vhost: VHost, now: float) -> None:
                           queue.queue_type)
         if args != queue.args:
             vhost.broker.delivery.apply_args(vhost, queue, args, now)
+        apply_queue_dedup(vhost, queue.name, queue.arguments, queue.queue_type)
     for exchange in vhost.exchanges.values():
         if exchange.name:
             apply_exchange_policy(vhost, exchange)
 
 
+def trim_recovered(vhost: VHost, now: float) -> None:
+    """At start, after the store's messages are back: a queue over its limit (a policy lowered
+    it while the broker was down, or came with the definitions) is trimmed now, as a changed
+    policy would trim it, not at its next publish."""
+    for queue in list(vhost.queues.values()):
+        if queue.args.max_length is not None or queue.args.max_length_bytes is not None:
+            vhost.broker.delivery.apply_args(vhost, queue, queue.args, now)
+
+
 def apply_exchange_policy(vhost: VHost, exchange: Exchange) -> None:
     definition = vhost.broker.policies.applied(vhost.name, "exchange", exchange.name).definition
     exchange.alternate = effective_alternate(exchange.arguments, definition)
+    vhost.broker.delivery.dedup.set_policy_arguments(window_id("exchange", vhost.name, exchange.name),
+                                                     dedup_arguments(exchange.arguments, definition))
+
+
+def apply_queue_dedup(vhost: VHost, name: str, arguments: Mapping[str, Any], queue_type: str) -> None:
+    """A policy's dedup keys for a queue (at declare, and when a policy changes)."""
+    definition = vhost.broker.policies.applied(vhost.name, "queue", name, queue_type).definition
+    vhost.broker.delivery.dedup.set_policy_arguments(window_id("queue", vhost.name, name),
+                                                     dedup_arguments(arguments, definition))

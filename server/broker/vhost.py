@@ -29,7 +29,7 @@ from headrace.queues import Queue, QueueArgumentError, QueueArgs
 
 from . import errors
 from .delayed import DELAYED_TYPE, DelayedMessages
-from .policies import apply_exchange_policy, queue_args
+from .policies import apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
 
@@ -121,8 +121,7 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
-        if self.broker.policies.applied(self.name, "exchange", name).definition:
-            apply_exchange_policy(self, exchange)
+        apply_exchange_policy(self, exchange)  # its alternate and dedup keys, if a policy applies
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -250,6 +249,7 @@ class VHost:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
         self.queues[name] = queue
+        apply_queue_dedup(self, name, arguments, kind)
         queue.touch(now)
         if durable:
             self.broker.definitions_changed()

@@ -64,6 +64,11 @@ class Flusher:
         """The broker's store outbox got its first op."""
         self._kick.set()
 
+    def retention_now(self) -> None:
+        """A policy changed: stream retention runs with its values at the next wake, not in 5 s."""
+        self._last_compact = 0.0
+        self._kick.set()
+
     async def run(self, broker: Broker, gate: Gate) -> None:
         window = self.settings.fsync_window_ms / 1000
         while True:

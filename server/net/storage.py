@@ -24,6 +24,7 @@ from headrace.persistence.dedup_journal import DedupJournal
 from headrace.persistence.spill import SpillStore
 from headrace.queues.backing import Backing
 from headrace.server.broker import Broker
+from headrace.server.broker.policies import trim_recovered
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
@@ -59,6 +60,8 @@ class Storage:
 
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)
+        for vhost in broker.vhosts.values():
+            trim_recovered(vhost, time.time())  # a lower limit applies at once (policies.py)
         broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
         self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
         self.streams.recover(broker)
@@ -66,6 +69,7 @@ class Storage:
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
         self.disk.broker, self.disk.gate = broker, gate
         broker.on_store_pending = self.flusher.kick
+        broker.on_policies_changed = self.flusher.retention_now
         broker.on_mirror_pending = self.mirror_writer.kick
         nursery.start_soon(self.flusher.run, broker, gate)
         nursery.start_soon(self.mirror_writer.run, broker, gate)

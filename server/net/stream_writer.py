@@ -28,6 +28,7 @@ from headrace.persistence.stream_log import (
 import trio
 
 from headrace.server.broker import Broker
+from headrace.server.broker.policies import stream_arguments
 from headrace.server.broker.queue_types import parse_interval_ms
 from headrace.server.broker.stream_queue import StreamQueue
 
@@ -45,8 +46,13 @@ class Written:
     first: int
 
 
-def _settings(queue: StreamQueue) -> tuple[Retention, int]:
-    args = queue.arguments
+Settings = tuple[Retention, int]
+
+
+def _settings(broker: Broker, queue: StreamQueue) -> Settings:
+    """The stream's retention and segment size: its arguments, under its policy (policy wins)."""
+    definition = broker.policies.applied(queue.vhost, "queue", queue.name, "stream").definition
+    args = stream_arguments(queue.arguments, definition) if definition else queue.arguments
     age = parse_interval_ms(args.get("x-max-age")) if "x-max-age" in args else None
     size = args.get("x-max-length-bytes")
     segment = args.get("x-stream-max-segment-size-bytes") or DEFAULT_SEGMENT_BYTES
@@ -62,13 +68,16 @@ class StreamWriter:
         # the order they took their ops (a later offsets snapshot must land last)
         self._lock = trio.Lock()
 
-    def _log(self, key: tuple[str, str], queue: StreamQueue | None) -> MirrorLog:
+    def _log(self, key: tuple[str, str], settings: Settings | None) -> MirrorLog:
+        """The stream's open log, with its current settings (a policy may have changed them)."""
+        retention, segment = settings or (Retention(), DEFAULT_SEGMENT_BYTES)
         log_ = self.logs.get(key)
         if log_ is None:
-            retention, segment = _settings(queue) if queue is not None else (Retention(), DEFAULT_SEGMENT_BYTES)
             log_ = self.logs[key] = MirrorLog(stream_root(self.data_dir), key[0], key[1], retention=retention,
                                               segment_max_bytes=segment)
             log_.recover()
+        elif settings is not None:
+            log_.retention, log_.segment_max_bytes = retention, segment
         return log_
 
     @staticmethod
@@ -83,7 +92,7 @@ class StreamWriter:
         for vname, vhost in broker.vhosts.items():
             for qname, queue in vhost.queues.items():
                 if isinstance(queue, StreamQueue):
-                    log_ = self._log((vname, qname), queue)
+                    log_ = self._log((vname, qname), _settings(broker, queue))
                     segs = list_segments(log_.root, vname, qname)
                     queue.restore(log_.next_offset, segs[0].base_offset if segs else 0,
                                   read_offsets(stream_dir(self.data_dir, vname, qname)), log_._stamp or None)
@@ -114,13 +123,13 @@ class StreamWriter:
             tracks.pop(key, None)
         return appends, tracks, drops
 
-    def write(self, broker_queues: dict[tuple[str, str], StreamQueue | None],
+    def write(self, settings: dict[tuple[str, str], Settings | None],
               appends: dict[tuple[str, str], list[MirrorRecord]], tracks: dict[tuple[str, str], dict[str, int]],
               drops: list[tuple[str, str]]) -> list[Written]:
         """In the flusher's worker thread: append, sync, retention of the logs written, offsets."""
         written: list[Written] = []
         for key, records in appends.items():
-            log_ = self._log(key, broker_queues.get(key))
+            log_ = self._log(key, settings.get(key))
             log_.append_many(records)
             log_.flush(fsync=self.fsync)
             log_.enforce_retention(records[-1].timestamp_ms)
@@ -136,21 +145,22 @@ class StreamWriter:
             remove_stream(self.data_dir, *key)
         return written
 
-    def retention_targets(self, broker: Broker) -> list[tuple[tuple[str, str], StreamQueue]]:
-        """On the event loop: the streams with a retention bound."""
+    def retention_targets(self, broker: Broker) -> list[tuple[tuple[str, str], Settings]]:
+        """On the event loop: the streams with a retention bound (their own, or their policy's)."""
         out = []
         for vname, vhost in broker.vhosts.items():
             for qname, queue in vhost.queues.items():
-                if isinstance(queue, StreamQueue) and ("x-max-age" in queue.arguments
-                                                       or "x-max-length-bytes" in queue.arguments):
-                    out.append(((vname, qname), queue))
+                if isinstance(queue, StreamQueue):
+                    settings = _settings(broker, queue)
+                    if settings[0] != Retention():
+                        out.append(((vname, qname), settings))
         return out
 
-    def enforce_retention(self, targets: list[tuple[tuple[str, str], StreamQueue]], now_ms: int) -> list[Written]:
+    def enforce_retention(self, targets: list[tuple[tuple[str, str], Settings]], now_ms: int) -> list[Written]:
         """In a worker thread: idle streams age too; report the new first offsets."""
         out: list[Written] = []
-        for key, queue in targets:
-            log_ = self._log(key, queue)
+        for key, settings in targets:
+            log_ = self._log(key, settings)
             if log_.enforce_retention(now_ms):
                 log.info("stream %s/%s: retention dropped old segments", *key)
                 segs = list_segments(log_.root, *key)
@@ -163,7 +173,8 @@ class StreamWriter:
         appends, tracks, drops = self.plan(broker, ops)
         if not (appends or tracks or drops):
             return
-        queues = {key: self.queue(broker, key) for key in appends}
+        queues = {key: _settings(broker, q) if (q := self.queue(broker, key)) is not None else None
+                  for key in appends}
         try:
             async with self._lock:
                 with trio.CancelScope(shield=True):  # ops taken are written, even at shutdown
