@@ -64,6 +64,7 @@ class MirrorRecord:  # built once per mirrored publish: a plain slotted class co
     headers: dict[str, str] | None = None
     content_type: str | None = None
     message_id: str | None = None
+    source: str | None = None  # the exchange it was published to, kept by stream queues
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class MirrorEntry:
     message_id: str | None
     props_raw: bytes
     body: bytes
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +140,11 @@ def list_segments(root: Path, vhost: str, exchange: str) -> list[SegmentInfo]:
 
 def _encode(offset: int, rec: MirrorRecord) -> bytes:
     rk = rec.routing_key.encode()
-    meta = json.dumps({"h": rec.headers, "ct": rec.content_type, "id": rec.message_id},
-                      separators=(",", ":")).encode() if (rec.headers or rec.content_type or rec.message_id) else b""
+    fields: dict[str, Any] = {"h": rec.headers, "ct": rec.content_type, "id": rec.message_id}
+    if rec.source is not None:
+        fields["x"] = rec.source
+    meta = json.dumps(fields, separators=(",", ":")).encode() \
+        if (rec.headers or rec.content_type or rec.message_id or rec.source is not None) else b""
     payload = b"".join((_HEAD.pack(offset, rec.timestamp_ms, len(rk), len(meta), len(rec.props_raw)),
                         rk, meta, rec.props_raw, rec.body))
     return encode_record(KIND_ENTRY, payload)
@@ -154,7 +159,8 @@ def _decode(payload: bytes, vhost: str, exchange: str) -> MirrorEntry:
     pos += meta_len
     props = payload[pos:pos + props_len]
     body = payload[pos + props_len:]
-    return MirrorEntry(offset, ts, vhost, exchange, rk, meta.get("h"), meta.get("ct"), meta.get("id"), props, body)
+    return MirrorEntry(offset, ts, vhost, exchange, rk, meta.get("h"), meta.get("ct"), meta.get("id"), props, body,
+                       meta.get("x"))
 
 
 def _peek(payload: bytes) -> tuple[int, int]:
@@ -394,6 +400,7 @@ class ReadRange:
     stop: int | None  # None: to the end of the file (the torn tail excluded by the reader)
     first_offset: int
     end_offset: int | None
+    size: int = 0  # bytes (for an open-ended range: as the segment was when listed)
 
 
 def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, from_offset: int | None = None,
@@ -429,9 +436,9 @@ def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, fro
             if position <= cut or stop is not None and position >= stop:
                 continue
             if position - cut >= target_bytes:
-                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset))
+                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset, position - cut))
                 cut, cut_first = position, offset
-        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end))
+        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end, (seg.size if stop is None else stop) - cut))
     return out
 
 

@@ -35,6 +35,8 @@ ENTRY_OVERHEAD = 320
 
 
 class Queue:
+    queue_type = "classic"  # x-queue-type: "quorum" keeps the classic logic under quorum rules
+
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
                  resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,

@@ -64,6 +64,7 @@ class App:
                 max_tx_bytes=settings.max_tx_bytes,
             ),
         )
+        self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False

@@ -52,7 +52,7 @@ class BrokerProcess:
         assert proc.stderr is not None
         for line in proc.stderr:
             self.lines.append(line)
-            if "data directory" in line:
+            if "headrace: data directory" in line:  # the last startup log line (not an "Error: data directory ...")
                 ready.set()
         ready.set()
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from headrace.server.broker import VHost
 from headrace.server.broker.policies import Applied
+from headrace.server.broker.stream_queue import StreamQueue
 
 from .listing import message_stats, page, visible_vhosts
 from .models import QueueBody, check_object_name
@@ -22,7 +23,7 @@ def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
     s = q.stats
     return {
         "name": name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
-        "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": "classic",
+        "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": q.queue_type,
         "messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,
         "messages_unacknowledged": q.messages_unacked, "consumers": q.consumer_count,
         "message_bytes_ready": q.message_bytes_ready, "memory": q.memory,
@@ -30,6 +31,7 @@ def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
         "spilled": q.spilled_count(),
         "message_stats": message_stats(ctx, (vhost.name, name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
         "state": "running", **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name)),
+        **({"stream": q.describe()} if isinstance(q, StreamQueue) else {}),
     }
 
 

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from headrace.persistence import DropQueue, FsyncMode, MessageStore, PurgeQueue, StoreOp
+from headrace.persistence.dedup_journal import DedupJournal
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
+from .stream_writer import STREAM_OPS, StreamWriter
 
 if TYPE_CHECKING:
     from .gate import Gate
@@ -45,8 +47,9 @@ WRITE_RETRY_INTERVAL = 0.5
 
 
 class Flusher:
-    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings) -> None:
+    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter) -> None:
         self.store = store
+        self.streams = streams  # the stream queues' logs: written in the same group as the store
         self.disk = disk
         self.settings = settings
         self._kick = trio.Event()
@@ -55,6 +58,7 @@ class Flusher:
         # 1.55x in A/B); a slow disk moves it to a worker thread so it cannot stall the event loop
         self._inline_sync_max = settings.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
+        self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
 
     def kick(self) -> None:
         """The broker's store outbox got its first op."""
@@ -80,10 +84,16 @@ class Flusher:
 
     async def flush_once(self, broker: Broker, gate: Gate | None) -> None:
         """One group: take the outbox's oldest ops, write them, release their waiters."""
-        ops, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        ops: list[StoreOp] = taken  # type: ignore[assignment]
+        stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None
+        if stream_ops:
+            ops = [op for op in taken if type(op) not in STREAM_OPS]  # type: ignore[misc]
         store = self.store
         before = store.disk_bytes()
         try:
+            if stream_ops or any(type(op) is DropQueue for op in ops):
+                await self.streams.write_group(broker, (stream_ops or []) + [op for op in ops if type(op) is DropQueue])
             await self._write_group(broker, ops, ticket)
         except OSError as exc:
             # disk full (or failing): the store cut its files back to the last whole record and
@@ -97,12 +107,14 @@ class Flusher:
             self.disk.wrote(max(store.disk_bytes() - before, 0))
             if store.failing is None:
                 self.disk.write_ok("store")
+            self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
             broker.store_synced(ticket)
         if gate is not None:
             gate.notify()
         now = trio.current_time()
         if now - self._last_compact > COMPACT_INTERVAL:
             self._last_compact = now
+            await self.streams.retention(broker)  # idle streams age too
             try:
                 reclaimed = await trio.to_thread.run_sync(store.maybe_compact)
             except OSError as exc:
@@ -110,6 +122,14 @@ class Flusher:
             else:
                 if reclaimed:
                     log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+
+    def journal_dedup(self, broker: Broker) -> None:
+        """Appends the dedup keys added since the last group (fsynced unless fsync is off)."""
+        added = broker.delivery.dedup.take_added()
+        if added and self.dedup is not None:
+            self.dedup.append(added, sync=self.store.fsync_mode is not FsyncMode.OFF)
+            if self.dedup.wants_compaction:
+                self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))
 
     async def drain(self, broker: Broker) -> None:
         """Shutdown: every op still in the outbox goes to disk (or is reported as not written)."""

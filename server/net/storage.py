@@ -13,12 +13,14 @@ failure to the ``DiskWatch`` (the disk alarm stays up) and retries until it is w
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
 from headrace.persistence import FsyncMode, MessageStore
+from headrace.persistence.dedup_journal import DedupJournal
 from headrace.persistence.spill import SpillStore
 from headrace.queues.backing import Backing
 from headrace.server.broker import Broker
@@ -29,6 +31,7 @@ from .flusher import Flusher
 from .mirror_writer import MirrorWriter
 from .pager import Pager
 from .recovery import recover
+from .stream_writer import StreamWriter
 
 if TYPE_CHECKING:
     from .gate import Gate
@@ -45,15 +48,20 @@ class Storage:
         self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.segment_max_bytes,
                                   fsync=FsyncMode(settings.fsync))
         self.spill = SpillStore(data_dir / "spill", report=self.disk)
-        self.flusher = Flusher(self.store, self.disk, settings)
+        self.streams = StreamWriter(data_dir, settings.fsync != "off")
+        self.flusher = Flusher(self.store, self.disk, settings, self.streams)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
+        self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         return self.spill.backing(f"{vhost}\x00{queue}")
 
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)
+        broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
+        self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
+        self.streams.recover(broker)
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
         self.disk.broker, self.disk.gate = broker, gate
@@ -66,6 +74,7 @@ class Storage:
     async def drain(self, broker: Broker) -> None:
         """Shutdown: what the outboxes hold goes to disk."""
         await self.flusher.drain(broker)
+        self.flusher.journal_dedup(broker)
         await self.mirror_writer.write(broker)
 
     def close(self) -> None:
@@ -75,3 +84,5 @@ class Storage:
             log.error("message store: records not written at shutdown (%s); none was confirmed", exc)
         self.spill.close()
         self.mirror_writer.close()
+        self.streams.close()
+        self.dedup.close()

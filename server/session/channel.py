@@ -94,7 +94,7 @@ class ChannelSession:
             self.unacked[tag] = (queue, entry)
             self.unstamped.append(tag)
         props_raw = msg.props_raw
-        if entry.delivery_count and queue.args.delivery_limit is not None:
+        if entry.delivery_count and (queue.args.delivery_limit is not None or queue.queue_type == "quorum"):
             props_raw = with_delivery_count(props_raw, entry.delivery_count)
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                                msg.routing_key, props_raw, msg.body)
@@ -278,6 +278,7 @@ class ChannelSession:
         consumer = Consumer(tag, self, no_ack=method.no_ack, prefetch=self.prefetch_count,
                             exclusive=method.exclusive, priority=priority, channel_id=self.id,
                             owner=self.session)
+        self.delivery.prepare_consumer(queue, consumer, args, self.session.now)
         self.consumers[tag] = (queue, consumer)
         if not method.nowait:
             self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))

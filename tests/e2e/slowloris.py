@@ -1,8 +1,9 @@
 """A socket flood for the admission tests, run as its own process (it would otherwise take the test
-process's GIL from the client under test): ``python slowloris.py PORT COUNT``.
+process's GIL from the client under test): ``python slowloris.py PORT COUNT [mixed|header]``.
 
-Holds COUNT sockets to the AMQP port and reopens each one the moment the broker closes it. A third
-send nothing, a third send half a protocol header, a third the whole header and then nothing. Prints
+Holds COUNT sockets to the AMQP port and reopens each one the moment the broker closes it. Mixed (the
+default): a third send nothing, a third half a protocol header, a third the whole header and then
+nothing; header: every socket sends the whole header, then nothing. Prints
 ``ready`` once all are open; on SIGTERM prints how many times the broker closed one, and exits."""
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import socket
 import sys
 
 HEADER = b"AMQP\x00\x00\x09\x01"
-OPENING = (b"", HEADER[:4], HEADER)
+OPENINGS = {"mixed": (b"", HEADER[:4], HEADER), "header": (HEADER,)}
 
 
-def main(port: int, count: int) -> None:
+def main(port: int, count: int, mode: str = "mixed") -> None:
+    opening = OPENINGS[mode]
     sel = selectors.DefaultSelector()
     closed_by_broker = 0
     stop = False
@@ -27,13 +29,14 @@ def main(port: int, count: int) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
 
-    def open_one(kind: int) -> None:
+    def open_one(i: int) -> None:
+        kind = i % len(opening)
         sock = socket.socket()
         sock.settimeout(1)
         try:
             sock.connect(("127.0.0.1", port))
-            if OPENING[kind]:
-                sock.sendall(OPENING[kind])
+            if opening[kind]:
+                sock.sendall(opening[kind])
         except OSError:
             sock.close()
             return  # the backlog was full: tried again on the next pass
@@ -41,12 +44,12 @@ def main(port: int, count: int) -> None:
         sel.register(sock, selectors.EVENT_READ, kind)
 
     for i in range(count):
-        open_one(i % 3)
+        open_one(i)
     print("ready", flush=True)
     while not stop:
         missing = count - len(sel.get_map())
         for i in range(missing):
-            open_one(i % 3)
+            open_one(i)
         for key, _ in sel.select(timeout=0.2):
             sock = key.fileobj
             assert isinstance(sock, socket.socket)
@@ -63,4 +66,4 @@ def main(port: int, count: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])
