@@ -364,6 +364,13 @@ class Queue:
         head = self._ready.peek()
         return head.expires_at if head is not None else None
 
+    def idle_deadline(self) -> float | None:
+        """When x-expires deletes this queue if nothing uses it (``idle_expired`` is true after it)."""
+        expires = self.args.expires_ms
+        if expires is None or self._consumers:
+            return None
+        return self._last_used + expires / 1000
+
     def touch(self, now: float) -> None:
         self._last_used = now
 

@@ -338,8 +338,23 @@ class Broker:
 
     # ------------------------------------------------------------------ time and alarms
     def tick(self, now: float) -> None:
-        for vhost in list(self.vhosts.values()):
-            self.delivery.tick(vhost, now)
+        """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
+        self.delivery.tick(self.vhosts, now)
+
+    def next_deadline(self) -> float | None:
+        """Wall-clock time of the next TTL expiry, x-expires or delayed message, if any."""
+        return self.delivery.deadlines.earliest()
+
+    def wake_clock(self) -> None:
+        """A delivery waits to be stamped for the consumer timeout: the clock should look now."""
+        self.delivery.deadlines.on_earlier()
+
+    def set_deadline_hook(self, on_earlier: Callable[[], None]) -> None:
+        """The shell's clock is told when a deadline comes before the earliest it knew, and every
+        queue is armed (call after recovery)."""
+        self.delivery.deadlines.on_earlier = on_earlier
+        for vhost in self.vhosts.values():
+            self.delivery.arm_all(vhost)
 
     def set_alarm(self, name: str, raised: bool) -> None:
         alarms = self.alarms | {name} if raised else self.alarms - {name}

@@ -251,6 +251,7 @@ class VHost:
             queue.queue_type = kind
         self.queues[name] = queue
         queue.touch(now)
+        self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:
             self.broker.definitions_changed()
         return queue
