@@ -92,9 +92,10 @@ class Flusher:
         store = self.store
         before = store.disk_bytes()
         try:
+            await self._write_group(broker, ops, ticket)  # first: the store keeps and retries what fails
             if stream_ops or any(type(op) is DropQueue for op in ops):
+                # a failed stream append is not retried: its publishers get nacks like the store's
                 await self.streams.write_group(broker, (stream_ops or []) + [op for op in ops if type(op) is DropQueue])
-            await self._write_group(broker, ops, ticket)
             self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
         except OSError as exc:
             # disk full (or failing): the store cut its files back to the last whole record and
