@@ -68,6 +68,7 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "delivery-limit": (lambda v: _is_int(v, 0), "is not a valid delivery limit"),
     "max-age": (lambda v: isinstance(v, str) and bool(_MAX_AGE.match(v)), "is not a valid max age"),
     "max-segment-size": (lambda v: _is_int(v, 0), "is not a valid segment size"),
+    "stream-max-segment-size-bytes": (lambda v: _is_int(v, 0), "is not a valid segment size"),
     "queue-leader-locator": (lambda v: v in ("client-local", "random", "least-leaders"),
                              "is not a valid queue leader locator value"),
     "initial-cluster-size": (lambda v: _is_int(v, 0), "is not a valid cluster size"),
