@@ -340,6 +340,7 @@ class Broker:
     def tick(self, now: float) -> None:
         for vhost in list(self.vhosts.values()):
             self.delivery.tick(vhost, now)
+        self.delivery.saturation.tick()
 
     def set_alarm(self, name: str, raised: bool) -> None:
         alarms = self.alarms | {name} if raised else self.alarms - {name}
