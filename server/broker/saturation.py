@@ -72,6 +72,7 @@ class Saturation:
 
     def tick(self) -> None:
         """The clock, every 100 ms: release the queues no longer fed, or not draining at all."""
+        self.touched.clear()  # left by publishes outside a session batch (HTTP, delayed, expiry)
         if self.stalled:
             self.stalled = {q for q in self.stalled if not q.deleted and q.messages_ready > RESUME_READY}
         if not self.saturated:
