@@ -56,6 +56,7 @@ class App:
             resident_max_bytes=settings.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
             store_enabled=True,
+            failed_logins_per_second=settings.failed_logins_per_second,
             limits=Limits(
                 max_queues_per_vhost=settings.max_queues_per_vhost,
                 max_exchanges_per_vhost=settings.max_exchanges_per_vhost,

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
+_APPLY_TO_TYPE = {"classic": "classic_queues", "quorum": "quorum_queues", "stream": "streams"}
 MIN_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")  # lower wins
 ARG_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow")  # the x-argument wins
 OPERATOR_KEYS = frozenset({*MIN_KEYS, "max-in-memory-length", "max-in-memory-bytes"})
@@ -67,6 +68,7 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "delivery-limit": (lambda v: _is_int(v, 0), "is not a valid delivery limit"),
     "max-age": (lambda v: isinstance(v, str) and bool(_MAX_AGE.match(v)), "is not a valid max age"),
     "max-segment-size": (lambda v: _is_int(v, 0), "is not a valid segment size"),
+    "stream-max-segment-size-bytes": (lambda v: _is_int(v, 0), "is not a valid segment size"),
     "queue-leader-locator": (lambda v: v in ("client-local", "random", "least-leaders"),
                              "is not a valid queue leader locator value"),
     "initial-cluster-size": (lambda v: _is_int(v, 0), "is not a valid cluster size"),
@@ -150,10 +152,10 @@ class Policy:
         definition = validate_definition(body["definition"], operator=operator)
         return cls(vhost, name, pattern, definition, priority, apply_to, regex)
 
-    def covers(self, kind: str, name: str) -> bool:
-        """``kind`` is "queue" or "exchange"; headrace's queues are classic queues."""
+    def covers(self, kind: str, name: str, queue_type: str = "classic") -> bool:
+        """``kind`` is "queue" (of ``queue_type`` classic, quorum or stream) or "exchange"."""
         if kind == "queue":
-            ok = self.apply_to in ("all", "queues", "classic_queues")
+            ok = self.apply_to in ("all", "queues") or self.apply_to == _APPLY_TO_TYPE.get(queue_type)
         else:
             ok = self.apply_to in ("all", "exchanges")
         return ok and self.regex.search(name) is not None
@@ -202,18 +204,19 @@ class PolicyStore:
             for key in [k for k in policies if k[0] == vhost]:
                 del policies[key]
 
-    def _best(self, vhost: str, kind: str, name: str, operator: bool) -> Policy | None:
+    def _best(self, vhost: str, kind: str, name: str, queue_type: str, operator: bool) -> Policy | None:
         best: Policy | None = None
         for policy in self._policies[operator].values():
-            if policy.vhost == vhost and policy.covers(kind, name) and (
+            if policy.vhost == vhost and policy.covers(kind, name, queue_type) and (
                     best is None or (policy.priority, best.name) > (best.priority, policy.name)):
                 best = policy  # the highest priority; among equals, the first name (deterministic)
         return best
 
-    def applied(self, vhost: str, kind: str, name: str) -> Applied:
+    def applied(self, vhost: str, kind: str, name: str, queue_type: str = "classic") -> Applied:
         if not self._policies[False] and not self._policies[True]:
             return _NONE
-        return Applied(self._best(vhost, kind, name, False), self._best(vhost, kind, name, True))
+        return Applied(self._best(vhost, kind, name, queue_type, False),
+                       self._best(vhost, kind, name, queue_type, True))
 
 
 _NONE = Applied()
@@ -247,10 +250,11 @@ def effective_alternate(arguments: Mapping[str, Any], definition: Mapping[str, A
     return value if isinstance(value, str) and value else None
 
 
-def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str, Any], own: QueueArgs) -> QueueArgs:
+def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str, Any], own: QueueArgs,
+               queue_type: str = "classic") -> QueueArgs:
     """The ``QueueArgs`` a queue runs with under the policies that apply to it now (``own`` is its
     declared arguments, already validated)."""
-    definition = store.applied(vhost, "queue", name).definition
+    definition = store.applied(vhost, "queue", name, queue_type).definition
     if not definition:
         return own
     try:
@@ -265,7 +269,8 @@ def apply_policies(vhost: VHost, now: float) -> None:
     dead letter; an alternate exchange takes the next unroutable message)."""
     store = vhost.broker.policies
     for queue in list(vhost.queues.values()):
-        args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name))
+        args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name),
+                          queue.queue_type)
         if args != queue.args:
             vhost.broker.delivery.apply_args(vhost, queue, args, now)
     for exchange in vhost.exchanges.values():

@@ -235,7 +235,7 @@ class VHost:
             args = QueueArgs.parse(arguments, name)
         except QueueArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
-        args = queue_args(self.broker.policies, self.name, name, arguments, args)
+        args = queue_args(self.broker.policies, self.name, name, arguments, args, kind)
         self.broker.check_limit("queues", self)
         common: dict[str, Any] = dict(
             vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,

@@ -30,7 +30,8 @@ def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
         "message_bytes_unacknowledged": q.message_bytes_unacked,
         "spilled": q.spilled_count(),
         "message_stats": message_stats(ctx, (vhost.name, name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
-        "state": "running", **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name)),
+        "state": "running",
+        **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name, q.queue_type)),
         **({"stream": q.describe()} if isinstance(q, StreamQueue) else {}),
     }
 
