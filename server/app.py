@@ -67,6 +67,7 @@ class App:
         )
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
+        self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()

@@ -31,6 +31,7 @@ from .delivery import Delivery
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
 from .reply_to import ReplyRegistry
+from .saturation import SATURATION_TICK
 from .vhost import VHost
 
 __all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
@@ -89,6 +90,7 @@ class Broker:
         self.failing: tuple[int, int] | None = None
         self.failed_ranges: deque[tuple[int, int]] = deque(maxlen=FAILED_RANGES_KEPT)
         self.on_definitions_changed: Callable[[], None] = _noop
+        self._saturation_due = 0.0  # wall-clock time of the next Saturation.tick
         self.alarms: frozenset[str] = frozenset()
         self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
         self.memory_rss = 0  # resident set size of the process, sampled by the shell
@@ -340,10 +342,19 @@ class Broker:
     def tick(self, now: float) -> None:
         """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
         self.delivery.tick(self.vhosts, now)
+        if now >= self._saturation_due:  # saturation counts stalls in ticks of its own cadence
+            self._saturation_due = now + SATURATION_TICK
+            self.delivery.saturation.tick()
 
     def next_deadline(self) -> float | None:
-        """Wall-clock time of the next TTL expiry, x-expires or delayed message, if any."""
-        return self.delivery.deadlines.earliest()
+        """Wall-clock time of the next TTL expiry, x-expires or delayed message, if any, or of the
+        next saturation tick while a queue is saturated or stalled."""
+        when = self.delivery.deadlines.earliest()
+        saturation = self.delivery.saturation
+        if saturation.saturated or saturation.stalled:
+            due = self._saturation_due
+            when = due if when is None else min(when, due)
+        return when
 
     def wake_clock(self) -> None:
         """A delivery waits to be stamped for the consumer timeout: the clock should look now."""
@@ -353,6 +364,7 @@ class Broker:
         """The shell's clock is told when a deadline comes before the earliest it knew, and every
         queue is armed (call after recovery)."""
         self.delivery.deadlines.on_earlier = on_earlier
+        self.delivery.saturation.on_saturated = on_earlier
         for vhost in self.vhosts.values():
             self.delivery.arm_all(vhost)
 
