@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser
+.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser
 
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,13 @@ $(VENV)/.dev: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]'
 	touch $(VENV)/.core $@
+
+# pyspark + pyarrow (and pika) into the venv `make run` made, for `headrace export/replay` and
+# `spark.read.format("headrace")`; headrace is not on PyPI, so the extra installs from this checkout
+spark-deps: $(VENV)/.spark
+$(VENV)/.spark: pyproject.toml $(VENV)/.core
+	$(PIP) install -q -e '.[spark]'
+	touch $@
 
 run: $(VENV)/.core
 	$(VENV)/bin/headrace serve

@@ -52,13 +52,13 @@ def wait_port(port: int, timeout: float) -> None:
 class Headrace:
     name = "headrace"
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.http_port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "headrace", "serve", "--amqp-port", str(self.port), "--http-port", str(self.http_port),
              "--data-dir", str(tmp / "headrace"), "--log-level", "warning"],
-            env={**os.environ, "HEADRACE_MEMORY_HIGH_WATERMARK": "0.9"},
+            env={**os.environ, "HEADRACE_MEMORY_HIGH_WATERMARK": "0.9", **(env or {})},
         )
         wait_port(self.port, 30)
 

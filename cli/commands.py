@@ -200,7 +200,24 @@ def queue() -> None:
 @pass_client
 def queue_list(c: Client) -> None:
     c.show(c.call("GET", f"/api/queues/{c.v}"),
-           ["name", "durable", "messages_ready", "messages_unacknowledged", "consumers", "spilled"])
+           ["name", "type", "durable", "messages_ready", "messages_unacknowledged", "consumers", "spilled"])
+
+
+@queue.command("stream")
+@click.argument("name")
+@pass_client
+def queue_stream(c: Client, name: str) -> None:
+    """A stream queue's log (size, first/last offset and time) and each consumer's offset and lag."""
+    q = c.call("GET", f"/api/queues/{c.v}/{quote(name, safe='')}")
+    info = q.get("stream")
+    if info is None:
+        fail(f"queue '{name}' is a {q.get('type')} queue, not a stream", 1)
+    if c.as_json:
+        click.echo(json.dumps(info))
+        return
+    for key in ("size_on_disk", "segments", "first_offset", "first_timestamp", "last_offset", "last_timestamp"):
+        console.print(f"{key}: {info[key]}", markup=False, highlight=False)
+    c.show(info["consumers"], ["consumer_tag", "name", "offset", "lag"])
 
 
 @queue.command("declare")

@@ -35,7 +35,7 @@ def serve(config_file: Path | None, **flags: object) -> None:
     """Run the broker in the foreground (SIGINT/SIGTERM stop it gracefully)."""
     from pydantic import ValidationError
 
-    from headrace.server.app import run
+    from headrace.server.app import StartupError, run
     from headrace.server.config import load_settings
 
     try:
@@ -44,6 +44,8 @@ def serve(config_file: Path | None, **flags: object) -> None:
         raise click.ClickException(f"invalid settings: {exc}") from None
     try:
         run(settings)
+    except StartupError as exc:  # a second broker on the data directory, a port in use
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
 

@@ -1,22 +1,76 @@
 """``headrace replay`` and ``headrace export``: Spark jobs over a mirrored exchange's log.
 
 Local Spark (``local[*]``) by default; ``--master`` and ``--conf k=v`` pass through to the
-SparkSession builder, so the same job runs on a cluster that can read the data directory.
+SparkSession builder, so the same job runs on a cluster that can read the data directory. What can
+be checked without Spark is checked first (pyspark installed, a mirror log for the exchange, the
+replay target exchange on the broker), each failure one line and exit code 1, before a JVM starts.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from .commands import fail
+
 __all__ = ["FAST_CONF", "export_command", "replay_command", "spark_session"]
 
 console = Console(stderr=True)
+
+INSTALL_HINT = ("needs pyspark and pyarrow, which are not installed: run `make spark-deps` in the headrace "
+                "checkout (or `.venv/bin/pip install -e '.[spark]'` there); Spark also needs Java 17")
+
+
+def _need_pyspark(command: str) -> None:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        fail(f"headrace {command} {INSTALL_HINT}", 1)
+
+
+def _check_log(data_dir: str, vhost: str, exchange: str) -> None:
+    """One line and exit 1 when there is nothing to read, rather than an empty job."""
+    from headrace.persistence.mirror_log import list_mirrors, list_segments
+
+    root = Path(data_dir)
+    if not root.is_dir():
+        fail(f"no data directory {data_dir} (the broker's --data-dir; `make run` uses ./headrace-data)", 1)
+    if not list_segments(root, vhost, exchange):
+        mirrored = ", ".join(f"{e} (vhost {v})" for v, e in list_mirrors(root) if list_segments(root, v, e))
+        fail(f"exchange '{exchange}' in vhost '{vhost}' has no mirror log under {data_dir}: mirror it with "
+             f"`headrace mirror enable {exchange}` and publish to it first"
+             + (f"; logs there: {mirrored}" if mirrored else "; no exchange there has one"), 1)
+
+
+def _check_target(amqp_url: str, exchange: str) -> None:
+    from headrace.spark_bridge.amqp_publisher import AMQPError, ConfirmPublisher
+
+    try:
+        publisher = ConfirmPublisher(amqp_url, timeout=10).connect()
+    except (OSError, AMQPError, ValueError) as exc:
+        fail(f"cannot connect to the broker at {_safe_url(amqp_url)}: {exc}", 1)
+    try:
+        if not publisher.exchange_exists(exchange):
+            fail(f"target exchange '{exchange}' does not exist at {_safe_url(amqp_url)}: declare it first, e.g. "
+                 f"`headrace exchange declare {exchange} --type topic -a x-message-deduplication=true "
+                 f"-a x-cache-size=100000`", 1)
+    finally:
+        publisher.close()
+
+
+def _safe_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return f"{u.scheme}://{u.hostname}:{u.port or 5672}{u.path or '/'}"
 
 
 # Settings of the CLI's own session: a JVM that starts fast (serial GC, class data sharing), no UI
@@ -96,13 +150,21 @@ def _filters(start: str | None, end: str | None) -> dict[str, Any]:
 
 spark_options = [
     click.option("--data-dir", default="headrace-data", show_default=True, help="The broker's data directory."),
-    click.option("--exchange", required=True),
+    click.option("--exchange", help="A mirrored exchange's log."),
+    click.option("--stream", help="A stream queue's log (instead of --exchange)."),
     click.option("--vhost", default="/", show_default=True),
     click.option("--from", "start", help="First offset, or ISO time."),
     click.option("--to", "end", help="Last offset (inclusive), or ISO time."),
     click.option("--master", default="local[*]", show_default=True),
     click.option("--conf", multiple=True, help="Spark configuration k=v (repeatable)."),
 ]
+
+
+def _source(data_dir: str, exchange: str | None, stream: str | None) -> tuple[str, str]:
+    """(root, log name): a stream queue's log lies under <data dir>/streams, in the mirror layout."""
+    if (exchange is None) == (stream is None):
+        raise click.UsageError("give one of --exchange or --stream")
+    return (data_dir, exchange) if stream is None else (str(Path(data_dir) / "streams"), stream)  # type: ignore[return-value]
 
 
 def _with(options: list[Any]) -> Any:
@@ -121,17 +183,32 @@ def _with(options: list[Any]) -> Any:
 @click.option("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/%2F", show_default=True)
 @click.option("--progress-dir", help="Where confirmed offsets are kept (resume without duplicates); default: "
               "<data-dir>/replay-progress/<hash of the job's parameters>.")
-def replay_command(data_dir: str, exchange: str, vhost: str, start: str | None, end: str | None, master: str,
-                   conf: tuple[str, ...], pattern: str | None, to_exchange: str | None, rate: float | None,
-                   amqp_url: str, progress_dir: str | None) -> None:
-    """Publish a mirrored exchange's messages again, in order per routing key."""
+@click.option("--partitions", type=click.IntRange(1), default=4, show_default=True,
+              help="Publishing partitions (routing keys hashed over them), one connection each.")
+@click.option("--window", type=click.IntRange(1), default=1000, show_default=True,
+              help="Publisher confirms in flight per partition.")
+@click.option("--dedup-header", default="x-deduplication-header", show_default=True,
+              help="Header carrying <exchange>:<offset>, read by the target's x-message-deduplication window.")
+def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
+                   end: str | None, master: str, conf: tuple[str, ...], pattern: str | None, to_exchange: str | None,
+                   rate: float | None, amqp_url: str, progress_dir: str | None, partitions: int, window: int,
+                   dedup_header: str) -> None:
+    """Publish a mirrored exchange's (or a stream's) messages again, in order per routing key."""
+    _need_pyspark("replay")
     from headrace.spark_bridge.replay import replay
+
+    if stream is not None and to_exchange is None:
+        raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
+    data_dir, exchange = _source(data_dir, exchange, stream)
+    _check_log(data_dir, vhost, exchange)
+    _check_target(amqp_url, to_exchange or exchange)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
     count = _with_progress(spark, f"replaying {exchange}", lambda: replay(
         spark, data_dir, exchange, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
-        routing_key_pattern=pattern, rate=rate, progress_dir=progress_dir, **_filters(start, end)))
+        routing_key_pattern=pattern, rate=rate, progress_dir=progress_dir, partitions=partitions, window=window,
+        dedup_header=dedup_header, **_filters(start, end)))
     console.print(f"replayed {count} messages")
 
 
@@ -140,10 +217,15 @@ def replay_command(data_dir: str, exchange: str, vhost: str, start: str | None, 
 @click.option("--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
 @click.option("--out", required=True, help="Output directory.")
 @click.option("--partition-by", type=click.Choice(["date", "routing_key"]))
-def export_command(data_dir: str, exchange: str, vhost: str, start: str | None, end: str | None, master: str,
-                   conf: tuple[str, ...], fmt: str, out: str, partition_by: str | None) -> None:
-    """Write a mirrored exchange's log as Parquet or JSON."""
+def export_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
+                   end: str | None, master: str, conf: tuple[str, ...], fmt: str, out: str,
+                   partition_by: str | None) -> None:
+    """Write a mirrored exchange's (or a stream's) log as Parquet or JSON."""
+    _need_pyspark("export")
     from headrace.spark_bridge.export import export
+
+    data_dir, exchange = _source(data_dir, exchange, stream)
+    _check_log(data_dir, vhost, exchange)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)

@@ -57,6 +57,9 @@ class DefinitionsStore:
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
+        except OSError:
+            self._tmp.unlink(missing_ok=True)  # disk full: the old file stays, and so does room
+            raise
         finally:
             os.close(fd)
         os.replace(self._tmp, self._path)

@@ -39,7 +39,7 @@ from typing import Any
 
 from .fsync import FsyncMode, fsync_dir
 from .records import HEADER_SIZE, iter_file_records, iter_records
-from .segments import SegmentWriter, list_segments
+from .segments import WRITE_BUFFER_BYTES, SegmentWriter, list_segments
 from .store_ops import (
     DECODE_ERRORS,
     Ack,
@@ -134,6 +134,8 @@ class MessageStore:
         self._disk_bytes = 0
         self._live_bytes = 0
         self._dir_dirty = False  # a segment was created since the last directory sync
+        # the last write error while records are still pending (disk full): None once written
+        self.failing: OSError | None = None
         self._recovered = False
         self._maps: dict[int, mmap.mmap] = {}  # segments mapped to load recovered messages
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -263,16 +265,38 @@ class MessageStore:
             self.sync()
 
     def sync(self) -> None:
-        """Flush the buffer and fsync the current segment (and the directory after a roll)."""
+        """Flush the buffer and fsync the current segment (and the directory after a roll).
+
+        Raises the ``OSError`` of a failed write or fsync: the records stay pending (the file is
+        cut back to its last whole record) and the next flush or sync writes them again."""
         w = self._writer
         if w is None:
             return
-        w.flush()
+        self._flush_writer()
         if self._mode is not FsyncMode.OFF:
-            w.fsync()
-            if self._dir_dirty:
-                fsync_dir(self._dir)
+            try:
+                w.fsync()
+                if self._dir_dirty:
+                    fsync_dir(self._dir)
+            except OSError as exc:
+                self.failing = exc
+                raise
         self._dir_dirty = False
+
+    def _flush_writer(self) -> None:
+        w = self._writer
+        assert w is not None
+        try:
+            w.flush()
+        except OSError as exc:
+            if self.failing is None:
+                log.error("message store: cannot write %s (%s); %d bytes wait in memory for room",
+                          w.path, exc.strerror or exc, w.pending)
+            self.failing = exc
+            raise
+        if self.failing is not None:
+            log.warning("message store: pending records written, the disk takes writes again")
+            self.failing = None
 
     def write_and_sync(self, ops: Sequence[StoreOp]) -> None:
         """One group commit: every op in ``ops`` is on disk when this returns."""
@@ -296,32 +320,44 @@ class MessageStore:
         them across a crash of the broker process; the next group commit's fsync covers them
         against power loss. ``always`` mode still fsyncs every write."""
         self.write(ops)
-        w = self._writer
-        if w is not None:
-            w.flush()
+        if self._writer is not None:
+            self._flush_writer()
 
     def _append(self, kind: int, parts: Sequence[bytes]) -> tuple[_Segment, int]:
         w = self._writer
         assert w is not None and self._current is not None
-        if w.size >= self._max:
+        if w.size >= self._max and self.failing is None:
             w = self._roll()
         n = w.append(kind, parts)
+        if w.pending >= WRITE_BUFFER_BYTES and self.failing is None:
+            try:
+                self._flush_writer()
+            except OSError:
+                pass  # kept pending; the group's own flush or sync reports it
         seg = self._current
         seg.size += n
         self._disk_bytes += n
         return seg, n
 
     def _roll(self) -> SegmentWriter:
+        """The next segment; on a write error the current one grows on (its size limit is soft)
+        and its records stay pending, so the disk being full never loses an appended record."""
         old = self._writer
         assert old is not None
-        old.flush()
-        if self._mode is not FsyncMode.OFF:
-            old.fsync()  # the next sync() only covers the new segment
+        try:
+            self._flush_writer()
+            if self._mode is not FsyncMode.OFF:
+                old.fsync()  # the next sync() only covers the new segment
+            new = SegmentWriter(self._dir, old.seq + 1)
+        except OSError as exc:
+            self.failing = exc
+            return old
         old.close()
-        return self._open_segment(old.seq + 1)
+        return self._open_segment(old.seq + 1, new)
 
-    def _open_segment(self, seq: int) -> SegmentWriter:
-        w = SegmentWriter(self._dir, seq)
+    def _open_segment(self, seq: int, w: SegmentWriter | None = None) -> SegmentWriter:
+        if w is None:
+            w = SegmentWriter(self._dir, seq)
         seg = _Segment(seq, w.path, w.size)
         self._segments[seq] = seg
         self._disk_bytes += seg.size
@@ -481,8 +517,9 @@ class MessageStore:
             if head.live_count == 0:
                 freed += self._delete(head)
                 continue
-            if rewrites >= MAX_REWRITES_PER_CALL or not self._worth_rewriting(head):
-                break
+            if rewrites >= MAX_REWRITES_PER_CALL or self.failing is not None \
+                    or not self._worth_rewriting(head):
+                break  # (no copies while writes fail: deleting dead heads only frees room)
             rewrites += 1
             freed -= self._rewrite_forward(head)
             if head.live_count:
@@ -550,13 +587,17 @@ class MessageStore:
         return len(self._live) + len(self._delayed)
 
     def close(self) -> None:
-        """Sync and close the current segment; the store is not used again."""
+        """Sync and close the current segment; the store is not used again. Raises the write
+        error if pending records could not be written (disk still full)."""
         self._unmap()
-        if self._writer is None:
+        w = self._writer
+        if w is None:
             return
-        self.sync()
-        self._writer.close()
-        self._writer = None
+        try:
+            self.sync()
+        finally:
+            self._writer = None
+            w.close()
 
 
 # Where a recovered message's record is: id, segment, offset, record bytes, exchange offset in the

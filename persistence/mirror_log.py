@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
-from .records import MAX_RECORD_SIZE, encode_record, iter_records
+from .records import HEADER as _FRAME_HEADER
+from .records import MAX_RECORD_SIZE, iter_records
 
 __all__ = [
     "MirrorEntry",
@@ -64,6 +65,7 @@ class MirrorRecord:  # built once per mirrored publish: a plain slotted class co
     headers: dict[str, str] | None = None
     content_type: str | None = None
     message_id: str | None = None
+    source: str | None = None  # the exchange it was published to, kept by stream queues
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,7 @@ class MirrorEntry:
     message_id: str | None
     props_raw: bytes
     body: bytes
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +139,30 @@ def list_segments(root: Path, vhost: str, exchange: str) -> list[SegmentInfo]:
     return segs
 
 
-def _encode(offset: int, rec: MirrorRecord) -> bytes:
+_KIND_CRC = zlib.crc32(bytes((KIND_ENTRY,)))
+
+
+def _meta(rec: MirrorRecord) -> bytes:
+    if not (rec.headers or rec.content_type or rec.message_id or rec.source is not None):
+        return b""
+    fields: dict[str, Any] = {"h": rec.headers, "ct": rec.content_type, "id": rec.message_id}
+    if rec.source is not None:
+        fields["x"] = rec.source
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def _encode_into(out: list[bytes], offset: int, rec: MirrorRecord) -> int:
+    """Appends one record's pieces to ``out`` (the ``records`` framing, CRC over the pieces) without
+    joining them: the writer joins a whole batch once. Returns the record's size."""
     rk = rec.routing_key.encode()
-    meta = json.dumps({"h": rec.headers, "ct": rec.content_type, "id": rec.message_id},
-                      separators=(",", ":")).encode() if (rec.headers or rec.content_type or rec.message_id) else b""
-    payload = b"".join((_HEAD.pack(offset, rec.timestamp_ms, len(rk), len(meta), len(rec.props_raw)),
-                        rk, meta, rec.props_raw, rec.body))
-    return encode_record(KIND_ENTRY, payload)
+    meta = _meta(rec)
+    props, body = rec.props_raw, rec.body
+    head = _HEAD.pack(offset, rec.timestamp_ms, len(rk), len(meta), len(props))
+    crc32 = zlib.crc32
+    crc = crc32(body, crc32(props, crc32(meta, crc32(rk, crc32(head, _KIND_CRC)))))
+    length = len(head) + len(rk) + len(meta) + len(props) + len(body)
+    out += (_FRAME_HEADER.pack(length, crc, KIND_ENTRY), head, rk, meta, props, body)
+    return length + _FRAME_HEADER.size
 
 
 def _decode(payload: bytes, vhost: str, exchange: str) -> MirrorEntry:
@@ -154,7 +174,8 @@ def _decode(payload: bytes, vhost: str, exchange: str) -> MirrorEntry:
     pos += meta_len
     props = payload[pos:pos + props_len]
     body = payload[pos + props_len:]
-    return MirrorEntry(offset, ts, vhost, exchange, rk, meta.get("h"), meta.get("ct"), meta.get("id"), props, body)
+    return MirrorEntry(offset, ts, vhost, exchange, rk, meta.get("h"), meta.get("ct"), meta.get("id"), props, body,
+                       meta.get("x"))
 
 
 def _peek(payload: bytes) -> tuple[int, int]:
@@ -257,13 +278,12 @@ class MirrorLog:
             if ts < stamp:
                 ts = rec.timestamp_ms = stamp
             stamp = ts
-            data = _encode(offset, rec)
             if since >= self.index_interval_bytes:
                 index.append(_INDEX.pack(offset, size, ts))
                 since = 0
-            chunks.append(data)
-            size += len(data)
-            since += len(data)
+            n = _encode_into(chunks, offset, rec)
+            size += n
+            since += n
             offset += 1
         self._write(chunks, index, size, since, offset, stamp)
         return first, self.next_offset - 1
@@ -394,6 +414,7 @@ class ReadRange:
     stop: int | None  # None: to the end of the file (the torn tail excluded by the reader)
     first_offset: int
     end_offset: int | None
+    size: int = 0  # bytes (for an open-ended range: as the segment was when listed)
 
 
 def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, from_offset: int | None = None,
@@ -429,9 +450,9 @@ def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, fro
             if position <= cut or stop is not None and position >= stop:
                 continue
             if position - cut >= target_bytes:
-                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset))
+                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset, position - cut))
                 cut, cut_first = position, offset
-        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end))
+        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end, (seg.size if stop is None else stop) - cut))
     return out
 
 

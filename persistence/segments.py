@@ -10,13 +10,12 @@ Rule 1: a writer owns its file and its write position; nobody else writes to tha
 
 from __future__ import annotations
 
+import errno
 import os
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-from .fsync import fsync_file
 from .records import HEADER, HEADER_SIZE
 
 __all__ = [
@@ -29,14 +28,15 @@ __all__ = [
 ]
 
 SEGMENT_SUFFIX = ".seg"
-# Python-side write buffer per open segment. 1 MiB turns a group of small records into a few large
-# write() calls; a record larger than this bypasses the buffer (BufferedWriter does that itself).
+# Pending bytes past which the message store flushes within a group (a compaction pass copies a
+# whole segment forward; this keeps what it holds in memory near 1 MiB).
 WRITE_BUFFER_BYTES = 1 << 20
 # Payloads up to this size are joined and written in one call (cheaper than one call per part);
 # larger ones are written part by part so a big body is never copied into a joined payload.
 _JOIN_MAX_BYTES = 16 << 10
 _KIND_CRC = [zlib.crc32(bytes((k,))) for k in range(256)]  # CRC state after the kind byte
 _SEQ_DIGITS = 20  # u64 fits in 20 decimal digits, so names sort lexically in log order
+_IOV_MAX = 1024  # buffers per pwritev call (Linux's IOV_MAX)
 
 
 def segment_path(directory: Path, seq: int) -> Path:
@@ -68,48 +68,125 @@ def record_header(kind: int, parts: Sequence[bytes]) -> bytes:
 
 
 class SegmentWriter:
-    """Appends framed records to one segment file; ``size`` counts buffered bytes too."""
+    """Appends framed records to one segment file; ``size`` counts pending bytes too.
 
-    __slots__ = ("seq", "path", "size", "_file")
+    Records collect in memory (small ones copied into a chunk, large bodies referenced, never
+    joined) and go to the file in ``flush`` with one ``pwritev`` per 1024 chunks, at the offset
+    just past the last whole record written. A write that fails (ENOSPC, EIO) is undone: the file
+    is cut back to that offset, the records stay pending, and the next ``flush`` writes them again.
+    So the file never ends in a torn record while the broker runs, whatever the disk does."""
+
+    __slots__ = ("seq", "path", "size", "flushed", "_fd", "_chunks", "_open_chunk", "_pending",
+                 "_cut_needed")
 
     def __init__(self, directory: Path, seq: int, *, start: int = 0) -> None:
         """Open segment ``seq`` for appending; ``start`` is the valid length to keep (a torn tail
         beyond it is cut off first)."""
         self.seq = seq
         self.path = segment_path(directory, seq)
-        f: BinaryIO = open(self.path, "ab", buffering=WRITE_BUFFER_BYTES)  # noqa: SIM115 (owned)
-        if f.tell() != start:
-            f.truncate(start)
-            f.seek(start)
-        self._file = f
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != start:
+                os.ftruncate(fd, start)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
         self.size = start
+        self.flushed = start  # bytes in the file: always the end of a whole record
+        self._chunks: list[bytes | bytearray] = []
+        self._open_chunk: bytearray | None = None  # the chunk small records are copied into
+        self._pending = 0
+        self._cut_needed = False  # a failed write left bytes past ``flushed`` that a cut missed
+
+    @property
+    def pending(self) -> int:
+        """Bytes appended and not yet in the file."""
+        return self._pending
 
     def append(self, kind: int, parts: Sequence[bytes]) -> int:
-        """Buffer one record; returns its total size on disk."""
+        """Buffer one record (no I/O); returns its total size on disk."""
         length = 0
         for part in parts:
             length += len(part)
-        write = self._file.write
+        chunk = self._open_chunk
+        if chunk is None:
+            chunk = self._open_chunk = bytearray()
+            self._chunks.append(chunk)
         if length <= _JOIN_MAX_BYTES:
             payload = b"".join(parts)
-            write(HEADER.pack(length, zlib.crc32(payload, _KIND_CRC[kind]), kind))
-            write(payload)
+            chunk += HEADER.pack(length, zlib.crc32(payload, _KIND_CRC[kind]), kind)
+            chunk += payload
         else:
             crc = _KIND_CRC[kind]
             for part in parts:
                 crc = zlib.crc32(part, crc)
-            write(HEADER.pack(length, crc, kind))
-            for part in parts:
-                write(part)
+            chunk += HEADER.pack(length, crc, kind)
+            self._chunks += parts  # referenced, not copied
+            self._open_chunk = None
         n = HEADER_SIZE + length
         self.size += n
+        self._pending += n
         return n
 
     def flush(self) -> None:
-        self._file.flush()
+        """Write every pending record, or none of them (see the class docstring); raises the
+        ``OSError`` of a failed write after cutting the file back."""
+        if not self._pending:
+            return
+        fd, chunks, offset = self._fd, self._chunks, self.flushed
+        try:
+            for i in range(0, len(chunks), _IOV_MAX):
+                batch = chunks[i : i + _IOV_MAX]
+                want = sum(len(c) for c in batch)
+                done = os.pwritev(fd, batch, offset)
+                offset += done
+                if done < want:  # a short write: the rest one chunk at a time (raises when full)
+                    _write_rest(fd, batch, done, offset)
+                    offset += want - done
+            if self._cut_needed:
+                os.ftruncate(fd, offset)
+                self._cut_needed = False
+        except OSError:
+            self._cut_back()
+            self._open_chunk = None  # a view of it may live on in the traceback: never resize it
+            raise
+        self.flushed = offset
+        self._chunks = []
+        self._open_chunk = None
+        self._pending = 0
+
+    def _cut_back(self) -> None:
+        """Drop what a failed flush wrote: the file ends at the last whole record again."""
+        try:
+            os.ftruncate(self._fd, self.flushed)
+        except OSError:
+            self._cut_needed = True  # the next write starts at ``flushed`` anyway; cut then
 
     def fsync(self) -> None:
-        fsync_file(self._file)
+        self.flush()
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        self._file.close()
+        """Flush and close; the fd is closed even when the flush fails (its records are lost,
+        as the caller was told by the raised error)."""
+        try:
+            self.flush()
+        finally:
+            os.close(self._fd)
+
+
+def _write_rest(fd: int, chunks: Sequence[bytes | bytearray], done: int, offset: int) -> None:
+    """Finish a short ``pwritev``: skip the ``done`` bytes already written, write the rest."""
+    for chunk in chunks:
+        if done >= len(chunk):
+            done -= len(chunk)
+            continue
+        view = memoryview(chunk)[done:]
+        done = 0
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n == 0:
+                raise OSError(errno.ENOSPC, "short write")
+            offset += n
+            view = view[n:]

@@ -25,6 +25,12 @@ class Backing(Protocol):
     def read_batch(self, max_count: int, max_bytes: int) -> list[QueueEntry]:
         """Remove and return up to ``max_count`` entries (or ``max_bytes`` of bodies) from the head."""
 
+    def want_page_in(self) -> None:
+        """The queue's resident window ran low: whoever pages in should wake (event loop)."""
+
+    def take_lost(self) -> tuple[int, int]:
+        """Entries and body bytes skipped as unreadable since the last call."""
+
     def depth(self) -> int:
         """Number of entries held."""
 

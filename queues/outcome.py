@@ -50,3 +50,4 @@ class QueueStats:
     expired: int = 0
     dropped: int = 0  # drop-head, reject-publish
     dead_lettered: int = 0
+    spill_damaged: int = 0  # spilled entries lost to a damaged spill record

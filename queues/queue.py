@@ -35,6 +35,8 @@ ENTRY_OVERHEAD = 320
 
 
 class Queue:
+    queue_type = "classic"  # x-queue-type: "quorum" keeps the classic logic under quorum rules
+
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
                  resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
@@ -155,8 +157,8 @@ class Queue:
         if spill.enabled and (
             spill.count or ready.count >= self.resident_max_messages or ready.bytes >= self.resident_max_bytes
         ):
-            spill.append(entry)
-            return
+            if spill.append(entry):
+                return
         ready.append(entry)
 
     def add_recovered(self, message: Message, *, redelivered: bool = False, delivery_count: int = 0) -> QueueEntry:
@@ -181,6 +183,8 @@ class Queue:
             entry = ready.pop()
             if entry is None:
                 return None
+            if self._spill.count and self.page_in_wanted():
+                self._spill.backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
             if entry.expires_at is not None and entry.expires_at < now:
                 self.stats.expired += 1
                 self._gone(left, entry, "expired")
@@ -397,6 +401,11 @@ class Queue:
         """How many entries and body bytes one page-in may bring back without passing the bounds."""
         return (max(self.resident_max_messages - self._ready.count, 1),
                 max(self.resident_max_bytes - self._ready.bytes, 1))
+
+    def spill_lost(self, count: int, body_bytes: int) -> None:
+        """The backing skipped ``count`` spilled entries it could not read back (damaged)."""
+        self._spill.lost(count, body_bytes)
+        self.stats.spill_damaged += count
 
     def take_backing(self) -> Backing | None:
         return self._spill.backing

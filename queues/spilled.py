@@ -32,14 +32,27 @@ class SpilledRange:
     def enabled(self) -> bool:
         return self._factory is not None
 
-    def append(self, entry: QueueEntry) -> None:
-        backing = self.backing
-        if backing is None:
-            assert self._factory is not None
-            backing = self.backing = self._factory()
-        backing.append((entry,))
+    def append(self, entry: QueueEntry) -> bool:
+        """Spill ``entry``; False when the disk has no room even for a first spill file (nothing
+        is spilled yet, so the queue keeps it in memory without breaking FIFO order)."""
+        try:
+            backing = self.backing
+            if backing is None:
+                assert self._factory is not None
+                backing = self.backing = self._factory()
+            backing.append((entry,))
+        except OSError:
+            if self.count:
+                raise
+            return False
         self.count += 1
         self.bytes += len(entry.message.body)
+        return True
+
+    def lost(self, count: int, body_bytes: int) -> None:
+        """The backing skipped ``count`` entries it could not read back (damaged records)."""
+        self.count = max(self.count - count, 0)
+        self.bytes = max(self.bytes - body_bytes, 0) if self.count else 0
 
     def pop_one(self) -> QueueEntry | None:
         """The head entry, read back at once (rare: a length bound enforced on a spilled head)."""

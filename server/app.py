@@ -31,12 +31,14 @@ from headrace.server.broker import Broker, Limits
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
+from headrace.server.net.admission import Admission
 from headrace.server.net.alarms import run_alarms
 from headrace.server.net.clock import run_clock
 from headrace.server.net.gate import Gate
+from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 
-__all__ = ["serve", "run"]
+__all__ = ["StartupError", "serve", "run"]
 
 log = logging.getLogger("headrace")
 
@@ -45,7 +47,9 @@ class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything in the directory is read or created: a second broker stops here
+        self.lock = DataDirLock(self.data_dir)
+        self.lock.acquire()
         self.storage = Storage(self.data_dir, settings)
         self.broker = Broker(
             resident_max_messages=settings.queue_max_resident_messages,
@@ -60,11 +64,14 @@ class App:
                 max_tx_bytes=settings.max_tx_bytes,
             ),
         )
+        self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
+        self.admission = Admission(settings.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
+        self._tls: ssl.SSLContext | None = None
 
     # ------------------------------------------------------------------ definitions
     def load(self) -> None:
@@ -89,7 +96,11 @@ class App:
 
     def save_definitions(self) -> None:
         self._definitions_dirty = False
-        self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
+        try:
+            self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
+        except OSError as exc:  # disk full: keep serving, save again after the next batch
+            log.error("definitions not saved: %s", exc)
+            self._definitions_dirty = True
 
     def after_batch(self) -> None:
         """Called by connection tasks after each batch: durable definition changes go to disk before
@@ -109,43 +120,42 @@ class App:
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:
         try:
             peer = _socket_of(stream).getpeername()[:2]
-        except OSError:
-            return
-        unauthenticated = sum(1 for h in self.amqp_handlers if h.session.user is None)
-        if unauthenticated >= self.settings.max_unauthenticated:
-            log.warning("dropping connection from %s: %d connections are still in their handshake",
-                        peer[0], unauthenticated)
+        except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
+        ticket = self.admission.enter()
+        admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
-                                        headrace.__version__, after_batch=self.after_batch)
+                                        headrace.__version__, after_batch=self.after_batch,
+                                        on_header=lambda: admission.header_received(ticket),
+                                        on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
         try:
-            await handler.run()
+            with ticket.scope:  # cancelled if evicted before it authenticates
+                await handler.run()
         finally:
+            admission.leave(ticket)
             self.amqp_handlers.discard(handler)
             self.after_batch()
 
     async def serve(self, *, task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._serve(task_status)
+        finally:
+            self.lock.release()
+
+    async def _serve(self, task_status: trio.TaskStatus[App]) -> None:
         s = self.settings
+        bound = await self._bind()
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(run_clock, self.broker, self._on_tick)
-            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.data_dir,
-                            s.disk_free_limit, s.memory_calculation_strategy)
+            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,
+                            s.memory_calculation_strategy)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:
-                    amqp = await trio.open_tcp_listeners(s.amqp_port, host=s.amqp_host)
-                    self.bound["amqp"] = amqp[0].socket.getsockname()[:2]
-                    listeners.start_soon(_serve, amqp, self.handle_amqp, conns)
-                    tls = self._tls_context()
-                    if tls is not None and s.amqps_port is not None:
-                        amqps = await trio.open_tcp_listeners(s.amqps_port, host=s.amqp_host)
-                        self.bound["amqps"] = amqps[0].socket.getsockname()[:2]
-                        listeners.start_soon(_serve, _tls(amqps, tls), self.handle_amqp, conns)
-                    if s.http_enabled:
-                        await self._start_http(listeners, conns)
+                    self._start_listeners(bound, listeners, conns)
                     self._write_ports()
                     for name, (host, port) in self.bound.items():
                         log.info("%s listening on %s:%d", name.upper(), host, port)
@@ -163,22 +173,48 @@ class App:
         self.storage.close()
         log.info("stopped")
 
-    async def _start_http(self, listeners: trio.Nursery, conns: trio.Nursery) -> None:
-        try:
-            from headrace.server.net.http_conn import HTTPServer
-        except ImportError:
-            return
+    async def _bind(self) -> dict[str, list[trio.SocketListener]]:
+        """Every listening socket, bound before recovery: a port in use is one line at once, not a
+        traceback after the whole data directory was loaded. Clients that connect meanwhile wait in
+        the backlog until recovery is over."""
         s = self.settings
-        http = await trio.open_tcp_listeners(s.http_port, host=s.http_host)
-        self.bound["http"] = http[0].socket.getsockname()[:2]
-        self.http_server = HTTPServer(self)
-        listeners.start_soon(_serve, http, self.http_server.handle, conns)
-        tls = self._tls_context()
-        if tls is not None and s.https_port is not None:
-            https = await trio.open_tcp_listeners(s.https_port, host=s.http_host)
-            self.bound["https"] = https[0].socket.getsockname()[:2]
-            wrapped = [trio.SSLListener(lst, tls, https_compatible=True) for lst in https]
-            listeners.start_soon(_serve, wrapped, self.http_server.handle, conns)
+        self._tls = self._tls_context()
+        wanted = [("amqp", s.amqp_host, s.amqp_port)]
+        if self._tls is not None and s.amqps_port is not None:
+            wanted.append(("amqps", s.amqp_host, s.amqps_port))
+        if s.http_enabled and _http_available():
+            wanted.append(("http", s.http_host, s.http_port))
+            if self._tls is not None and s.https_port is not None:
+                wanted.append(("https", s.http_host, s.https_port))
+        bound: dict[str, list[trio.SocketListener]] = {}
+        for name, host, port in wanted:
+            try:
+                bound[name] = await trio.open_tcp_listeners(port, host=host)
+            except OSError as exc:
+                for sockets in bound.values():
+                    for listener in sockets:
+                        listener.socket.close()
+                raise StartupError(f"cannot listen for {name.upper()} on {host}:{port}: "
+                                   f"{exc.strerror or exc}") from None
+            self.bound[name] = bound[name][0].socket.getsockname()[:2]
+        return bound
+
+    def _start_listeners(self, bound: dict[str, list[trio.SocketListener]], listeners: trio.Nursery,
+                         conns: trio.Nursery) -> None:
+        tls = self._tls
+        for name, sockets in bound.items():
+            if name == "amqp":
+                listeners.start_soon(_serve, sockets, self.handle_amqp, conns)
+            elif name == "amqps" and tls is not None:
+                listeners.start_soon(_serve, _tls(sockets, tls), self.handle_amqp, conns)
+            elif name == "http":
+                from headrace.server.net.http_conn import HTTPServer
+
+                self.http_server = HTTPServer(self)
+                listeners.start_soon(_serve, sockets, self.http_server.handle, conns)
+            elif name == "https" and tls is not None:
+                wrapped = [trio.SSLListener(lst, tls, https_compatible=True) for lst in sockets]
+                listeners.start_soon(_serve, wrapped, self.http_server.handle, conns)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         s = self.settings
@@ -210,6 +246,14 @@ class App:
                 log.info("received %s", signal.Signals(signum).name)
                 scope.cancel()
                 return
+
+
+def _http_available() -> bool:
+    try:
+        import headrace.server.net.http_conn  # noqa: F401  (the HTTP API is an optional extra)
+    except ImportError:
+        return False
+    return True
 
 
 def _tls(listeners: list[trio.SocketListener], ctx: ssl.SSLContext) -> list[trio.SSLListener[trio.SocketStream]]:

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     max_message_size: int = Field(128 * MiB, ge=1, le=512 * MiB)
     # close a channel that holds one delivery unacked for longer than this (RabbitMQ: 30 min)
     consumer_timeout_ms: int | None = Field(1_800_000, ge=1)
+    # a socket must send the protocol header within header_timeout of connecting and finish the
+    # handshake (up to connection.open) within handshake_timeout (RabbitMQ: 10 s)
+    header_timeout: float = Field(3.0, gt=0)
     handshake_timeout: float = Field(10.0, gt=0)
 
     # persistence
@@ -87,7 +90,8 @@ class Settings(BaseSettings):
     # limits (issue: hostile clients); each refusal is reported with an AMQP/HTTP error
     max_connections: int = Field(10_000, ge=1)
     max_connections_per_user: int | None = Field(None, ge=1)
-    # sockets that have not finished the AMQP handshake; beyond this new ones are dropped at once
+    # sockets that have not authenticated yet; at this bound a new socket is still admitted and the
+    # one stuck longest (since connecting, or since its protocol header) is closed
     max_unauthenticated: int = Field(512, ge=1)
     max_queues_per_vhost: int = Field(100_000, ge=1)
     max_exchanges_per_vhost: int = Field(100_000, ge=1)

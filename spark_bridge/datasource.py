@@ -48,6 +48,7 @@ __all__ = ["DEFAULT_PARTITION_BYTES", "SCHEMA", "HeadraceDataSource", "register"
 DEFAULT_PARTITION_BYTES = 32 << 20
 # Smallest range worth a task of its own (Spark's spark.sql.files.openCostInBytes).
 MIN_PARTITION_BYTES = 4 << 20
+STREAMS_DIR = "streams"  # persistence.stream_log.stream_root: stream queues' logs
 
 
 def _time_ms(value: str | None) -> int | None:
@@ -66,9 +67,12 @@ def _int(value: str | None) -> int | None:
 
 
 class RangePartition(InputPartition):
-    def __init__(self, rng: ReadRange, vhost: str, exchange: str, bounds: Bounds) -> None:
-        super().__init__(rng.path)
-        self.range, self.vhost, self.exchange, self.bounds = rng, vhost, exchange, bounds
+    """Consecutive ranges read by one task: one range of a big segment, or several small segments
+    packed together (as Spark packs small files), so a log of many small segments is not a task each."""
+
+    def __init__(self, ranges: list[ReadRange], vhost: str, exchange: str, bounds: Bounds) -> None:
+        super().__init__(ranges[0].path)
+        self.ranges, self.vhost, self.exchange, self.bounds = ranges, vhost, exchange, bounds
 
 
 def _tighter(current: int | None, new: int, *, lower: bool) -> int:
@@ -87,9 +91,14 @@ class _Options:
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> _Options:
-        path, exchange = options.get("path"), options.get("exchange")
+        path, exchange, stream = options.get("path"), options.get("exchange"), options.get("stream")
+        if stream is not None and path:
+            if exchange is not None:
+                raise ValueError("the headrace source reads one log: give 'exchange' or 'stream', not both")
+            # a stream queue's log has the mirror layout under <data dir>/streams
+            path, exchange = str(Path(path) / STREAMS_DIR), stream
         if not path or exchange is None:
-            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange'")
+            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange' or 'stream'")
         bounds = Bounds(_int(options.get("fromOffset")), _int(options.get("toOffset")),
                         _time_ms(options.get("fromTime")), _time_ms(options.get("toTime")),
                         options.get("routingKey") or None)
@@ -100,11 +109,20 @@ class _Options:
         ranges = read_ranges(Path(self.path), self.vhost, self.exchange, target_bytes=self.partition_bytes,
                              from_offset=bounds.from_offset, to_offset=bounds.to_offset,
                              from_ts=bounds.from_ts, to_ts=bounds.to_ts)
-        return [RangePartition(r, self.vhost, self.exchange, bounds) for r in ranges]
+        groups: list[list[ReadRange]] = []
+        size = self.partition_bytes
+        for r in ranges:
+            if size + r.size > self.partition_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(r)
+            size += r.size
+        return [RangePartition(g, self.vhost, self.exchange, bounds) for g in groups]
 
 
 def _read(partition: RangePartition) -> Iterator[Any]:
-    yield from range_batches(partition.range, partition.vhost, partition.exchange, partition.bounds)
+    for r in partition.ranges:
+        yield from range_batches(r, partition.vhost, partition.exchange, partition.bounds)
 
 
 class HeadraceReader(DataSourceReader):

@@ -11,13 +11,13 @@ from headrace.persistence.mirror_log import list_segments
 
 from .datasource import MIN_PARTITION_BYTES, register
 
-__all__ = ["export", "partition_bytes", "read_log"]
+__all__ = ["export", "read_log", "split_bytes"]
 
 
 RANGES_PER_CORE = 4
 
 
-def partition_bytes(spark: Any, data_dir: str, vhost: str, exchange: str) -> int:
+def split_bytes(spark: Any, data_dir: str, vhost: str, exchange: str) -> int:
     """Range size after Spark's file sources' split size: spark.sql.files.maxPartitionBytes, or less so
     that every core gets a few ranges (a slow range then does not hold up the whole job alone), not
     under openCostInBytes' 4 MiB."""
@@ -34,10 +34,13 @@ def _bytes(value: str) -> int:
 
 
 def read_log(spark: Any, data_dir: str, exchange: str, *, vhost: str = "/", from_offset: int | None = None,
-             to_offset: int | None = None, from_time: str | None = None, to_time: str | None = None) -> Any:
+             to_offset: int | None = None, from_time: str | None = None, to_time: str | None = None,
+             partition_bytes: int | None = None) -> Any:
+    """The log as a DataFrame; ``partition_bytes`` (default: as Spark's file sources pick a split
+    size, see ``split_bytes``) is about how much of it one task reads."""
     register(spark)
     reader = spark.read.format("headrace").option("path", str(data_dir)).option("exchange", exchange) \
-        .option("vhost", vhost).option("partitionBytes", str(partition_bytes(spark, data_dir, vhost, exchange)))
+        .option("vhost", vhost).option("partitionBytes", str(partition_bytes or split_bytes(spark, data_dir, vhost, exchange)))
     for key, value in (("fromOffset", from_offset), ("toOffset", to_offset), ("fromTime", from_time),
                        ("toTime", to_time)):
         if value is not None:

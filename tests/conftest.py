@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,13 +33,13 @@ class BrokerProcess:
         ports_file = self.data_dir / "ports.json"
         ports_file.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        self._ready.clear()
+        self._ready = threading.Event()  # its own per process: a killed one's reader may still set its own
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0",
              "--data-dir", str(self.data_dir), "--ports-file", str(ports_file), *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
         )
-        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        threading.Thread(target=self._drain, args=(self.proc, self._ready), daemon=True).start()
         if not self._ready.wait(READY_TIMEOUT) or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("broker did not start:\n" + "".join(self.lines[-40:]))
@@ -48,13 +48,13 @@ class BrokerProcess:
         self.http_port = ports.get("http", 0)
         return self
 
-    def _drain(self, proc: subprocess.Popen[str]) -> None:
+    def _drain(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             self.lines.append(line)
-            if "data directory" in line:
-                self._ready.set()
-        self._ready.set()
+            if "headrace: data directory" in line:  # the last startup log line (not an "Error: data directory ...")
+                ready.set()
+        ready.set()
 
     def rss(self) -> int:
         """Resident set size of the broker process, in bytes."""
@@ -128,3 +128,55 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
     yield make  # type: ignore[misc]
     for proc in started:
         proc.kill()
+
+
+class Tmpfs:
+    """A tmpfs mounted on a directory of its own: a small real filesystem to fill up."""
+
+    def __init__(self, path: Path, size: str) -> None:
+        self.path = path
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            # not a skip: these tests stand for the full-disk behaviour and must run (as root)
+            pytest.fail(f"cannot mount a tmpfs on {path} (tests need root): {result.stderr.strip()}")
+        self._filler = 0
+
+    def free(self) -> int:
+        return os.statvfs(self.path).f_bavail * os.statvfs(self.path).f_frsize
+
+    def fill(self, leave: int = 0) -> Path:
+        """Write a filler file until ``leave`` bytes or fewer are free; returns it."""
+        self._filler += 1
+        filler = self.path / f"filler-{self._filler}"
+        chunk = b"\0" * (64 << 10)
+        with open(filler, "wb") as f:
+            try:
+                while self.free() > leave:
+                    f.write(chunk[: max(min(len(chunk), self.free() - leave), 1)])
+                    f.flush()
+            except OSError:
+                pass  # full
+        return filler
+
+    def unmount(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Tmpfs]]:
+    """Mount tmpfs filesystems of a given size (``small_tmpfs("8m")``); unmounted at the end."""
+    mounts: list[Tmpfs] = []
+
+    def mount(size: str = "8m") -> Tmpfs:
+        path = tmp_path / f"tmpfs-{len(mounts)}"
+        path.mkdir()
+        fs = Tmpfs(path, size)
+        mounts.append(fs)
+        return fs
+
+    try:
+        yield mount
+    finally:
+        for fs in mounts:
+            fs.unmount()

@@ -12,19 +12,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from enum import Enum
 from typing import Any
 
 from . import methods as m
-from .codec import (
-    FRAME_HEADER,
-    decode_ack,
-    decode_publish,
-    encode_content,
-    encode_deliver,
-    encode_frame,
-    encode_method_frame,
-)
+from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_content, encode_deliver, encode_method_frame
+from .content import PendingContent, parse_header
 from .errors import AMQPError, ChannelException, ConnectionException
 from .events import (
     BadProtocolHeader,
@@ -35,15 +27,13 @@ from .events import (
     ContentReceived,
     MethodReceived,
 )
-from .properties import check_properties
+from .handshake import EXPECTED, NEXT, ConnectionState, check_mechanism, negotiate_tune
 from .sasl import MECHANISMS
-from .spec import FRAME_END, FRAME_MIN_SIZE, PROTOCOL_HEADER, FrameType, ReplyCode
-from .tables import FrameSyntaxError
+from .spec import FRAME_END, PROTOCOL_HEADER, FrameType, ReplyCode
 
 __all__ = ["AMQPConnection", "ConnectionState"]
 
-_HEARTBEAT_FRAME = encode_frame(FrameType.HEARTBEAT, 0, b"")
-_CONTENT_HEADER = struct.Struct(">HHQ")
+_HEARTBEAT_FRAME = FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes((FRAME_END,))
 _unpack_frame = FRAME_HEADER.unpack_from
 # plain ints for the per-frame comparisons (an enum member is a class attribute lookup each time)
 _METHOD = int(FrameType.METHOD)
@@ -55,42 +45,7 @@ _PUBLISH = m.BasicPublish.METHOD_ID
 _ACK = m.BasicAck.METHOD_ID
 _CLOSE = (m.ConnectionClose.CLASS_ID, m.ConnectionClose.METHOD_ID)
 _CLOSE_OK = (m.ConnectionCloseOk.CLASS_ID, m.ConnectionCloseOk.METHOD_ID)
-
-
-class ConnectionState(Enum):
-    AWAIT_HEADER = "await-header"
-    AWAIT_START_OK = "await-start-ok"
-    AWAIT_TUNE_OK = "await-tune-ok"
-    AWAIT_OPEN = "await-open"
-    OPEN = "open"
-    CLOSING = "closing"  # we sent connection.close and wait for close-ok
-    CLOSED = "closed"
-
-
-# connection-class methods a client may send, by handshake stage
-_EXPECTED: dict[ConnectionState, type] = {
-    ConnectionState.AWAIT_START_OK: m.ConnectionStartOk,
-    ConnectionState.AWAIT_TUNE_OK: m.ConnectionTuneOk,
-    ConnectionState.AWAIT_OPEN: m.ConnectionOpen,
-}
-_NEXT: dict[ConnectionState, ConnectionState] = {
-    ConnectionState.AWAIT_START_OK: ConnectionState.AWAIT_TUNE_OK,
-    ConnectionState.AWAIT_TUNE_OK: ConnectionState.AWAIT_OPEN,
-    ConnectionState.AWAIT_OPEN: ConnectionState.OPEN,
-}
-
-
-class _Content:
-    """A basic.publish waiting for its header and body frames."""
-
-    __slots__ = ("method", "props_raw", "size", "parts", "received")
-
-    def __init__(self, method: m.BasicPublish) -> None:
-        self.method = method
-        self.props_raw = b""
-        self.size = -1  # unknown until the header frame
-        self.parts: list[bytes] = []
-        self.received = 0
+_CONNECTION_CLASS = m.ConnectionClose.CLASS_ID
 
 
 class AMQPConnection:
@@ -108,7 +63,7 @@ class AMQPConnection:
         self.vhost: str | None = None
         self.open_channels: set[int] = set()
         self.closing_channels: set[int] = set()  # we sent channel.close, waiting for close-ok
-        self._content: dict[int, _Content] = {}
+        self._content: dict[int, PendingContent] = {}
         self._buf = bytearray()
         self._out: list[bytes] = []
         self.bytes_pending = 0
@@ -298,7 +253,7 @@ class AMQPConnection:
             if channel in self.open_channels:
                 try:
                     if class_id == _BASIC and method_id == _PUBLISH:
-                        self._content[channel] = _Content(decode_publish(payload))
+                        self._content[channel] = PendingContent(decode_publish(payload))
                         return
                     if class_id == _BASIC and method_id == _ACK:
                         events.append(MethodReceived(channel, decode_ack(payload)))
@@ -319,24 +274,21 @@ class AMQPConnection:
             self.state = ConnectionState.CLOSED
             events.append(ConnectionClosed(method.reply_code, method.reply_text, True))
             return
-        expected = _EXPECTED.get(self.state)
+        expected = EXPECTED.get(self.state)
         if expected is not None:
             if kind is not expected:
                 raise ConnectionException(ReplyCode.COMMAND_INVALID,
                                           f"COMMAND_INVALID - expected {expected.NAME}, got {method.NAME}",
                                           method.CLASS_ID, method.METHOD_ID)
             if kind is m.ConnectionStartOk:
-                if method.mechanism not in self.mechanisms:
-                    raise ConnectionException(
-                        ReplyCode.ACCESS_REFUSED,
-                        f"ACCESS_REFUSED - unsupported authentication mechanism {method.mechanism!r}",
-                        kind.CLASS_ID, kind.METHOD_ID)
+                check_mechanism(self.mechanisms, method)
                 self.client_properties = dict(method.client_properties)
             elif kind is m.ConnectionTuneOk:
-                self._apply_tune(method)
+                self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(self.frame_max, self.channel_max,
+                                                                                  method)
             else:
                 self.vhost = method.virtual_host
-            self.state = _NEXT[self.state]
+            self.state = NEXT[self.state]
             events.append(MethodReceived(0, method))
             return
         if kind is m.ConnectionUpdateSecret and self.state is ConnectionState.OPEN:
@@ -347,27 +299,12 @@ class AMQPConnection:
         raise ConnectionException(ReplyCode.COMMAND_INVALID, f"COMMAND_INVALID - unexpected {method.NAME}",
                                   method.CLASS_ID, method.METHOD_ID)
 
-    def _apply_tune(self, method: m.ConnectionTuneOk) -> None:
-        frame_max = method.frame_max or self.frame_max
-        if frame_max < FRAME_MIN_SIZE:
-            raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - frame_max={frame_max} < {FRAME_MIN_SIZE} min size",
-                                      method.CLASS_ID, method.METHOD_ID)
-        if self.frame_max and frame_max > self.frame_max:
-            raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - frame_max={frame_max} > {self.frame_max} max size",
-                                      method.CLASS_ID, method.METHOD_ID)
-        self.frame_max = frame_max
-        channel_max = method.channel_max or 65535
-        self.channel_max = min(channel_max, self.channel_max) if self.channel_max else channel_max
-        self.heartbeat = method.heartbeat
-
     def _channel_method(self, channel: int, method: Any, events: list[Any]) -> None:
         if self.state is not ConnectionState.OPEN:
             raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - connection is not open yet",
                                       method.CLASS_ID, method.METHOD_ID)
         kind = type(method)
-        if method.CLASS_ID == 10:
+        if method.CLASS_ID == _CONNECTION_CLASS:
             raise ConnectionException(ReplyCode.COMMAND_INVALID,
                                       f"COMMAND_INVALID - {method.NAME} on channel {channel}",
                                       method.CLASS_ID, method.METHOD_ID)
@@ -409,7 +346,7 @@ class AMQPConnection:
                 raise ConnectionException(ReplyCode.COMMAND_INVALID,
                                           f"COMMAND_INVALID - {method.NAME} is sent by servers only",
                                           method.CLASS_ID, method.METHOD_ID)
-            self._content[channel] = _Content(method)
+            self._content[channel] = PendingContent(method)
             return
         events.append(MethodReceived(channel, method))
 
@@ -420,20 +357,7 @@ class AMQPConnection:
                 return
             raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
                                       f"UNEXPECTED_FRAME - content header on channel {channel} without a method")
-        if len(payload) < 14:
-            raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - content header too short")
-        class_id, _weight, size = _CONTENT_HEADER.unpack_from(payload, 0)
-        if class_id != _BASIC:
-            raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
-        props_raw = payload[12:]
-        try:
-            check_properties(props_raw)
-        except FrameSyntaxError as exc:
-            # RabbitMQ fails to parse such a property list in the channel and closes the connection
-            # with 541; consumers could not parse these bytes either, so they go no further.
-            raise ConnectionException(ReplyCode.INTERNAL_ERROR,
-                                      f"INTERNAL_ERROR - malformed content header properties: {exc}",
-                                      _BASIC, _PUBLISH) from None
+        size, props_raw = parse_header(payload)
         if size > self.max_message_size:
             del self._content[channel]
             exc = ChannelException(ReplyCode.PRECONDITION_FAILED,

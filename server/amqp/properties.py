@@ -17,6 +17,7 @@ from typing import Any
 from .tables import FrameSyntaxError, decode_table, encode_table
 
 __all__ = [
+    "FIXED_SIZES",
     "BasicProperties",
     "check_properties",
     "decode_properties",
@@ -52,6 +53,11 @@ _SKIPS: tuple[tuple[int, int, int], ...] = tuple(
     (1 << bit, {"shortstr": _SHORTSTR, "table": _TABLE, "octet": 1, "timestamp": 8}[kind], (1 << bit) - 2)
     for _, kind, bit in _FIELDS
 )  # (flag, skip, mask of the flags after this one)
+# property lists of fixed size: flags with only delivery mode, priority and timestamp -> length
+FIXED_SIZES = {
+    dm | pri | ts: 2 + (dm and 1) + (pri and 1) + (ts and 8)
+    for dm in (0, 1 << 12) for pri in (0, 1 << 11) for ts in (0, 1 << 6)
+}
 _HEADERS = 1 << 13
 _DELIVERY_MODE = 1 << 12
 _PRIORITY = 1 << 11
@@ -100,6 +106,11 @@ def check_properties(raw: bytes) -> None:
     if end < 2:
         raise FrameSyntaxError("no property flags")
     flags = (raw[0] << 8) | raw[1]
+    size = FIXED_SIZES.get(flags)
+    if size is not None:  # the common case: no property but delivery mode, priority or timestamp
+        if end != size:
+            raise FrameSyntaxError("content properties longer or shorter than their flags announce")
+        return
     if flags & 1:
         flags, offset = _flags(raw)
     else:

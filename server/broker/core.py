@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from headrace.persistence.mirror_log import MirrorRecord
 from headrace.persistence.store_ops import StoreOp
+from headrace.persistence.stream_log import StreamOp
 from headrace.queues import Queue
 from headrace.queues.backing import Backing
 from headrace.server.amqp.errors import ChannelException, ConnectionException
@@ -78,6 +80,7 @@ class Broker:
         self._spill_factory = spill_factory
         self.store = StoreOutbox(store_enabled)
         self.mirrors = MirrorOutbox()
+        self.stream_data_dir: Path | None = None  # where stream queues keep their logs (the shell sets it)
         self.replies = ReplyRegistry()  # direct reply-to consumers by address
         self.delivery = Delivery(self.store, self.mirrors, self.replies)
         # tickets whose ops the store could not write (disk full): their confirms go out as nacks.
@@ -307,7 +310,7 @@ class Broker:
     def on_mirror_pending(self, wake: Callable[[], None]) -> None:
         self.mirrors.on_pending = wake
 
-    def take_store_ops(self, limit: int | None = None) -> tuple[list[StoreOp], int]:
+    def take_store_ops(self, limit: int | None = None) -> tuple[list[StoreOp | StreamOp], int]:
         """The oldest ops (at most ``limit``) and the ticket they cover: one group commit."""
         return self.store.take(limit)
 

@@ -17,19 +17,22 @@ the consumer's own sink (``ConsumerSink.deliver``), which encodes it without cal
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from headrace.persistence.store_ops import Ack, Delay, Deliver, DropQueue, Publish, PurgeQueue, Undelay
+from headrace.persistence.stream_log import StreamAppend, StreamTrack
 from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueArgs, QueueEntry
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
 from .dead_letters import dead_letter_message
-from .outbox import MirrorOutbox, StoreOutbox
+from .dedup import Dedup
+from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
+from .stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from .vhost import VHost
@@ -55,6 +58,7 @@ class Delivery:
         self.store = store
         self.mirror = mirror
         self.replies = replies
+        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
 
     # ------------------------------------------------------------------ ids
@@ -98,6 +102,10 @@ class Delivery:
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
                                   delivery_mode == 2 and exchange.durable)
         result = exchange.route(routing_key, headers, vhost.exchanges.get)
+        targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
+                                    props_raw, headers, now)
+        if targets is None:  # a duplicate (dedup.py): confirmed once what came before it is, not routed nor stored
+            return PublishResult(True, False, self.store.ticket)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
             props_raw = replace_headers(props_raw, headers)
@@ -105,7 +113,7 @@ class Delivery:
                           delivery_mode == 2, priority or 0, expiration_ms, headers, now)
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
-        if not result.queues:
+        if not targets:
             return PublishResult(False)
         rejected = False
         durable: list[str] = []
@@ -113,9 +121,18 @@ class Delivery:
         dropped: list[tuple[Queue, list[Left]]] = []
         left: list[Left] = []
         queues = vhost.queues
-        for qname in result.queues:
+        ticket = 0
+        store = self.store
+        record = None
+        for qname in targets:
             queue = queues.get(qname)
             if queue is None or qname == cycle_guard:
+                continue
+            if type(queue) is StreamQueue:  # appended once, with an offset, by the flusher
+                if record is None:
+                    record = mirror_record(message, exchange_name)
+                queue.enqueue(message, now)
+                ticket = store.add_ticketed(StreamAppend(vhost.name, qname, record))
                 continue
             if queue.enqueue(message, now, left) is EnqueueOutcome.REJECTED:
                 rejected = True
@@ -126,8 +143,6 @@ class Delivery:
             if left:
                 dropped.append((queue, left))
                 left = []
-        ticket = 0
-        store = self.store
         if durable and store.enabled:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
@@ -213,6 +228,8 @@ class Delivery:
         for queue, left in touched.items():
             if left:
                 self._settled(vhost, queue, left, now)
+            elif type(queue) is StreamQueue and queue.take_track_request():
+                self.store.add(StreamTrack(queue.vhost, queue.name))  # the flusher writes the offsets
         self.consumer_ready(vhost, touched.keys() | set(ready), now)
 
     def get(self, vhost: VHost, queue: Queue, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
@@ -232,6 +249,12 @@ class Delivery:
         if queue.has_exclusive_consumer or (exclusive and queue.consumer_count):
             raise errors.access_refused(f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use")
 
+    def prepare_consumer(self, queue: Queue, consumer: Consumer, arguments: Mapping[str, Any] | None,
+                         now: float) -> None:
+        """Before basic.consume-ok: a stream refuses what RabbitMQ refuses, and places the cursor."""
+        if type(queue) is StreamQueue:
+            queue.attach(consumer, arguments or {}, now)
+
     def add_consumer(self, vhost: VHost, queue: Queue, consumer: Consumer, now: float) -> None:
         self.check_consumer_allowed(vhost, queue, consumer.exclusive)
         queue.add_consumer(consumer)
@@ -246,6 +269,13 @@ class Delivery:
         queue.touch(now)
         if queue.auto_delete and not queue.consumer_count and queue.had_consumer:
             vhost.delete_queue(queue.name)
+
+    def stream_appended(self, vhost: VHost, queue: StreamQueue, end: int, last_ts: int | None, first: int,
+                        now: float) -> None:
+        """The flusher made the stream's log durable up to ``end``: its consumers read on."""
+        queue.appended(end, last_ts, first)
+        if not queue.deleted:
+            self._dispatch(vhost, queue, now)
 
     # ------------------------------------------------------------------ whole queues
     def purge(self, queue: Queue) -> int:

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from headrace.persistence.mirror_log import MirrorRecord
+from headrace.persistence.stream_log import StreamAppend, StreamOp
 from headrace.persistence.store_ops import Delay, Publish, PurgeQueue, StoreOp
 from headrace.queues import Message
 from headrace.server.amqp.properties import decode_properties
 
-__all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "MirrorOutbox", "StoreOutbox"]
+__all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "MirrorOutbox", "StoreOutbox", "mirror_record"]
 
 # Mirror records waiting for the writer task. Beyond this, connections that publish stop being
 # read until the writer catches up: ~50k records of a few hundred bytes bound the backlog to tens
@@ -38,25 +39,25 @@ class StoreOutbox:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.ops: list[StoreOp] = []
+        self.ops: list[StoreOp | StreamOp] = []
         self.ticket = 0  # counts the ops a reply may wait for (Publish, Delay, PurgeQueue)
         self.synced = 0  # the highest ticket the flusher has made durable
         self.backlog_max = STORE_BACKLOG_MAX  # publishing connections pause at this backlog
         self.on_pending: Callable[[], None] = _noop  # the shell wakes its flusher here
 
-    def add(self, op: StoreOp) -> None:
+    def add(self, op: StoreOp | StreamOp) -> None:
         ops = self.ops
         ops.append(op)
         if len(ops) == 1:
             self.on_pending()
 
-    def add_ticketed(self, op: Publish | Delay | PurgeQueue) -> int:
+    def add_ticketed(self, op: Publish | Delay | PurgeQueue | StreamAppend) -> int:
         """Add an op a confirm (or purge-ok) waits for; returns the ticket that covers it."""
         self.ticket += 1
         self.add(op)
         return self.ticket
 
-    def take(self, limit: int | None = None) -> tuple[list[StoreOp], int]:
+    def take(self, limit: int | None = None) -> tuple[list[StoreOp | StreamOp], int]:
         """The oldest ops (at most ``limit``) and the ticket they cover: one group commit."""
         ops = self.ops
         if limit is None or len(ops) <= limit:
@@ -64,7 +65,7 @@ class StoreOutbox:
             return ops, self.ticket
         taken, self.ops = ops[:limit], ops[limit:]
         # only Publish, Delay and PurgeQueue ops take a ticket; those left behind are not covered yet
-        left = sum(1 for op in self.ops if isinstance(op, (Publish, Delay, PurgeQueue)))
+        left = sum(1 for op in self.ops if isinstance(op, (Publish, Delay, PurgeQueue, StreamAppend)))
         return taken, self.ticket - left
 
 
@@ -76,19 +77,7 @@ class MirrorOutbox:
         self.on_pending: Callable[[], None] = _noop
 
     def add(self, vhost: str, exchange: str, message: Message) -> None:
-        headers = message.headers
-        raw = message.props_raw
-        # decode only when content-type (flag bit 15) or message-id (bit 7) is present
-        props = decode_properties(raw) if len(raw) >= 2 and (raw[0] & 0x80 or raw[1] & 0x80) else None
-        record = MirrorRecord(
-            timestamp_ms=int(message.timestamp * 1000),
-            routing_key=message.routing_key,
-            props_raw=message.props_raw,
-            body=message.body,
-            headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
-            content_type=props.content_type if props else None,
-            message_id=props.message_id if props else None,
-        )
+        record = mirror_record(message)
         records = self.records
         records.append((vhost, exchange, record))
         if len(records) == 1:
@@ -97,6 +86,25 @@ class MirrorOutbox:
     def take(self) -> list[tuple[str, str, MirrorRecord]]:
         records, self.records = self.records, []
         return records
+
+
+def mirror_record(message: Message, source: str | None = None) -> MirrorRecord:
+    """The log record of a message (mirror logs and stream queues): headers as text for Spark,
+    the raw properties and body untouched for AMQP consumers."""
+    headers = message.headers
+    raw = message.props_raw
+    # decode only when content-type (flag bit 15) or message-id (bit 7) is present
+    props = decode_properties(raw) if len(raw) >= 2 and (raw[0] & 0x80 or raw[1] & 0x80) else None
+    return MirrorRecord(
+        timestamp_ms=int(message.timestamp * 1000),
+        routing_key=message.routing_key,
+        props_raw=message.props_raw,
+        body=message.body,
+        headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
+        content_type=props.content_type if props else None,
+        message_id=props.message_id if props else None,
+        source=source,
+    )
 
 
 def _text(value: object) -> str:

@@ -11,15 +11,17 @@ RabbitMQ 3.10's rules, kept here in one place:
   the argument wins for ``dead-letter-exchange``, ``dead-letter-routing-key``, ``overflow`` and
   ``alternate-exchange`` (rabbit_amqqueue_process' ``res_min``/``res_arg``, rabbit_policy:get_arg).
 
-Rule 1: the ``PolicyStore`` (one per broker) owns every vhost's policies; only ``set``/``clear``
-change them. Rule 2: everything here is pure and synchronous; the broker applies the result to
-live queues and exchanges (``Broker.apply_policies``).
+Rule 1: the ``PolicyStore`` (one per broker) owns every vhost's policies; only ``set``, ``clear``
+and ``drop_vhost`` change them (through ``Broker.set_policy``/``clear_policy``).
+Rule 2: matching and merging are pure and synchronous; ``apply_policies`` hands a queue its new
+effective arguments through the delivery owner (``Delivery.apply_args``), which settles what a lower
+limit drops, and sets exchanges' alternates.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
+_APPLY_TO_TYPE = {"classic": "classic_queues", "quorum": "quorum_queues", "stream": "streams"}
 MIN_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")  # lower wins
 ARG_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow")  # the x-argument wins
 OPERATOR_KEYS = frozenset({*MIN_KEYS, "max-in-memory-length", "max-in-memory-bytes"})
@@ -65,6 +68,7 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "delivery-limit": (lambda v: _is_int(v, 0), "is not a valid delivery limit"),
     "max-age": (lambda v: isinstance(v, str) and bool(_MAX_AGE.match(v)), "is not a valid max age"),
     "max-segment-size": (lambda v: _is_int(v, 0), "is not a valid segment size"),
+    "stream-max-segment-size-bytes": (lambda v: _is_int(v, 0), "is not a valid segment size"),
     "queue-leader-locator": (lambda v: v in ("client-local", "random", "least-leaders"),
                              "is not a valid queue leader locator value"),
     "initial-cluster-size": (lambda v: _is_int(v, 0), "is not a valid cluster size"),
@@ -148,10 +152,10 @@ class Policy:
         definition = validate_definition(body["definition"], operator=operator)
         return cls(vhost, name, pattern, definition, priority, apply_to, regex)
 
-    def covers(self, kind: str, name: str) -> bool:
-        """``kind`` is "queue" or "exchange"; headrace's queues are classic queues."""
+    def covers(self, kind: str, name: str, queue_type: str = "classic") -> bool:
+        """``kind`` is "queue" (of ``queue_type`` classic, quorum or stream) or "exchange"."""
         if kind == "queue":
-            ok = self.apply_to in ("all", "queues", "classic_queues")
+            ok = self.apply_to in ("all", "queues") or self.apply_to == _APPLY_TO_TYPE.get(queue_type)
         else:
             ok = self.apply_to in ("all", "exchanges")
         return ok and self.regex.search(name) is not None
@@ -179,22 +183,14 @@ class Applied:
 class PolicyStore:
     def __init__(self) -> None:
         self._policies: dict[bool, dict[tuple[str, str], Policy]] = {False: {}, True: {}}
-        self.generation = 0  # bumped on every change: listings and callers may cache on it
 
     def set(self, vhost: str, name: str, body: Any, *, operator: bool = False) -> Policy:
         policy = Policy.parse(vhost, name, body, operator=operator)
         self._policies[operator][(vhost, name)] = policy
-        self.generation += 1
         return policy
 
-    def add(self, policy: Policy, *, operator: bool = False) -> None:
-        self._policies[operator][(policy.vhost, policy.name)] = policy
-        self.generation += 1
-
     def clear(self, vhost: str, name: str, *, operator: bool = False) -> bool:
-        found = self._policies[operator].pop((vhost, name), None) is not None
-        self.generation += found
-        return found
+        return self._policies[operator].pop((vhost, name), None) is not None
 
     def get(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
         return self._policies[operator].get((vhost, name))
@@ -207,25 +203,20 @@ class PolicyStore:
         for policies in self._policies.values():
             for key in [k for k in policies if k[0] == vhost]:
                 del policies[key]
-        self.generation += 1
 
-    def __iter__(self) -> Iterator[tuple[bool, Policy]]:
-        for operator, policies in self._policies.items():
-            for policy in policies.values():
-                yield operator, policy
-
-    def _best(self, vhost: str, kind: str, name: str, operator: bool) -> Policy | None:
+    def _best(self, vhost: str, kind: str, name: str, queue_type: str, operator: bool) -> Policy | None:
         best: Policy | None = None
         for policy in self._policies[operator].values():
-            if policy.vhost == vhost and policy.covers(kind, name) and (
+            if policy.vhost == vhost and policy.covers(kind, name, queue_type) and (
                     best is None or (policy.priority, best.name) > (best.priority, policy.name)):
                 best = policy  # the highest priority; among equals, the first name (deterministic)
         return best
 
-    def applied(self, vhost: str, kind: str, name: str) -> Applied:
+    def applied(self, vhost: str, kind: str, name: str, queue_type: str = "classic") -> Applied:
         if not self._policies[False] and not self._policies[True]:
             return _NONE
-        return Applied(self._best(vhost, kind, name, False), self._best(vhost, kind, name, True))
+        return Applied(self._best(vhost, kind, name, queue_type, False),
+                       self._best(vhost, kind, name, queue_type, True))
 
 
 _NONE = Applied()
@@ -259,10 +250,11 @@ def effective_alternate(arguments: Mapping[str, Any], definition: Mapping[str, A
     return value if isinstance(value, str) and value else None
 
 
-def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str, Any], own: QueueArgs) -> QueueArgs:
+def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str, Any], own: QueueArgs,
+               queue_type: str = "classic") -> QueueArgs:
     """The ``QueueArgs`` a queue runs with under the policies that apply to it now (``own`` is its
     declared arguments, already validated)."""
-    definition = store.applied(vhost, "queue", name).definition
+    definition = store.applied(vhost, "queue", name, queue_type).definition
     if not definition:
         return own
     try:
@@ -277,7 +269,8 @@ def apply_policies(vhost: VHost, now: float) -> None:
     dead letter; an alternate exchange takes the next unroutable message)."""
     store = vhost.broker.policies
     for queue in list(vhost.queues.values()):
-        args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name))
+        args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name),
+                          queue.queue_type)
         if args != queue.args:
             vhost.broker.delivery.apply_args(vhost, queue, args, now)
     for exchange in vhost.exchanges.values():

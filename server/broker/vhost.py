@@ -30,6 +30,8 @@ from headrace.queues import Queue, QueueArgumentError, QueueArgs
 from . import errors
 from .delayed import DELAYED_TYPE, DelayedMessages
 from .policies import apply_exchange_policy, queue_args
+from .queue_types import check_declare, queue_type_of
+from .stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from .core import Broker
@@ -224,19 +226,29 @@ class VHost:
                                               existing.arguments.get(key))
             existing.touch(now)  # a redeclare renews the x-expires lease
             return existing
+        kind = queue_type_of(arguments, name, self.name)
+        check_declare(kind, name, self.name, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                      arguments=arguments)
+        if kind == "stream" and self.broker.stream_data_dir is None:
+            raise errors.precondition_failed(f"stream queues need a data directory (queue '{name}')")
         try:
             args = QueueArgs.parse(arguments, name)
         except QueueArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
-        args = queue_args(self.broker.policies, self.name, name, arguments, args)
+        args = queue_args(self.broker.policies, self.name, name, arguments, args, kind)
         self.broker.check_limit("queues", self)
-        queue = Queue(
-            name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
+        common: dict[str, Any] = dict(
+            vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
             auto_delete=auto_delete, arguments=arguments, args=args,
             resident_max_messages=self.broker.resident_max_messages,
             resident_max_bytes=self.broker.resident_max_bytes,
-            backing_factory=self.broker.backing_factory(self.name, name),
         )
+        if kind == "stream":
+            assert self.broker.stream_data_dir is not None
+            queue: Queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
+        else:
+            queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
+            queue.queue_type = kind
         self.queues[name] = queue
         queue.touch(now)
         if durable:

@@ -12,6 +12,7 @@ from operator import attrgetter
 
 from headrace.queues import Queue
 from headrace.server.broker import Broker
+from headrace.server.broker.stream_queue import StreamQueue
 
 __all__ = ["render_metrics"]
 
@@ -47,9 +48,25 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
     family(f"{prefix}_messages_spilled", "gauge", "Ready messages kept on disk.", total(lambda q: q.spilled_count()))
     family(f"{prefix}_consumers", "gauge", "Consumers.", total(lambda q: q.consumer_count))
     for field, help_text in (("published", "Messages enqueued."), ("delivered", "Deliveries and gets."),
-                             ("acked", "Acknowledgements."), ("redelivered", "Redeliveries.")):
+                             ("acked", "Acknowledgements."), ("redelivered", "Redeliveries."),
+                             ("spill_damaged", "Spilled messages lost to a damaged spill record.")):
         family(f"{prefix}_messages_{field}_total", "counter", help_text,
                total(attrgetter(f"stats.{field}")))
+    lag: list[tuple[str, float]] = []
+    for q in broker.queues():
+        if isinstance(q, StreamQueue):
+            for c in q.describe_consumers():
+                if per_queue:
+                    lag.append((f'{{vhost="{_esc(q.vhost)}",queue="{_esc(q.name)}",'
+                                f'consumer="{_esc(c["consumer_tag"])}"}}', c["lag"]))
+    if per_queue:
+        family("headrace_stream_consumer_lag", "gauge", "Stream messages a consumer has yet to read.", lag)
+    else:
+        family("headrace_vhost_stream_lag_max", "gauge", "Largest lag of a stream consumer.",
+               [(f'{{vhost="{_esc(v.name)}"}}', max((c["lag"] for q in v.queues.values()
+                                                     if isinstance(q, StreamQueue)
+                                                     for c in q.describe_consumers()), default=0))
+                for v in broker.vhosts.values()])
     family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])
     family("headrace_channels", "gauge", "Open AMQP channels.",
            [("", sum(len(s.channels) for s in broker.connections.values()))])

@@ -87,7 +87,7 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
         "consumer_count": len(ch.consumers), "confirm": ch.confirm, "transactional": ch.tx,
         "prefetch_count": ch.prefetch_count, "global_prefetch_count": ch.global_prefetch,
         "messages_unacknowledged": len(ch.unacked), "messages_unconfirmed": len(ch.pending_confirms),
-        "messages_uncommitted": len(ch.tx_publishes), "acks_uncommitted": len(ch.tx_acks),
+        "messages_uncommitted": len(ch.txn.publishes), "acks_uncommitted": len(ch.txn.settlements),
         "message_stats": {}, "idle_since": rabbit_time(s.now or ctx.now), "pending_raft_commands": 0,
         "reductions": 0, "garbage_collection": {},
     }

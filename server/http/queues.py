@@ -6,6 +6,7 @@ from typing import Any
 
 from headrace.server.broker import VHost
 from headrace.server.broker.policies import Applied
+from headrace.server.broker.stream_queue import StreamQueue
 
 from .list_query import flag, sort_path
 from .listing import page, visible_vhosts
@@ -30,9 +31,10 @@ def _queue_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True, to
     q = vhost.queues[name]
     out: dict[str, Any] = {
         "name": name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
-        "exclusive": q.exclusive_owner is not None, "arguments": q.arguments,
-        "type": q.arguments.get("x-queue-type", "classic"), "node": NODE_NAME, "state": "running",
-        **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name)),
+        "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": q.queue_type,
+        "node": NODE_NAME, "state": "running",
+        **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name, q.queue_type)),
+        **({"stream": q.describe()} if isinstance(q, StreamQueue) else {}),
     }
     if stats or totals:
         out.update({"messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,

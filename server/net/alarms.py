@@ -1,6 +1,13 @@
-"""Memory and disk watermarks, RabbitMQ-style: a task samples memory (the bytes the broker holds
-for clients, or RSS) and free disk and raises or clears broker alarms. While an alarm is up, publishing connections are not read (their session's
+"""Memory and disk watermarks, RabbitMQ-style: a task samples memory and free disk and raises or
+clears broker alarms. While an alarm is up, publishing connections are not read (their session's
 ``read_paused``) and get ``connection.blocked``; consumers keep draining.
+
+Owners: ``DiskWatch`` owns the disk alarm. Writers (the store flusher, spill appends) report the
+bytes they write and their write errors to it; it checks free space again as soon as a few MiB
+have been written or its estimate (free at the last check minus bytes written since) falls under
+the limit, so the limit holds at any write rate, not only at the sampling period. A write that
+failed (ENOSPC) keeps the alarm up until that writer reports a good write again.
+``run_alarms`` owns the memory alarm.
 """
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -16,7 +24,7 @@ from headrace.server.broker import Broker
 
 from .gate import Gate
 
-__all__ = ["ALARM_INTERVAL", "read_rss", "run_alarms"]
+__all__ = ["ALARM_INTERVAL", "DiskWatch", "held_memory", "read_rss", "run_alarms"]
 
 log = logging.getLogger("headrace.alarms")
 
@@ -24,6 +32,17 @@ log = logging.getLogger("headrace.alarms")
 ALARM_INTERVAL = 0.5
 # Clear the memory alarm only below 90% of the watermark, so it does not flap at the edge.
 MEMORY_CLEAR_RATIO = 0.9
+# Free space is checked again after this many bytes written (a statvfs costs a few microseconds).
+DISK_CHECK_BYTES = 1 << 20
+# RAM each object costs besides the messages it holds, measured on a running broker
+# (benchmarks/alarm_costs.py): a queue with its stats, ready list and exchange index entries; a
+# binding in an exchange's tables; a connection with its parser, writer buffers, socket and task;
+# a channel; a consumer.
+QUEUE_COST = 3_000
+BINDING_COST = 2_000
+CONNECTION_COST = 20_000
+CHANNEL_COST = 1_000
+CONSUMER_COST = 500
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -35,12 +54,84 @@ def read_rss() -> int:
         return 0
 
 
-async def run_alarms(broker: Broker, gate: Gate, memory_limit: int, disk_dir: Path, disk_free_limit: int,
+def held_memory(broker: Broker) -> int:
+    """The "held" calculation: bytes of messages and output held for clients, plus what the
+    queues, bindings, connections, channels and consumers themselves cost. Unlike RSS it falls as
+    soon as consumers drain or clients leave, so an alarm on it clears."""
+    total = broker.held_memory()
+    for vhost in broker.vhosts.values():
+        total += len(vhost.queues) * QUEUE_COST
+        for queue in vhost.queues.values():
+            total += queue.consumer_count * CONSUMER_COST
+        for exchange in vhost.exchanges.values():
+            total += len(exchange.bindings()) * BINDING_COST
+    for session in broker.connections.values():
+        total += CONNECTION_COST + len(session.channels) * CHANNEL_COST
+    return total
+
+
+@dataclass(slots=True)
+class DiskWatch:
+    """The disk alarm and its inputs (see the module docstring)."""
+
+    directory: Path
+    free_limit: int
+    broker: Broker | None = None
+    gate: Gate | None = None
+    check_every: int = DISK_CHECK_BYTES
+    free: int = 1 << 62  # at the last check
+    written: int = 0  # bytes written since the last check
+    failures: set[str] = field(default_factory=set)  # writers whose last write failed
+
+    def wrote(self, nbytes: int) -> None:
+        """A writer put ``nbytes`` on disk (called on the event loop)."""
+        self.written += nbytes
+        if self.written >= self.check_every or self.free - self.written < self.free_limit:
+            self.check()
+
+    def write_failed(self, writer: str) -> None:
+        """``writer``'s last write failed: the disk alarm is up until ``write_ok(writer)``."""
+        if writer not in self.failures:
+            self.failures.add(writer)
+            self.check()
+
+    def write_ok(self, writer: str) -> None:
+        if writer in self.failures:
+            self.failures.discard(writer)
+            self.check()
+
+    def check(self) -> None:
+        """Sample free space now and raise or clear the alarm."""
+        try:
+            self.free = shutil.disk_usage(self.directory).free
+        except OSError:
+            self.free = 1 << 62  # unknown: only failed writes raise the alarm
+        self.written = 0
+        broker = self.broker
+        if broker is None:
+            return
+        broker.disk_free = self.free
+        low = self.free < self.free_limit or bool(self.failures)
+        if low == ("disk" in broker.alarms):
+            return
+        if low:
+            log.warning("disk alarm: %d MiB free (limit %d MiB)%s", self.free >> 20,
+                        self.free_limit >> 20,
+                        f"; writes failing: {', '.join(sorted(self.failures))}" if self.failures else "")
+        else:
+            log.warning("disk alarm cleared: %d MiB free", self.free >> 20)
+        broker.set_alarm("disk", low)
+        if self.gate is not None:
+            self.gate.notify()
+
+
+async def run_alarms(broker: Broker, gate: Gate, memory_limit: int, disk: DiskWatch,
                      strategy: str = "held") -> None:
     what = "held memory" if strategy == "held" else "RSS"
+    disk.broker, disk.gate = broker, gate
     while True:
         rss = read_rss()
-        used = broker.held_memory() if strategy == "held" else rss
+        used = held_memory(broker) if strategy == "held" else rss
         broker.memory_rss = rss
         broker.memory_used = used
         memory_on = "memory" in broker.alarms
@@ -53,18 +144,5 @@ async def run_alarms(broker: Broker, gate: Gate, memory_limit: int, disk_dir: Pa
             log.warning("memory alarm cleared: %s %.1f MiB", what, used / 2**20)
             broker.set_alarm("memory", False)
             gate.notify()
-        try:
-            free = shutil.disk_usage(disk_dir).free
-        except OSError:
-            free = disk_free_limit + 1
-        broker.disk_free = free
-        disk_on = "disk" in broker.alarms
-        if free < disk_free_limit and not disk_on:
-            log.warning("disk alarm: %d MiB free, below the limit %d MiB", free >> 20, disk_free_limit >> 20)
-            broker.set_alarm("disk", True)
-            gate.notify()
-        elif disk_on and free >= disk_free_limit:
-            log.warning("disk alarm cleared: %d MiB free", free >> 20)
-            broker.set_alarm("disk", False)
-            gate.notify()
+        disk.check()
         await trio.sleep(ALARM_INTERVAL)

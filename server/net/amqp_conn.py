@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from headrace.server.amqp.connection import AMQPConnection
+from headrace.server.amqp.connection import AMQPConnection, ConnectionState
 from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker
@@ -57,11 +57,18 @@ def server_properties(version: str) -> dict[str, Any]:
     }
 
 
+def _nothing() -> None:
+    pass
+
+
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
-                 peer: tuple[str, int], version: str, after_batch: Callable[[], None] = lambda: None) -> None:
+                 peer: tuple[str, int], version: str, after_batch: Callable[[], None] = _nothing,
+                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing) -> None:
         self.stream = stream
         self.after_batch = after_batch
+        self.on_header = on_header
+        self.on_authenticated = on_authenticated
         self.broker = broker
         self.settings = settings
         self.gate = gate
@@ -78,6 +85,7 @@ class AMQPConnectionHandler:
                                max_unconfirmed=settings.max_unconfirmed_per_connection, wake=self.wake)
         self.cancel_scope: trio.CancelScope | None = None
         self._closed = trio.Event()
+        self._stop_reading = False  # EOF read, or the peer is not worth waiting for any more
 
     def wake(self) -> None:
         if not self._woken:
@@ -91,10 +99,16 @@ class AMQPConnectionHandler:
                 nursery.start_soon(self._writer)
                 nursery.start_soon(self._heartbeat)
                 await self._reader()
-                # reader finished (peer closed, or close handshake over): let the writer flush
+                # over for the broker: exclusive queues and unacked deliveries are released now, not
+                # when the socket is gone (a client reconnecting at once must find them free)
+                self.session.connection_lost(time.time())
                 self.wake()
                 with trio.move_on_after(CLOSE_TIMEOUT):
-                    await self._closed.wait()
+                    if not self._stop_reading:
+                        # close handshake done: the peer closes first. Closing with its frames unread
+                        # would send a reset that may destroy our close-ok before the client reads it
+                        await self._discard_until_eof()
+                    await self._closed.wait()  # the writer flushed close-ok / our last frames
                 nursery.cancel_scope.cancel()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
@@ -104,43 +118,72 @@ class AMQPConnectionHandler:
                 with trio.move_on_after(1):
                     await self.stream.aclose()
 
+    async def _receive(self) -> bytes:
+        data = await self.stream.receive_some(READ_SIZE)
+        if not data:
+            self._stop_reading = True
+        return data
+
+    async def _discard_until_eof(self) -> None:
+        while await self._receive():
+            pass
+
     async def _reader(self) -> None:
+        """Apply what the peer sends until the connection is over for the broker: peer gone, close
+        handshake done (``session.closed``) or given up on (``_stop_reading`` set then: the
+        socket is not drained)."""
         conn = self.conn
         session = self.session
-        receive = self.stream.receive_some
-        with trio.move_on_after(self.settings.handshake_timeout) as handshake:
-            await self._read_until_open()
+        receive = self._receive
+        connected = trio.current_time()
+        with trio.move_on_after(self.settings.header_timeout):
+            await self._read_while(lambda: conn.state is ConnectionState.AWAIT_HEADER)
+        if conn.state is ConnectionState.AWAIT_HEADER or not session.reading:
+            # silent (a slowloris holds sockets this way), gone, or a wrong header: ours is queued,
+            # and the spec has us hang up at once
+            self._stop_reading = True
+            return
+        self.on_header()
+        with trio.move_on_at(connected + self.settings.handshake_timeout) as handshake:
+            await self._read_while(lambda: session.state is Lifecycle.HANDSHAKE)
+        if self._stop_reading:
+            return
         if handshake.cancelled_caught:
             log.info("handshake timeout for %s", session.peer)
             session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
-            self.wake()
+            self._stop_reading = True  # not worth waiting for: the socket goes once the writer flushed
             return
         while session.reading:
             if session.read_paused:
                 await self._wait_unpaused()
                 continue
-            data = await receive(READ_SIZE)
+            data = await receive()
             if not data:
                 return
             session.handle(conn.receive_data(data), time.time())
             self.after_batch()
-        # we sent connection.close: read until close-ok, for a bounded time
+        if session.closed:
+            return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
+        # we sent connection.close: read until close-ok (the codec discards every other frame), for a
+        # bounded time; then we hang up, as close-ok tells its recipient to release the socket
         with trio.move_on_after(CLOSE_TIMEOUT):
             while not session.closed:
-                data = await receive(READ_SIZE)
+                data = await receive()
                 if not data:
                     return
                 session.handle(conn.receive_data(data), time.time())
+        self._stop_reading = True
 
-    async def _read_until_open(self) -> None:
+    async def _read_while(self, waiting: Callable[[], bool]) -> None:
+        """The handshake: read and apply batches while ``waiting()`` holds and nothing closes."""
         session = self.session
-        conn = self.conn
-        while session.state is Lifecycle.HANDSHAKE:
-            data = await self.stream.receive_some(READ_SIZE)
+        while waiting() and session.reading:
+            data = await self._receive()
             if not data:
-                session.connection_lost(time.time())
                 return
-            session.handle(conn.receive_data(data), time.time())
+            session.handle(self.conn.receive_data(data), time.time())
+            if session.user is not None:
+                self.on_authenticated()
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:

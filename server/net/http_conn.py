@@ -75,13 +75,12 @@ class HTTPServer:
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]:
         """A mirror log's span on disk: first and next offset, bytes, segments (stats its files; the
         writer task owns the open log, whose next offset is an int read as it stands)."""
-        storage = getattr(self.app, "storage", None)
-        if storage is None:
+        writer = getattr(getattr(self.app, "storage", None), "mirror_writer", None)
+        if writer is None:
             return {}
-        segments = list_segments(storage.mirror_root, vhost, exchange)
-        open_log = storage.mirrors.get((vhost, exchange))
-        following = open_log.next_offset if open_log is not None else next_offset(storage.mirror_root, vhost,
-                                                                                   exchange)
+        segments = list_segments(writer.root, vhost, exchange)
+        open_log = writer.logs.get((vhost, exchange))
+        following = open_log.next_offset if open_log is not None else next_offset(writer.root, vhost, exchange)
         return {"first_offset": segments[0].base_offset if segments else following, "next_offset": following,
                 "bytes": sum(s.size for s in segments), "segments": len(segments)}
 

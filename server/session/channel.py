@@ -25,6 +25,8 @@ from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
 from headrace.server.broker.topic_auth import check_topic_write
 
+from .tx import Transaction
+
 if TYPE_CHECKING:
     from .session import Session
 
@@ -35,13 +37,17 @@ __all__ = ["ChannelSession", "OUTBOX_HIGH_WATER"]
 # keeps a few hundred small messages in flight per connection without letting a slow reader grow
 # the broker's memory.
 OUTBOX_HIGH_WATER = 1 << 20
+# How often (in deliveries) a channel drops settled tags from the ones waiting for the consumer
+# timeout's stamp: rare enough to cost nothing per delivery, and it bounds the list to about twice
+# the unacked deliveries plus this.
+UNSTAMPED_CHECK = 4096
 
 
 class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "tx_publishes", "tx_acks", "delivered_at", "unstamped", "last_ticket", "tx_bytes",
+        "txn", "delivered_at", "unstamped", "last_ticket",
         "delivery", "perms", "reply",
     )
 
@@ -64,9 +70,7 @@ class ChannelSession:
         # (seq, store ticket, nack) in publish order, released once the store has synced the ticket
         self.pending_confirms: deque[tuple[int, int, bool]] = deque()
         self.tx = False
-        self.tx_publishes: list[ContentReceived] = []
-        self.tx_acks: list[m.BasicAck | m.BasicNack | m.BasicReject] = []
-        self.tx_bytes = 0  # bytes of tx_publishes, also counted in session.tx_bytes
+        self.txn = Transaction()  # what tx mode holds until commit (its bytes count in session.tx_bytes)
         # (tag, time first seen by the consumer-timeout check) per delivery needing an ack, oldest
         # first: the check looks at the oldest one still unacked (settled ones are skipped lazily).
         # Deliveries since the last check wait in ``unstamped``, so delivering needs no clock.
@@ -92,9 +96,9 @@ class ChannelSession:
         msg = entry.message
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
-            self.unstamped.append(tag)
+            self._stamp_later(tag)
         props_raw = msg.props_raw
-        if entry.delivery_count and queue.args.delivery_limit is not None:
+        if entry.delivery_count and (queue.args.delivery_limit is not None or queue.queue_type == "quorum"):
             props_raw = with_delivery_count(props_raw, entry.delivery_count)
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                                msg.routing_key, props_raw, msg.body)
@@ -107,6 +111,15 @@ class ChannelSession:
         self.next_tag = tag + 1
         self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
         self.session.wake()
+
+    def _stamp_later(self, tag: int) -> None:
+        unstamped = self.unstamped
+        unstamped.append(tag)
+        # with the consumer timeout off nothing stamps them: every UNSTAMPED_CHECK deliveries,
+        # forget those already settled, so a long-lived channel does not grow without bound
+        if not len(unstamped) % UNSTAMPED_CHECK and len(unstamped) > 2 * len(self.unacked):
+            unacked = self.unacked
+            self.unstamped = [t for t in unstamped if t in unacked]
 
     def oldest_unacked_since(self, now: float) -> float | None:
         times = self.delivered_at
@@ -226,7 +239,7 @@ class ChannelSession:
     def ack(self, method: m.BasicAck) -> None:
         if self.tx:
             self._take_check(method.delivery_tag, method.multiple)
-            self.tx_acks.append(method)
+            self.txn.hold_settlement(method)
             return
         items = self._take(method.delivery_tag, method.multiple)
         self.session.acked += 1
@@ -239,7 +252,7 @@ class ChannelSession:
     def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
         if self.tx:  # settled at commit like an ack (reject is a nack of one tag); rollback drops it
             self._take_check(tag, multiple)
-            self.tx_acks.append(m.BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue))
+            self.txn.hold_settlement(m.BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue))
             return
         self._settle(self._take(tag, multiple), Settle.REQUEUE if requeue else Settle.REJECT)
 
@@ -278,6 +291,7 @@ class ChannelSession:
         consumer = Consumer(tag, self, no_ack=method.no_ack, prefetch=self.prefetch_count,
                             exclusive=method.exclusive, priority=priority, channel_id=self.id,
                             owner=self.session)
+        self.delivery.prepare_consumer(queue, consumer, args, self.session.now)
         self.consumers[tag] = (queue, consumer)
         if not method.nowait:
             self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
@@ -308,7 +322,7 @@ class ChannelSession:
         msg = entry.message
         if not method.no_ack:
             self.unacked[tag] = (queue, entry)
-            self.unstamped.append(tag)
+            self._stamp_later(tag)
         self.conn.send_content(self.id, m.BasicGetOk(
             delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
             routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
@@ -338,47 +352,28 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ tx
     def _tx_buffer(self, event: ContentReceived) -> None:
-        """Hold a publish until commit. The buffered bytes count as memory the broker holds (the
-        memory alarm sees them) and are capped per channel: beyond ``max_tx_bytes`` the channel is
-        closed with 406, as RabbitMQ refuses what it cannot hold."""
-        size = len(event.body) + len(event.props_raw)
         session = self.session
-        limit = session.broker.limits.max_tx_bytes
-        if self.tx_bytes + size > limit:
-            raise errors.precondition_failed(
-                f"transaction too large: uncommitted publishes exceed max_tx_bytes ({limit})")
-        self.tx_publishes.append(event)
-        self.tx_bytes += size
-        session.tx_bytes += size
+        session.tx_bytes += self.txn.hold_publish(event, session.broker.limits.max_tx_bytes)
         if session.broker.alarms and not session.blocked_sent:
             session.alarms_changed(session.broker.alarms)
 
-    def _tx_release(self) -> None:
-        self.session.tx_bytes -= self.tx_bytes
-        self.tx_bytes = 0
-
     def tx_commit(self) -> None:
-        self._tx_release()
-        publishes, self.tx_publishes = self.tx_publishes, []
-        acks, self.tx_acks = self.tx_acks, []
+        publishes, settlements, released = self.txn.take()
+        self.session.tx_bytes -= released
         self.tx = False
         try:
             for event in publishes:
                 self.publish(event)
-            for method in acks:
+            for method in settlements:
                 if isinstance(method, m.BasicAck):
                     self.ack(method)
-                elif isinstance(method, m.BasicNack):
+                else:  # a reject is held as a nack of one tag
                     self.nack(method.delivery_tag, method.multiple, method.requeue)
-                else:
-                    self.nack(method.delivery_tag, False, method.requeue)
         finally:
             self.tx = True
 
     def tx_rollback(self) -> None:
-        self._tx_release()
-        self.tx_publishes.clear()
-        self.tx_acks.clear()
+        self.session.tx_bytes -= self.txn.take()[2]
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
@@ -391,6 +386,5 @@ class ChannelSession:
         self.requeue_all()
         self.pending_confirms.clear()
         self.session.confirms.channel_closed(self)
-        self._tx_release()
-        self.tx_publishes.clear()
+        self.tx_rollback()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pika
 from celery import Celery
+from headrace.server.amqp import methods as m
+from headrace.server.amqp.codec import encode_method_frame
 
 
 def unique(prefix: str) -> str:
@@ -59,3 +62,26 @@ def celery_worker(amqp_url: str, queue: str, cwd: Path) -> Iterator[Celery]:
             worker.kill()
             out, _ = worker.communicate()
     assert worker.returncode == 0, out
+
+
+def recv_until_closed(sock: socket.socket, timeout: float = 10) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def raw_open(port: int, heartbeat: int = 0) -> socket.socket:
+    """A hand-driven client: header, start-ok, tune-ok, open; returns the socket after open-ok."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"AMQP\x00\x00\x09\x01")
+    sock.recv(65536)  # connection.start
+    sock.sendall(encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US")))
+    sock.recv(65536)  # tune
+    sock.sendall(encode_method_frame(0, m.ConnectionTuneOk(2047, 131072, heartbeat)))
+    sock.sendall(encode_method_frame(0, m.ConnectionOpen("/")))
+    sock.recv(65536)  # open-ok
+    return sock

@@ -88,8 +88,11 @@ def test_kombu_simple_queue_get_put(broker):
         msg = q.get(block=True, timeout=5)
         assert msg.payload == {"hello": "world"}
         msg.ack()
-        q.queue.delete()
         q.close()
+        # deleting a queue that this channel still consumes would cancel the consumer first
+        # (basic.cancel from the broker, as RabbitMQ does), so delete it after the close
+        with conn.channel() as channel:
+            channel.queue_delete(name)
 
 
 def test_celery_worker_subprocess_runs_tasks_with_rpc_results(broker, tmp_path):

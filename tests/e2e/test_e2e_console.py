@@ -57,6 +57,14 @@ def go(driver: WebDriver, base: str, route: str) -> None:
          not in ("", before))
 
 
+def click(driver: WebDriver, locate) -> None:
+    """Click an element of a list that refreshes on its own: found again if it was re-rendered."""
+    def attempt(d: WebDriver) -> bool:
+        locate(d).click()
+        return True
+    wait(driver, attempt)
+
+
 def fill(driver: WebDriver, values: dict[str, str]) -> None:
     for selector, value in values.items():
         el = css(driver, selector)
@@ -120,7 +128,7 @@ def test_declare_publish_see_count_and_rate_get_back(browser, broker):
          and row(d, "queues", f"/|{q}"))
 
     # bind it to amq.direct from its page, then publish from the exchange's page
-    row(browser, "queues", f"/|{q}").find_element(By.TAG_NAME, "a").click()
+    click(browser, lambda d: row(d, "queues", f"/|{q}").find_element(By.TAG_NAME, "a"))
     wait(browser, lambda d: css(d, "#queue-ready dd").text == "0")
     fill(browser, {"#bind-other": "amq.direct", "#bind-key": q})
     css(browser, "#bind-key").send_keys(Keys.ENTER)

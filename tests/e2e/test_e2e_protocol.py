@@ -14,34 +14,11 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import unique
+from e2e_support import raw_open, recv_until_closed, unique
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def recv_until_closed(sock: socket.socket, timeout: float = 10) -> bytes:
-    sock.settimeout(timeout)
-    data = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-
-
-def raw_open(port: int, heartbeat: int = 0) -> socket.socket:
-    """A hand-driven client: header, start-ok, tune-ok, open; returns the socket after open-ok."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(b"AMQP\x00\x00\x09\x01")
-    sock.recv(65536)  # connection.start
-    sock.sendall(encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US")))
-    sock.recv(65536)  # tune
-    sock.sendall(encode_method_frame(0, m.ConnectionTuneOk(2047, 131072, heartbeat)))
-    sock.sendall(encode_method_frame(0, m.ConnectionOpen("/")))
-    sock.recv(65536)  # open-ok
-    return sock
 
 
 def close_code(sock: socket.socket) -> int:

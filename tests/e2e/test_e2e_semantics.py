@@ -420,7 +420,9 @@ def test_wrong_password_is_403_and_unknown_vhost_is_530(broker):
 
 
 def test_blocked_publisher_is_not_dropped_for_missed_heartbeats(broker_factory):
-    proc = broker_factory(env={"HEADRACE_HEARTBEAT": "1", "HEADRACE_MEMORY_HIGH_WATERMARK": "2000"})
+    # held memory counts each connection, channel, queue and binding too (~50 kB for the two
+    # connections here), so the watermark sits above that and below it plus one 200 kB message
+    proc = broker_factory(env={"HEADRACE_HEARTBEAT": "1", "HEADRACE_MEMORY_HIGH_WATERMARK": "100000"})
     params = pika.URLParameters(proc.url)
     params.heartbeat = 1
     events: list[str] = []
@@ -429,7 +431,7 @@ def test_blocked_publisher_is_not_dropped_for_missed_heartbeats(broker_factory):
     publisher.add_on_connection_unblocked_callback(lambda c, f: events.append("unblocked"))
     pch = publisher.channel()
     pch.queue_declare("held")
-    pch.basic_publish("", "held", b"m" * 10_000)  # above the 2000-byte watermark: alarm
+    pch.basic_publish("", "held", b"m" * 200_000)  # above the 100 kB watermark: alarm
     assert wait_until(lambda: events == ["blocked"], publisher)
     pch.basic_publish("", "held", b"waits in the socket")  # not read while blocked
     # several heartbeat timeouts (2 x 1 s) pass while the broker does not read this connection
@@ -438,7 +440,7 @@ def test_blocked_publisher_is_not_dropped_for_missed_heartbeats(broker_factory):
         publisher.process_data_events(time_limit=0.2)
     assert publisher.is_open
     consumer = pika.BlockingConnection(pika.URLParameters(proc.url))
-    assert consumer.channel().basic_get("held", auto_ack=True)[2] == b"m" * 10_000
+    assert consumer.channel().basic_get("held", auto_ack=True)[2] == b"m" * 200_000
     assert wait_until(lambda: "unblocked" in events, publisher, timeout=10)
     assert wait_until(lambda: consumer.channel().queue_declare("held", passive=True).method.message_count == 1,
                       consumer)

@@ -2,6 +2,7 @@
 import amqp from 'amqplib';
 
 export const URL = process.env.AMQP_URL;
+export const HTTP_URL = process.env.HTTP_URL;
 export const REPLY = 'amq.rabbitmq.reply-to';
 
 export function unique(prefix) {

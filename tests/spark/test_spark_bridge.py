@@ -28,8 +28,9 @@ def write_log(root, exchange="orders", n=500, start=0, segment_max_bytes=8192):
 def test_batch_read_is_complete_ordered_and_filtered(spark, tmp_path):
     write_log(tmp_path)
     assert len(list_segments(tmp_path, "/", "orders")) > 1
-    df = read_log(spark, str(tmp_path), "orders")
+    df = read_log(spark, str(tmp_path), "orders", partition_bytes=4096)
     assert df.rdd.getNumPartitions() > 1
+    assert read_log(spark, str(tmp_path), "orders").rdd.getNumPartitions() == 1  # small segments packed
     rows = df.orderBy("offset").collect()
     assert [r.offset for r in rows] == list(range(500))
     assert rows[7].body == b"body-7" and rows[7].headers == {"n": "7"} and rows[7].message_id == "m7"
@@ -127,7 +128,8 @@ def test_mirror_from_broker_then_replay_ordered_and_resumable(spark, broker_fact
         per_key = [g[1] for g in got if g[0] == key]
         assert per_key == [i for i in range(60) if f"eu.{i % 3}" == key]  # original order per routing key
     # the original headers come back, plus where each message was replayed from
-    assert all(g[2] == {"i": g[1], "x-replayed-from": f"orders:{g[1]}"} and g[3] == str(g[1]) for g in got)
+    assert all(g[2] == {"i": g[1], "x-replayed-from": f"orders:{g[1]}", "x-deduplication-header": f"orders:{g[1]}"}
+               and g[3] == str(g[1]) for g in got)
     only_eu1 = replay(spark, str(proc.data_dir), "orders", amqp_url=proc.url, to_exchange="replayed",
                       progress_dir=str(tmp_path / "p2"), routing_key_pattern="eu.1")
     assert only_eu1 == 20

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.persistence import SpillBacking, SpillClosedError, SpillCorruptError, SpillStore
+from headrace.persistence import SpillBacking, SpillClosedError, SpillStore
 from headrace.persistence.segments import list_segments
 from headrace.queues.backing import Backing
 from headrace.queues.message import Message, QueueEntry
@@ -169,18 +169,49 @@ def test_store_wipes_its_old_files_at_start_and_nothing_else(tmp_path: Path) -> 
     assert second.disk_bytes() == 0
 
 
-def test_corrupt_file_raises_instead_of_returning_garbage(store: SpillStore,
-                                                         tmp_path: Path) -> None:
+def _second(raw: bytearray) -> int:
+    """Offset of a spill file's second record."""
+    return 9 + int.from_bytes(raw[:4], "big")
+
+
+def _damage(tmp_path: Path, change) -> None:
+    (qdir,) = (tmp_path / "spill").iterdir()
+    (_, path), *_ = list_segments(qdir)
+    raw = bytearray(path.read_bytes())
+    path.write_bytes(bytes(change(raw)))
+
+
+def test_a_record_with_a_bad_checksum_is_skipped_and_counted(store: SpillStore,
+                                                              tmp_path: Path) -> None:
     b = store.backing("q")
     b.append([entry(i) for i in range(3)])
     assert seqs(b.read_batch(1, 1 << 20)) == [0]  # the first read flushes the buffer to the file
-    (qdir,) = (tmp_path / "spill").iterdir()
-    (_, path), = list_segments(qdir)
-    raw = bytearray(path.read_bytes())
-    raw[-2] ^= 0xFF
-    path.write_bytes(bytes(raw))
-    with pytest.raises(SpillCorruptError):
-        drain(b)
+
+    def flip(raw: bytearray) -> bytearray:
+        raw[-2] ^= 0xFF  # inside the last record's body
+        return raw
+
+    _damage(tmp_path, flip)
+    assert seqs(drain(b)) == [1]
+    assert b.damaged == 1 and b.take_lost() == (1, 2) and b.take_lost() == (0, 0)
+    assert b.depth() == 0 and b.byte_depth() == 0
+
+
+@pytest.mark.parametrize("change", [
+    lambda raw: raw[:-3],  # cut short by someone else
+    lambda raw: raw[:_second(raw)] + b"\xff" * 9 + raw[_second(raw) + 9:],  # garbage header
+], ids=["cut-short", "bad-header"])
+def test_an_unreadable_rest_of_file_is_skipped_and_the_next_file_still_read(
+        store: SpillStore, tmp_path: Path, change) -> None:
+    b = store.backing("q")  # files of ~1000 bytes: 30 entries span several files
+    b.append([entry(i, b"x" * 60) for i in range(30)])
+    assert seqs(b.read_batch(1, 1 << 20)) == [0]
+    _damage(tmp_path, change)
+    got = seqs(drain(b))
+    assert got == sorted(got) and got[-1] == 29  # later files are read on
+    lost, lost_bytes = b.take_lost()
+    assert len(got) + 1 + lost == 30 and lost_bytes == 60 * lost and lost >= 1
+    assert b.damaged >= 1 and b.depth() == 0 and b.byte_depth() == 0
 
 
 def test_a_writer_thread_and_a_reader_thread_race_without_loss(store: SpillStore) -> None:

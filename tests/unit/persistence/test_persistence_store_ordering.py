@@ -228,7 +228,7 @@ def test_group_commit_takes_at_most_fsync_batch_max_ops(tmp_path: Path) -> None:
 
     async def flush_all() -> None:
         while broker.store_backlog:
-            await storage._flush_once(broker, None)
+            await storage.flusher.flush_once(broker, None)
             groups.append((storage.store.live_messages(), broker.synced_ticket))
 
     trio.run(flush_all)

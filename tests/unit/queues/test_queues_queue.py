@@ -40,6 +40,7 @@ class Sink:
 class ListBacking:
     def __init__(self) -> None:
         self.items: deque[QueueEntry] = deque()
+        self.wanted = 0
 
     def append(self, entries):
         self.items.extend(entries)
@@ -52,6 +53,12 @@ class ListBacking:
 
     def depth(self):
         return len(self.items)
+
+    def want_page_in(self):
+        self.wanted += 1
+
+    def take_lost(self):
+        return 0, 0
 
     def byte_depth(self):
         return sum(len(e.message.body) for e in self.items)

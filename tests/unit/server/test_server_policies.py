@@ -70,6 +70,16 @@ def test_highest_priority_matching_policy_applies():
     assert store.applied("/", "exchange", "orders").policy.name == "exchanges-only"
 
 
+def test_apply_to_a_queue_type():
+    store = PolicyStore()
+    store.set("/", "streams", body({"max-age": "7D"}, apply_to="streams", priority=5))
+    store.set("/", "classic", body({"max-length": 1}, apply_to="classic_queues", priority=4))
+    store.set("/", "quorum", body({"delivery-limit": 3}, apply_to="quorum_queues", priority=3))
+    assert store.applied("/", "queue", "q", "stream").policy.name == "streams"
+    assert store.applied("/", "queue", "q").policy.name == "classic"
+    assert store.applied("/", "queue", "q", "quorum").policy.name == "quorum"
+
+
 def test_operator_policy_caps_and_merges_to_the_lower_value():
     store = PolicyStore()
     store.set("/", "user", body({"max-length": 100, "message-ttl": 1000, "dead-letter-exchange": "dlx"}))

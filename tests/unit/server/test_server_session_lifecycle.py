@@ -58,3 +58,19 @@ def test_a_refused_login_leaves_a_pipelined_open_unanswered():
     session = Session(b, conn)
     session.handle(conn.receive_data(handshake(password="wrong")), NOW)
     assert session.state is Lifecycle.CLOSING and session.vhost is None and not b.connections
+
+
+def test_a_long_lived_consumer_channel_without_consumer_timeout_stays_bounded():
+    b = make_broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    session.handle(conn.receive_data(handshake()), NOW)
+    session.handle(conn.receive_data(encode_method_frame(1, m.QueueDeclare(queue="q"))
+                                     + encode_method_frame(1, m.BasicConsume(queue="q", consumer_tag="c"))), NOW)
+    channel = session.channels[1]
+    vhost = b.vhosts["/"]
+    for _ in range(20_000):  # no consumer-timeout check ever runs (the setting is off)
+        b.delivery.publish(vhost, "", "q", b"\x00\x00", b"m", NOW)
+        session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=0, multiple=True))), NOW)
+        conn.data_to_send()
+    assert not channel.unacked and len(channel.unstamped) <= 4096

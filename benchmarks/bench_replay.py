@@ -1,0 +1,77 @@
+"""Replay rate: a mirror log of --messages records published back into a local headrace broker
+by ``replay`` (pipelined confirms, dedup header set), into an exchange with a dedup window and a
+durable queue bound; the rate counts until every message is confirmed, checked in the queue.
+
+    .venv/bin/python benchmarks/bench_replay.py [--messages 200000] [--partitions 4] [--window 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pika
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run import Headrace  # noqa: E402
+
+from headrace.persistence.mirror_log import MirrorLog, MirrorRecord  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--body", type=int, default=256)
+    ap.add_argument("--keys", type=int, default=64)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--window", type=int, default=1000)
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from headrace.cli.spark_commands import spark_session
+    from headrace.spark_bridge.replay import replay
+
+    with tempfile.TemporaryDirectory(prefix="headrace-replay-") as tmpdir:
+        tmp = Path(tmpdir)
+        log = MirrorLog(tmp / "data", "/", "src")
+        log.recover()
+        batch = [MirrorRecord(1_700_000_000_000 + i, f"k.{i % args.keys}", b"", b"x" * args.body)
+                 for i in range(10_000)]
+        for _ in range(args.messages // len(batch)):
+            log.append_many(batch)
+        log.close()
+        server = Headrace(tmp)
+        try:
+            conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+            ch = conn.channel()
+            ch.exchange_declare("replayed", "topic", durable=True, arguments={
+                "x-message-deduplication": True, "x-cache-size": args.window * args.partitions * 2})
+            ch.queue_declare("replayed-q", durable=True)
+            ch.queue_bind("replayed-q", "replayed", "#")
+            ch.exchange_declare("warm-up", "topic")
+            spark = spark_session(args.master, ())
+            url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
+            # warm-up: JVM, Python workers and the broker's connection path, on a small range
+            replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="warm-up", to_offset=999,
+                   partitions=args.partitions, window=args.window, progress_dir=str(tmp / "warm"))
+            start = time.perf_counter()
+            n = replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="replayed",
+                       partitions=args.partitions, window=args.window, progress_dir=str(tmp / "progress"))
+            seconds = time.perf_counter() - start
+            queued = ch.queue_declare("replayed-q", passive=True).method.message_count
+            conn.close()
+            spark.stop()
+            print(json.dumps({"messages": n, "queued": queued, "seconds": round(seconds, 2),
+                              "msg_s": round(n / seconds), "partitions": args.partitions, "window": args.window,
+                              "master": args.master}), flush=True)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

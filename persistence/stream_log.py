@@ -1,0 +1,214 @@
+"""Stream queues on disk: one mirror-log per stream (same segments, sparse index and retention),
+under ``<data>/streams/mirror/<vhost>/<queue>/``, beside it the consumers' tracked offsets
+(``offsets.json``), and the read cursor each stream consumer reads the segments through.
+
+Rule 1: the writer is the store flusher alone (``StreamAppend`` ops travel in the store outbox, so a
+confirm waits for the same group fsync as any persistent publish); it also alone writes the offsets
+file (``StreamTrack``). Rule 2: readers only read files: a cursor holds one open segment and a byte
+position, reads a bounded chunk per call and never keeps what it delivered, so memory does not grow
+with the stream's length or the number of consumers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .mirror_log import (
+    INDEX_SUFFIX,
+    MirrorEntry,
+    MirrorRecord,
+    _decode,
+    _index_entries,
+    _peek,
+    _seek_position,
+    list_segments,
+    mirror_dir,
+    read_entries,
+)
+from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, iter_records
+
+__all__ = [
+    "OFFSETS_FILE",
+    "StreamAppend",
+    "StreamCursor",
+    "StreamOp",
+    "StreamStats",
+    "StreamTrack",
+    "offset_at_time",
+    "read_offsets",
+    "remove_stream",
+    "stream_dir",
+    "stream_root",
+    "stream_stats",
+    "write_offsets",
+]
+
+OFFSETS_FILE = "offsets.json"
+READ_CHUNK = 256 << 10  # bytes a cursor reads per call: a prefetch window of small messages
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAppend:
+    """Append ``record`` to the stream ``queue``; the publisher's confirm waits for it."""
+    vhost: str
+    queue: str
+    record: MirrorRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTrack:
+    """Consumer offsets of the stream changed: the flusher writes the offsets file."""
+    vhost: str
+    queue: str
+
+
+StreamOp = StreamAppend | StreamTrack
+
+
+def stream_root(data_dir: Path) -> Path:
+    """The root a stream's ``MirrorLog`` (and the Spark bridge) is given."""
+    return Path(data_dir) / "streams"
+
+
+def stream_dir(data_dir: Path, vhost: str, queue: str) -> Path:
+    return mirror_dir(stream_root(data_dir), vhost, queue)
+
+
+def read_offsets(directory: Path) -> dict[str, int]:
+    try:
+        data = json.loads((directory / OFFSETS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def write_offsets(directory: Path, offsets: dict[str, int]) -> None:
+    """Atomically: a crash leaves the old file or the new one, never half of one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / (OFFSETS_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(offsets, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / OFFSETS_FILE)
+
+
+def remove_stream(data_dir: Path, vhost: str, queue: str) -> None:
+    shutil.rmtree(stream_dir(data_dir, vhost, queue), ignore_errors=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    size: int  # bytes of segments and indexes on disk
+    segments: int
+    first_offset: int | None
+    first_timestamp_ms: int | None
+
+
+def stream_stats(data_dir: Path, vhost: str, queue: str) -> StreamStats:
+    segs = list_segments(stream_root(data_dir), vhost, queue)
+    size = 0
+    for seg in segs:
+        size += seg.size
+        try:
+            size += seg.path.with_suffix(INDEX_SUFFIX).stat().st_size
+        except OSError:
+            pass
+    first_ts = None
+    if segs:
+        entries = _index_entries(segs[0].path)
+        first_ts = entries[0][2] if entries else None
+    return StreamStats(size, len(segs), segs[0].base_offset if segs else None, first_ts)
+
+
+def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, end: int) -> int:
+    """The first offset stamped at or after ``timestamp_ms`` (``end`` when none is): segments whose
+    successor starts no later than the time are skipped on their index alone."""
+    root = stream_root(data_dir)
+    segs = list_segments(root, vhost, queue)
+    for i, seg in enumerate(segs):
+        if i + 1 < len(segs):
+            following = _index_entries(segs[i + 1].path)
+            if following and following[0][2] <= timestamp_ms:
+                continue
+        for entry in read_entries(seg, vhost=vhost, exchange=queue, from_ts=timestamp_ms):
+            return entry.offset
+    return end
+
+
+class StreamCursor:
+    """One consumer's position in a stream: ``offset`` is the next offset it will get."""
+
+    __slots__ = ("root", "vhost", "queue", "offset", "_file", "_path", "_pos")
+
+    def __init__(self, data_dir: Path, vhost: str, queue: str, offset: int) -> None:
+        self.root = stream_root(data_dir)
+        self.vhost = vhost
+        self.queue = queue
+        self.offset = offset
+        self._file: BinaryIO | None = None
+        self._path: Path | None = None
+        self._pos = 0
+
+    def _locate(self) -> bool:
+        """Open the segment holding ``offset`` (the oldest one if retention dropped it)."""
+        segs = list_segments(self.root, self.vhost, self.queue)
+        if not segs:
+            return False
+        seg = segs[0]
+        for candidate in segs:
+            if candidate.base_offset <= self.offset:
+                seg = candidate
+        if seg.base_offset > self.offset:
+            self.offset = seg.base_offset
+        if seg.path == self._path and self._file is not None:
+            return False  # still the same segment: nothing further has been written
+        self.close()
+        try:
+            self._file = open(seg.path, "rb")  # noqa: SIM115 - held until close()
+        except OSError:
+            return False
+        self._path = seg.path
+        self._pos = _seek_position(seg.path, self.offset, None)
+        return True
+
+    def read(self, end: int, max_records: int) -> list[MirrorEntry]:
+        """Up to ``max_records`` entries from ``offset`` below ``end`` (the committed end)."""
+        out: list[MirrorEntry] = []
+        while len(out) < max_records and self.offset < end:
+            if self._file is None and not self._locate():
+                break
+            assert self._file is not None
+            self._file.seek(self._pos)
+            data = self._file.read(READ_CHUNK)
+            if len(data) >= HEADER_SIZE:
+                length = HEADER.unpack_from(data, 0)[0]
+                if HEADER_SIZE + length > len(data) and length <= MAX_RECORD_SIZE:
+                    data += self._file.read(HEADER_SIZE + length - len(data))  # one large record
+            progressed = False
+            for rec in iter_records(data):
+                offset = _peek(rec.payload)[0]
+                if offset >= end:
+                    return out
+                self._pos += rec.end - rec.offset
+                progressed = True
+                if offset < self.offset:
+                    continue
+                out.append(_decode(rec.payload, self.vhost, self.queue))
+                self.offset = offset + 1
+                if len(out) >= max_records:
+                    return out
+            if not progressed and not self._locate():
+                break  # the end of this segment, and no next one yet
+        return out
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        self._path = None

@@ -1,0 +1,89 @@
+"""The method registry and the generic method codec.
+
+Rule: this module owns ``METHODS``, the table of method classes by (class id, method id). The
+``amqp_method`` decorator adds a class to it and reads the class's dataclass fields and their kind
+annotations (``fields.py``) once, into the plan that ``encode_method`` and ``decode_method`` walk.
+The publish/deliver/ack hot path does not come through here: ``codec.py`` has hand-written
+encoders and decoders for those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from .errors import ConnectionException
+from .fields import KINDS, Plan, compile_plan
+from .spec import ReplyCode
+from .tables import FrameSyntaxError
+
+__all__ = ["METHODS", "Method", "amqp_method", "decode_method", "encode_method"]
+
+_CM = struct.Struct(">HH")
+
+
+class Method:
+    """Base of every method dataclass: what the decorator sets on the class."""
+
+    __slots__ = ()
+    CLASS_ID: ClassVar[int]
+    METHOD_ID: ClassVar[int]
+    NAME: ClassVar[str]
+    HAS_CONTENT: ClassVar[bool]
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]]  # (name, kind) in wire order, read from the annotations
+    PLAN: ClassVar[Plan]
+
+
+METHODS: dict[tuple[int, int], type[Method]] = {}
+
+M = TypeVar("M", bound=type[Method])
+
+
+def amqp_method(class_id: int, method_id: int, name: str, *, content: bool = False) -> Callable[[M], M]:
+    """Register a frozen, slotted dataclass as the method ``name`` with these ids."""
+
+    def register(cls: M) -> M:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        fields = []
+        for f in dataclasses.fields(cls):
+            kind = next((meta for meta in getattr(hints[f.name], "__metadata__", ()) if meta in KINDS), None)
+            if kind is None:
+                raise TypeError(f"{cls.__name__}.{f.name}: annotate it with a field kind from fields.py")
+            fields.append((f.name, kind))
+        if (class_id, method_id) in METHODS:
+            raise TypeError(f"{name}: ids {class_id}.{method_id} already taken")
+        cls.CLASS_ID = class_id
+        cls.METHOD_ID = method_id
+        cls.NAME = name
+        cls.HAS_CONTENT = content
+        cls.FIELDS = tuple(fields)
+        cls.PLAN = compile_plan(cls, class_id, method_id, [n for n, _ in fields], [k for _, k in fields])
+        METHODS[(class_id, method_id)] = cls
+        return cls
+
+    return register
+
+
+def encode_method(method: Any) -> bytes:
+    """Method frame payload: class id, method id, arguments."""
+    return method.PLAN.encode(method)
+
+
+def decode_method(payload: bytes | memoryview) -> Any:
+    """Parse a method frame payload; bad input raises ``ConnectionException`` (the spec makes
+    malformed methods a connection error)."""
+    if len(payload) < 4:
+        raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - method frame too short")
+    class_id, method_id = _CM.unpack_from(payload, 0)
+    cls = METHODS.get((class_id, method_id))
+    if cls is None:
+        raise ConnectionException(ReplyCode.COMMAND_INVALID,
+                                  f"COMMAND_INVALID - unknown method {class_id}.{method_id}", class_id, method_id)
+    try:
+        return cls.PLAN.decode(payload, 4)
+    except (struct.error, IndexError, FrameSyntaxError, UnicodeDecodeError) as exc:
+        raise ConnectionException(ReplyCode.SYNTAX_ERROR, f"SYNTAX_ERROR - malformed {cls.NAME}: {exc}",
+                                  class_id, method_id) from None

@@ -1,0 +1,242 @@
+"""A stream queue (``x-queue-type: stream``): an append-only log consumed by offset.
+
+Rule 1: the messages live only in the stream's log (``persistence.stream_log``): ``enqueue`` keeps
+nothing (the delivery owner appends one ``StreamAppend`` per routed message to the store outbox,
+and the flusher reports the new committed end through ``Delivery.stream_appended``). Consumption
+never removes anything; retention drops whole old segments.
+Rule 2: this object owns its readers (one ``StreamCursor`` per consumer, reading the segment files
+with the consumer's credit as the bound, so a slow consumer holds back only itself) and the tracked
+offsets of named consumers; like any queue it is driven only by the delivery owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from headrace.persistence.mirror_log import MirrorEntry
+from headrace.persistence.stream_log import StreamCursor, offset_at_time, stream_stats
+from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueEntry
+from headrace.server.amqp.errors import ChannelException
+from headrace.server.amqp.properties import decode_properties, replace_headers
+from headrace.server.amqp.spec import ReplyCode
+
+from . import errors
+from .queue_types import parse_interval_ms
+
+__all__ = ["StreamQueue", "StreamReader"]
+
+# the consumer argument naming a consumer whose acked offset the broker keeps; LavinMQ's
+# convention (x-stream-automatic-offset-tracking: true, the consumer tag as the name) works too
+NAME_ARG = "x-stream-consumer-name"
+AUTO_TRACK_ARG = "x-stream-automatic-offset-tracking"
+
+
+@dataclass(slots=True, eq=False)
+class StreamReader:
+    consumer: Consumer
+    cursor: StreamCursor
+    name: str | None  # tracked offsets are kept under this name
+
+
+class StreamQueue(Queue):
+    queue_type = "stream"
+
+    def __init__(self, name: str, *, data_dir: Path, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.data_dir = data_dir
+        self.end = 0  # committed end: the offset the next append gets
+        self.first = 0  # oldest offset still on disk
+        self.last_timestamp_ms: int | None = None
+        self.readers: dict[str, StreamReader] = {}
+        self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
+        self.track_pending = False  # tracked changed since the flusher last wrote it
+        self._in_flight = 0
+
+    # ------------------------------------------------------------------ counts
+    @property
+    def messages_ready(self) -> int:
+        return max(self.end - self.first, 0)
+
+    @property
+    def messages_unacked(self) -> int:
+        return 0  # as RabbitMQ's streams: the log's length is the count; deliveries hold only credit
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def message_bytes_ready(self) -> int:
+        return 0
+
+    @property
+    def memory(self) -> int:
+        return 0
+
+    # ------------------------------------------------------------------ log
+    def restore(self, end: int, first: int, tracked: dict[str, int], last_ts: int | None) -> None:
+        self.end, self.first, self.tracked, self.last_timestamp_ms = end, first, tracked, last_ts
+
+    def appended(self, end: int, last_ts: int | None, first: int) -> None:
+        self.end = end
+        self.first = first
+        if last_ts is not None:
+            self.last_timestamp_ms = last_ts
+
+    def enqueue(self, message: Message, now: float, left: list[Left] | None = None) -> EnqueueOutcome:
+        self.stats.published += 1
+        return EnqueueOutcome.ACCEPTED
+
+    def get(self, now: float, *, no_ack: bool, owner: object, left: list[Left] | None = None) -> QueueEntry | None:
+        raise ChannelException(ReplyCode.NOT_IMPLEMENTED,
+                               f"NOT_IMPLEMENTED - basic.get not supported by stream queues {self._rs()}")
+
+    def _rs(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+    # ------------------------------------------------------------------ consumers
+    def attach(self, consumer: Consumer, arguments: Mapping[str, Any], now: float) -> None:
+        """Check a new consumer as RabbitMQ does and place its cursor (before ``add_consumer``)."""
+        if consumer.no_ack:
+            raise ChannelException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic acknowledgement "
+                                   f"not supported by stream queues {self._rs()}")
+        if not consumer.prefetch:
+            raise errors.precondition_failed(f"consumer prefetch count is not set for stream {self._rs()}")
+        name = arguments.get(NAME_ARG)
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        if name is None and arguments.get(AUTO_TRACK_ARG) is True:
+            name = consumer.tag
+        if name is not None and not isinstance(name, str):
+            raise errors.precondition_failed(f"invalid arg '{NAME_ARG}': {name!r} is not a string")
+        spec = arguments.get("x-stream-offset", "next")
+        start = self._start_offset(spec, now)
+        if name is not None and name in self.tracked and spec in ("next", b"next"):
+            start = self.tracked[name] + 1  # resume after the last acked offset
+        self.readers[consumer.tag] = StreamReader(
+            consumer, StreamCursor(self.data_dir, self.vhost, self.name, start), name)
+
+    def _start_offset(self, spec: object, now: float) -> int:
+        if isinstance(spec, bytes):
+            spec = spec.decode("utf-8", "replace")
+        if spec == "first":
+            return self.first
+        if spec == "last":
+            return max(self.end - 1, self.first)
+        if spec == "next":
+            return self.end
+        if isinstance(spec, datetime):
+            return self._at_time(int(spec.timestamp() * 1000))
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            return max(spec, 0)
+        interval = parse_interval_ms(spec)
+        if interval is not None:
+            return self._at_time(int(now * 1000) - interval)
+        raise errors.precondition_failed(f"invalid arg 'x-stream-offset': {spec!r} (expected first, last, "
+                                         "next, an offset, a timestamp or an interval such as 1h)")
+
+    def _at_time(self, timestamp_ms: int) -> int:
+        return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end)
+
+    def remove_consumer(self, tag: str) -> Consumer | None:
+        reader = self.readers.pop(tag, None)
+        if reader is not None:
+            reader.cursor.close()
+        return super().remove_consumer(tag)
+
+    def dispatch(self, now: float, left: list[Left] | None = None,
+                 delivered: list[QueueEntry] | None = None) -> int:
+        """Each consumer with credit reads its own window of the log; nothing is shared or kept."""
+        count = 0
+        for reader in list(self.readers.values()):
+            consumer = reader.consumer
+            cursor = reader.cursor
+            while cursor.offset < self.end and consumer.can_take():
+                room = consumer.prefetch - consumer.unacked
+                entries = cursor.read(self.end, max(room, 1))
+                if not entries:
+                    break
+                for item in entries:
+                    self._hand(reader, item)
+                count += len(entries)
+        self.stats.delivered += count
+        return count
+
+    def _hand(self, reader: StreamReader, item: MirrorEntry) -> None:
+        props = item.props_raw
+        headers = dict(decode_properties(props).headers or {}) if props[:1] and props[0] & 0x20 else {}
+        headers["x-stream-offset"] = item.offset
+        message = Message(0, item.source or "", item.routing_key, replace_headers(props, headers), item.body,
+                          True, 0, None, None, item.timestamp_ms / 1000)
+        entry = QueueEntry(item.offset, message, False, 0, None, reader)
+        reader.consumer.unacked += 1
+        self._in_flight += 1
+        reader.consumer.sink.deliver(reader.consumer, self, entry)
+
+    # ------------------------------------------------------------------ settle: credit only
+    def _release(self, entry: QueueEntry) -> bool:
+        reader = entry.owner
+        if not isinstance(reader, StreamReader):
+            return False
+        entry.owner = None
+        reader.consumer.unacked -= 1
+        self._in_flight -= 1
+        return True
+
+    def ack(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
+        reader = entry.owner
+        if self._release(entry) and isinstance(reader, StreamReader) and reader.name is not None:
+            if entry.seq > self.tracked.get(reader.name, -1):
+                self.tracked[reader.name] = entry.seq
+                self.track_pending = True
+
+    def requeue(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
+        self._release(entry)
+
+    def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
+        self._release(entry)
+
+    def take_track_request(self) -> bool:
+        pending, self.track_pending = self.track_pending, False
+        return pending
+
+    # ------------------------------------------------------------------ nothing held in memory
+    def purge(self, left: list[Left] | None = None) -> int:
+        return 0
+
+    def unacked_message_ids(self) -> list[int]:
+        return []
+
+    def expire(self, now: float, left: list[Left] | None = None) -> int:
+        return 0
+
+    def page_in_wanted(self) -> bool:
+        return False
+
+    def delete(self) -> list[Consumer]:
+        for reader in self.readers.values():
+            reader.cursor.close()
+        self.readers.clear()
+        return super().delete()
+
+    # ------------------------------------------------------------------ reporting
+    def describe_consumers(self) -> list[dict[str, Any]]:
+        """Each consumer's next offset and lag (messages committed it has not been sent yet)."""
+        return [{"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
+                 "lag": max(self.end - reader.cursor.offset, 0)} for tag, reader in self.readers.items()]
+
+    def describe(self) -> dict[str, Any]:
+        """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""
+        stats = stream_stats(self.data_dir, self.vhost, self.name)
+        last = self.end - 1 if self.end > self.first else None
+        consumers = self.describe_consumers()
+        return {
+            "type": "stream", "size_on_disk": stats.size, "segments": stats.segments,
+            "first_offset": self.first if last is not None else None, "last_offset": last,
+            "first_timestamp": stats.first_timestamp_ms, "last_timestamp": self.last_timestamp_ms,
+            "consumers": consumers, "tracked_offsets": dict(self.tracked),
+        }

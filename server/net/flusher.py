@@ -1,0 +1,171 @@
+"""The message store's flusher: group commit of the broker's store outbox.
+
+Owner: the ``Flusher`` task alone touches the ``MessageStore`` once the broker runs (go-diskqueue's
+ioLoop rule); blocking calls run in worker threads. While its fsync runs, new publishes pile up in
+the broker's outbox and go to disk together in the next group: that is the group commit, and
+every confirm, tx.commit-ok, purge-ok and HTTP answer waits for the fsync that covers it.
+
+A full disk: a group the store cannot write is cut back to the store's last whole record and kept
+pending in the store; its waiters are released with a failure (``Broker.store_failed``: nacks),
+the disk alarm stays up, and the flusher tries the pending records again every
+``WRITE_RETRY_INTERVAL`` until they are written. Nothing confirmed is ever lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from headrace.persistence import DropQueue, FsyncMode, MessageStore, PurgeQueue, StoreOp
+from headrace.persistence.dedup_journal import DedupJournal
+from headrace.server.broker import Broker
+from headrace.server.config import Settings
+
+from .alarms import DiskWatch
+from .stream_writer import STREAM_OPS, StreamWriter
+
+if TYPE_CHECKING:
+    from .gate import Gate
+
+__all__ = ["Flusher"]
+
+log = logging.getLogger("headrace.storage")
+
+# Compaction runs between groups at most this often (seconds), and on a timer when idle.
+COMPACT_INTERVAL = 5.0
+# Shortest idle wait of the flusher, so a compaction pass that is due never spins it.
+IDLE_COMPACT_MIN_WAIT = 0.5
+# Ops whose store side walks every live message (a thread hop is cheaper than a stalled loop).
+WHOLE_QUEUE_OPS = frozenset({DropQueue, PurgeQueue})
+# Weight of the newest fsync in the running average that picks inline or threaded syncs.
+SYNC_EWMA_WEIGHT = 0.2
+# While the store cannot write (disk full), the flusher tries its pending records again this often.
+WRITE_RETRY_INTERVAL = 0.5
+
+
+class Flusher:
+    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter) -> None:
+        self.store = store
+        self.streams = streams  # the stream queues' logs: written in the same group as the store
+        self.disk = disk
+        self.settings = settings
+        self._kick = trio.Event()
+        self._last_compact = 0.0
+        # fsync inline while it is fast: the thread hop costs more than a fast disk's fsync (confirms
+        # 1.55x in A/B); a slow disk moves it to a worker thread so it cannot stall the event loop
+        self._inline_sync_max = settings.fsync_inline_below_ms / 1000
+        self._sync_ewma = 0.0
+        self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
+
+    def kick(self) -> None:
+        """The broker's store outbox got its first op."""
+        self._kick.set()
+
+    async def run(self, broker: Broker, gate: Gate) -> None:
+        window = self.settings.fsync_window_ms / 1000
+        while True:
+            # wake for ops, and when compaction is due: an idle broker must still reclaim the
+            # segments its last acks killed
+            due = max(self._last_compact + COMPACT_INTERVAL - trio.current_time(), IDLE_COMPACT_MIN_WAIT)
+            if self.store.failing is not None:
+                due = min(due, WRITE_RETRY_INTERVAL)  # records wait for room: try them again
+            with trio.move_on_after(due):
+                await self._kick.wait()
+            if window > 0 and self._kick.is_set() \
+                    and broker.store_backlog < self.settings.fsync_batch_max:
+                await trio.sleep(window)  # let a bigger group gather behind this one
+            self._kick = trio.Event()
+            await self.flush_once(broker, gate)
+            if broker.store_backlog:
+                self._kick.set()  # more than fsync_batch_max were waiting
+
+    async def flush_once(self, broker: Broker, gate: Gate | None) -> None:
+        """One group: take the outbox's oldest ops, write them, release their waiters."""
+        taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        ops: list[StoreOp] = taken  # type: ignore[assignment]
+        stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None
+        if stream_ops:
+            ops = [op for op in taken if type(op) not in STREAM_OPS]  # type: ignore[misc]
+        store = self.store
+        before = store.disk_bytes()
+        try:
+            if stream_ops or any(type(op) is DropQueue for op in ops):
+                await self.streams.write_group(broker, (stream_ops or []) + [op for op in ops if type(op) is DropQueue])
+            await self._write_group(broker, ops, ticket)
+        except OSError as exc:
+            # disk full (or failing): the store cut its files back to the last whole record and
+            # keeps these records pending; publishers of this group get nacks, not confirms
+            if "store" not in self.disk.failures:
+                log.warning("message store: writes fail (%s): publishes are nacked until they "
+                            "succeed again", exc.strerror or exc)
+            self.disk.write_failed("store")
+            broker.store_failed(ticket)
+        else:
+            self.disk.wrote(max(store.disk_bytes() - before, 0))
+            if store.failing is None:
+                self.disk.write_ok("store")
+            self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
+            broker.store_synced(ticket)
+        if gate is not None:
+            gate.notify()
+        now = trio.current_time()
+        if now - self._last_compact > COMPACT_INTERVAL:
+            self._last_compact = now
+            await self.streams.retention(broker)  # idle streams age too
+            try:
+                reclaimed = await trio.to_thread.run_sync(store.maybe_compact)
+            except OSError as exc:
+                log.warning("message store: compaction stopped: %s", exc)
+            else:
+                if reclaimed:
+                    log.debug("message store: compaction reclaimed %d bytes", reclaimed)
+
+    def journal_dedup(self, broker: Broker) -> None:
+        """Appends the dedup keys added since the last group (fsynced unless fsync is off)."""
+        added = broker.delivery.dedup.take_added()
+        if added and self.dedup is not None:
+            self.dedup.append(added, sync=self.store.fsync_mode is not FsyncMode.OFF)
+            if self.dedup.wants_compaction:
+                self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))
+
+    async def drain(self, broker: Broker) -> None:
+        """Shutdown: every op still in the outbox goes to disk (or is reported as not written)."""
+        await self.flush_once(broker, None)
+        while broker.store_backlog:
+            await self.flush_once(broker, None)
+
+    async def _write_group(self, broker: Broker, ops: list[StoreOp], ticket: int) -> None:
+        """Write ``ops`` and, when a confirm waits for them (or earlier records wait for room),
+        make them durable; raises the OSError of a failed write."""
+        store = self.store
+        if not ops:
+            if store.failing is not None:
+                await trio.to_thread.run_sync(store.sync)  # nothing new: retry what is pending
+            return
+        need_sync = ticket > broker.synced_ticket or store.failing is not None
+        if store.fsync_mode is FsyncMode.ALWAYS:
+            await trio.to_thread.run_sync(store.write_and_sync, ops)
+            return
+        # Appending is a copy into the page cache: done here, without a thread hop. The fsync
+        # runs here too while the disk is fast, in a worker thread when it is not, and only
+        # when a confirm, tx.commit-ok or HTTP answer waits for these ops: acks and delivery
+        # marks alone need only survive a crash of the process, which the page cache gives.
+        if any(type(op) in WHOLE_QUEUE_OPS for op in ops):
+            # a purge or delete walks the store's whole index: off the event loop
+            await trio.to_thread.run_sync(store.write_and_flush, ops)
+        else:
+            store.write_and_flush(ops)
+        if need_sync:
+            if self._sync_ewma < self._inline_sync_max:
+                took = self._timed_sync()
+            else:
+                took = await trio.to_thread.run_sync(self._timed_sync)
+            self._sync_ewma += SYNC_EWMA_WEIGHT * (took - self._sync_ewma)
+
+    def _timed_sync(self) -> float:
+        start = time.perf_counter()
+        self.store.sync()
+        return time.perf_counter() - start

@@ -1,0 +1,169 @@
+"""The mirror writer: appends the broker's mirror records to each mirrored exchange's log, and
+applies retention.
+
+Owner: the ``MirrorWriter`` task alone opens, writes and closes the ``MirrorLog``s (the Spark
+bridge only reads their files); writes run in a worker thread.
+
+A full disk: a log whose write fails is closed and reopened, which cuts its torn tail back to the
+last whole record; the records that did not make it wait here, in order, ahead of the next batch,
+and the disk alarm stays up until they are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention
+from headrace.server.broker import Broker
+from headrace.server.config import Settings
+
+from .alarms import DiskWatch
+
+if TYPE_CHECKING:
+    from .gate import Gate
+
+__all__ = ["MirrorWriter"]
+
+log = logging.getLogger("headrace.storage")
+
+# While writes fail (disk full), the writer tries its waiting records again this often.
+WRITE_RETRY_INTERVAL = 0.5
+
+Key = tuple[str, str]  # (vhost, exchange)
+
+
+class MirrorWriter:
+    def __init__(self, root: Path, disk: DiskWatch, settings: Settings) -> None:
+        self.root = root
+        self.disk = disk
+        self.settings = settings
+        self.logs: dict[Key, MirrorLog] = {}
+        self._waiting: dict[Key, list[MirrorRecord]] = {}  # not written for want of room
+        self._kick = trio.Event()
+        self._last_retention = 0.0
+
+    def kick(self) -> None:
+        """The broker's mirror outbox got its first record."""
+        self._kick.set()
+
+    async def run(self, broker: Broker, gate: Gate) -> None:
+        interval = self.settings.mirror_retention_interval
+        while True:
+            # wake for records, and at least every retention interval: an idle mirror must still
+            # drop segments that aged out
+            with trio.move_on_after(WRITE_RETRY_INTERVAL if self._waiting else interval):
+                await self._kick.wait()
+            self._kick = trio.Event()
+            await self.write(broker)
+            gate.notify()  # publishers paused on a full mirror backlog may read again
+            if trio.current_time() - self._last_retention >= interval:
+                self._last_retention = trio.current_time()
+                await self._enforce_retention(broker)
+
+    def _log(self, key: Key, retention: Retention) -> MirrorLog:
+        """The open log of a mirrored exchange, reopened when its retention changed."""
+        log_ = self.logs.get(key)
+        if log_ is None or log_.retention != retention:
+            if log_ is not None:
+                log_.close()
+            log_ = self.logs[key] = MirrorLog(self.root, key[0], key[1], retention=retention,
+                                              segment_max_bytes=self.settings.mirror_segment_max_bytes)
+            log_.recover()
+        return log_
+
+    def _reopen_after_failure(self, key: Key) -> None:
+        """Close a log whose write failed; reopening it (next write) cuts the torn tail off."""
+        log_ = self.logs.pop(key, None)
+        if log_ is not None:
+            try:
+                log_.close()
+            except OSError:
+                pass  # its unwritten bytes are what the reopen cuts off
+
+    async def _enforce_retention(self, broker: Broker) -> None:
+        """Retention of every mirrored exchange with a bound, written to lately or not."""
+        targets: list[tuple[Key, Retention]] = []
+        for vname, vhost in broker.vhosts.items():
+            for ename in vhost.mirrored:
+                age, size = vhost.mirror_retention.get(ename, (None, None))
+                if age is not None or size is not None:
+                    targets.append(((vname, ename), Retention(max_age_ms=age, max_bytes=size)))
+        if not targets:
+            return
+        now_ms = int(time.time() * 1000)
+
+        def enforce() -> None:
+            for key, retention in targets:
+                dropped = self._log(key, retention).enforce_retention(now_ms)
+                if dropped:
+                    log.info("mirror %s/%s: retention dropped %d segments", key[0], key[1], dropped)
+
+        try:
+            await trio.to_thread.run_sync(enforce)
+        except OSError as exc:
+            log.warning("mirror retention stopped: %s", exc)
+
+    async def write(self, broker: Broker) -> None:
+        groups: dict[Key, list[MirrorRecord]] = defaultdict(list)
+        waiting, self._waiting = self._waiting, {}
+        for key, recs in waiting.items():
+            groups[key] += recs
+        for vhost, exchange, record in broker.take_mirror_records():
+            groups[(vhost, exchange)].append(record)
+        if not groups:
+            return
+        retention: dict[Key, Retention] = {}
+        for key in groups:
+            vhost = broker.vhosts.get(key[0])
+            age, size = vhost.mirror_retention.get(key[1], (None, None)) if vhost else (None, None)
+            retention[key] = Retention(max_age_ms=age, max_bytes=size)
+        fsync = self.settings.fsync != "off"
+        failed: dict[Key, tuple[list[MirrorRecord], OSError]] = {}
+
+        def write() -> None:
+            for key, recs in groups.items():
+                start = -1
+                try:
+                    log_ = self._log(key, retention[key])
+                    start = log_.next_offset
+                    log_.append_many(recs)
+                    log_.flush(fsync=fsync)
+                except OSError as exc:
+                    self._reopen_after_failure(key)
+                    done = 0
+                    if start >= 0:
+                        try:  # the records before the torn one are in the log: not again
+                            done = max(self._log(key, retention[key]).next_offset - start, 0)
+                        except OSError:
+                            self._reopen_after_failure(key)
+                    failed[key] = (recs[done:], exc)
+
+        await trio.to_thread.run_sync(write)
+        for key, (recs, exc) in failed.items():
+            if recs:
+                self._waiting[key] = recs
+            if "mirror" not in self.disk.failures:
+                log.warning("mirror %s/%s: %d records wait for room: %s", key[0], key[1], len(recs),
+                            exc.strerror or exc)
+        if self._waiting:
+            self.disk.write_failed("mirror")
+        else:
+            self.disk.write_ok("mirror")
+
+    @property
+    def backlog(self) -> int:
+        """Records waiting for room (they count against the broker's mirror backlog bound)."""
+        return sum(len(recs) for recs in self._waiting.values())
+
+    def close(self) -> None:
+        for log_ in self.logs.values():
+            try:
+                log_.close()
+            except OSError as exc:
+                log.error("mirror %s/%s: not closed cleanly: %s", log_.vhost, log_.exchange, exc)

@@ -1,0 +1,65 @@
+"""The pager: brings spilled entries back into their queues' resident windows.
+
+Owner: the ``Pager`` task reads spill files (in a worker thread) and hands what it read to the
+broker's delivery owner; a queue whose resident window runs low asks its spill backing, which wakes
+the pager (``wake``): no polling. It also retries spill writes that failed for want of room
+(the entries wait in memory meanwhile, and the disk alarm holds publishers).
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from headrace.persistence.spill import SpillStore
+from headrace.queues import QueueEntry
+from headrace.server.broker import Broker
+
+from .alarms import DiskWatch
+
+__all__ = ["Pager"]
+
+# Spilled entries are paged back this many at a time (and at most this many bytes): big enough to
+# amortise the thread hop, small enough to keep the resident window near its bound.
+PAGE_IN_COUNT = 4096
+PAGE_IN_BYTES = 8 << 20
+# While spill writes fail (disk full), they are tried again this often.
+WRITE_RETRY_INTERVAL = 0.5
+
+
+class Pager:
+    def __init__(self, spill: SpillStore, disk: DiskWatch) -> None:
+        self.spill = spill
+        self.disk = disk
+        self._kick = trio.Event()
+        spill.on_page_wanted = self.wake
+
+    def wake(self) -> None:
+        """A queue wants spilled entries back (called on the event loop)."""
+        self._kick.set()
+
+    async def run(self, broker: Broker) -> None:
+        while True:
+            with trio.move_on_after(WRITE_RETRY_INTERVAL if "spill" in self.disk.failures else 1e9):
+                await self._kick.wait()
+            self._kick = trio.Event()
+            if "spill" in self.disk.failures and self.spill.retry():
+                self.disk.write_ok("spill")
+            for vhost in list(broker.vhosts.values()):
+                for queue in list(vhost.queues.values()):
+                    while queue.page_in_wanted():
+                        backing = queue.take_backing()
+                        if backing is None:
+                            break
+                        generation = queue.generation
+                        room_count, room_bytes = queue.page_in_room()
+                        entries: list[QueueEntry] = await trio.to_thread.run_sync(
+                            backing.read_batch, min(PAGE_IN_COUNT, room_count),
+                            min(PAGE_IN_BYTES, room_bytes))
+                        lost, lost_bytes = backing.take_lost()
+                        if lost and generation == queue.generation:
+                            queue.spill_lost(lost, lost_bytes)  # damaged records, logged there
+                        if not entries:
+                            break
+                        broker.delivery.page_in(vhost, queue, entries, generation, time.time())

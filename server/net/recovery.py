@@ -1,0 +1,65 @@
+"""Recovery at start: the message store's live records go back into their queues and delayed
+exchanges before any client connects.
+
+Records nothing will ever ack (a queue or delayed exchange that did not survive: exclusive, deleted
+while down, ...) are killed in the log, or they would pin disk forever and come back the day a
+queue of that name is declared again. On a full disk that kill record waits in the store, which
+writes it once there is room: the broker still starts.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from headrace.persistence import DropQueue, MessageStore, StoreOp, Undelay
+from headrace.queues import Message
+from headrace.server.amqp.properties import quick_props
+from headrace.server.broker import Broker
+
+__all__ = ["recover"]
+
+log = logging.getLogger("headrace.storage")
+
+
+def recover(store: MessageStore, broker: Broker) -> int:
+    """Load ``store`` into ``broker``'s queues (definitions already loaded); returns messages."""
+    recovered = store.recover()
+    if recovered.truncated_bytes:
+        log.warning("message store: truncated %d bytes of torn tail", recovered.truncated_bytes)
+    broker.set_next_message_id(recovered.next_message_id)
+    count = 0
+    orphans: list[StoreOp] = []
+    for (vname, qname), messages in recovered.queues.items():
+        vhost = broker.vhosts.get(vname)
+        queue = vhost.queues.get(qname) if vhost is not None else None
+        if queue is None or not queue.durable:
+            log.warning("message store: %d messages for unknown queue '%s' in vhost '%s' dropped",
+                        len(messages), qname, vname)
+            orphans.append(DropQueue(vname, qname))
+            continue
+        for rm in messages:
+            _, priority, expiration, _ = quick_props(rm.props_raw)
+            message = Message(rm.message_id, rm.exchange, rm.routing_key, rm.props_raw, rm.body, True,
+                              priority or 0, int(expiration) if expiration and expiration.isdigit() else None,
+                              None, rm.timestamp_ms / 1000)
+            broker.delivery.recover(queue, message, redelivered=rm.redelivered,
+                                    delivery_count=rm.delivery_count)
+            count += 1
+    for delay in recovered.delayed:
+        vhost = broker.vhosts.get(delay.vhost)
+        exchange = vhost.exchanges.get(delay.exchange) if vhost is not None else None
+        if vhost is None or exchange is None or not exchange.durable \
+                or delay.exchange not in vhost.delayed_exchanges:
+            orphans.append(Undelay(delay.message_id))
+            continue
+        vhost.delayed.add(delay.due_ms / 1000, delay.exchange, delay.routing_key, delay.props_raw,
+                          delay.body, delay.message_id)
+        count += 1
+    if orphans:
+        try:
+            store.write_and_sync(orphans)
+        except OSError as exc:  # disk full at start: the flusher writes them once it has room
+            log.warning("message store: cannot record dropped orphans yet: %s", exc)
+    if count:
+        log.info("message store: recovered %d messages", count)
+    return count

@@ -1,0 +1,208 @@
+"""The stream queues' logs, written by the store flusher (one owner for every file it syncs).
+
+Rule: only the flusher task calls ``write`` (in its worker thread) and ``recover``/``enforce_retention``;
+the event loop then reports each stream's new committed end to the delivery owner, which lets the
+stream's consumers read on. A publisher's confirm waits for the same group as its store ticket, so
+a confirmed message is in the stream after any crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention, list_segments
+from headrace.persistence.store_ops import DropQueue
+from headrace.persistence.stream_log import (
+    StreamAppend,
+    StreamTrack,
+    read_offsets,
+    remove_stream,
+    stream_dir,
+    stream_root,
+    write_offsets,
+)
+import trio
+
+from headrace.server.broker import Broker
+from headrace.server.broker.queue_types import parse_interval_ms
+from headrace.server.broker.stream_queue import StreamQueue
+
+__all__ = ["STREAM_OPS", "StreamWriter", "Written"]
+
+log = logging.getLogger("headrace.streams")
+DEFAULT_SEGMENT_BYTES = 64 << 20
+
+
+@dataclass(slots=True)
+class Written:
+    key: tuple[str, str]
+    end: int
+    last_ts: int | None
+    first: int
+
+
+def _settings(queue: StreamQueue) -> tuple[Retention, int]:
+    args = queue.arguments
+    age = parse_interval_ms(args.get("x-max-age")) if "x-max-age" in args else None
+    size = args.get("x-max-length-bytes")
+    segment = args.get("x-stream-max-segment-size-bytes") or DEFAULT_SEGMENT_BYTES
+    return Retention(max_age_ms=age, max_bytes=size if isinstance(size, int) else None), int(segment)
+
+
+class StreamWriter:
+    def __init__(self, data_dir: Path, fsync: bool) -> None:
+        self.data_dir = data_dir
+        self.fsync = fsync
+        self.logs: dict[tuple[str, str], MirrorLog] = {}
+        # the flusher's last group and the shutdown drain's may overlap: their writes go in turn, in
+        # the order they took their ops (a later offsets snapshot must land last)
+        self._lock = trio.Lock()
+
+    def _log(self, key: tuple[str, str], queue: StreamQueue | None) -> MirrorLog:
+        log_ = self.logs.get(key)
+        if log_ is None:
+            retention, segment = _settings(queue) if queue is not None else (Retention(), DEFAULT_SEGMENT_BYTES)
+            log_ = self.logs[key] = MirrorLog(stream_root(self.data_dir), key[0], key[1], retention=retention,
+                                              segment_max_bytes=segment)
+            log_.recover()
+        return log_
+
+    @staticmethod
+    def queue(broker: Broker, key: tuple[str, str]) -> StreamQueue | None:
+        vhost = broker.vhosts.get(key[0])
+        queue = vhost.queues.get(key[1]) if vhost is not None else None
+        return queue if isinstance(queue, StreamQueue) else None
+
+    def recover(self, broker: Broker) -> None:
+        """Open every stream's log (a torn tail is cut there) and give each queue its end, its
+        first offset and its consumers' tracked offsets."""
+        for vname, vhost in broker.vhosts.items():
+            for qname, queue in vhost.queues.items():
+                if isinstance(queue, StreamQueue):
+                    log_ = self._log((vname, qname), queue)
+                    segs = list_segments(log_.root, vname, qname)
+                    queue.restore(log_.next_offset, segs[0].base_offset if segs else 0,
+                                  read_offsets(stream_dir(self.data_dir, vname, qname)), log_._stamp or None)
+
+    def plan(self, broker: Broker, ops: Sequence[object]) -> tuple[dict[tuple[str, str], list[MirrorRecord]],
+                                                                 dict[tuple[str, str], dict[str, int]],
+                                                                 list[tuple[str, str]]]:
+        """On the event loop: what the worker thread will write (records, offset snapshots, and
+        the logs of deleted streams to remove)."""
+        appends: dict[tuple[str, str], list[MirrorRecord]] = {}
+        tracks: dict[tuple[str, str], dict[str, int]] = {}
+        drops: list[tuple[str, str]] = []
+        for op in ops:
+            kind = type(op)
+            if kind is StreamAppend:
+                appends.setdefault((op.vhost, op.queue), []).append(op.record)  # type: ignore[attr-defined]
+            elif kind is StreamTrack:
+                key = (op.vhost, op.queue)  # type: ignore[attr-defined]
+                queue = self.queue(broker, key)
+                if queue is not None:
+                    tracks[key] = dict(queue.tracked)
+            elif kind is DropQueue:
+                key = (op.vhost, op.queue)  # type: ignore[attr-defined]
+                if self.queue(broker, key) is None and (key in self.logs or stream_dir(self.data_dir, *key).exists()):
+                    drops.append(key)
+        for key in drops:
+            appends.pop(key, None)
+            tracks.pop(key, None)
+        return appends, tracks, drops
+
+    def write(self, broker_queues: dict[tuple[str, str], StreamQueue | None],
+              appends: dict[tuple[str, str], list[MirrorRecord]], tracks: dict[tuple[str, str], dict[str, int]],
+              drops: list[tuple[str, str]]) -> list[Written]:
+        """In the flusher's worker thread: append, sync, retention of the logs written, offsets."""
+        written: list[Written] = []
+        for key, records in appends.items():
+            log_ = self._log(key, broker_queues.get(key))
+            log_.append_many(records)
+            log_.flush(fsync=self.fsync)
+            log_.enforce_retention(records[-1].timestamp_ms)
+            segs = list_segments(log_.root, *key)
+            written.append(Written(key, log_.next_offset, records[-1].timestamp_ms,
+                                   segs[0].base_offset if segs else log_.next_offset))
+        for key, offsets in tracks.items():
+            write_offsets(stream_dir(self.data_dir, *key), offsets)
+        for key in drops:
+            log_ = self.logs.pop(key, None)
+            if log_ is not None:
+                log_.close()
+            remove_stream(self.data_dir, *key)
+        return written
+
+    def retention_targets(self, broker: Broker) -> list[tuple[tuple[str, str], StreamQueue]]:
+        """On the event loop: the streams with a retention bound."""
+        out = []
+        for vname, vhost in broker.vhosts.items():
+            for qname, queue in vhost.queues.items():
+                if isinstance(queue, StreamQueue) and ("x-max-age" in queue.arguments
+                                                       or "x-max-length-bytes" in queue.arguments):
+                    out.append(((vname, qname), queue))
+        return out
+
+    def enforce_retention(self, targets: list[tuple[tuple[str, str], StreamQueue]], now_ms: int) -> list[Written]:
+        """In a worker thread: idle streams age too; report the new first offsets."""
+        out: list[Written] = []
+        for key, queue in targets:
+            log_ = self._log(key, queue)
+            if log_.enforce_retention(now_ms):
+                log.info("stream %s/%s: retention dropped old segments", *key)
+                segs = list_segments(log_.root, *key)
+                out.append(Written(key, log_.next_offset, None, segs[0].base_offset if segs else log_.next_offset))
+        return out
+
+    async def write_group(self, broker: Broker, ops: list) -> None:
+        """The stream ops of one flusher group, written (and synced) before the group's confirms
+        go out; then the streams' consumers are told of the new ends."""
+        appends, tracks, drops = self.plan(broker, ops)
+        if not (appends or tracks or drops):
+            return
+        queues = {key: self.queue(broker, key) for key in appends}
+        try:
+            async with self._lock:
+                with trio.CancelScope(shield=True):  # ops taken are written, even at shutdown
+                    written = await trio.to_thread.run_sync(self.write, queues, appends, tracks, drops)
+        except OSError:
+            for key in appends:  # reopened (torn tail cut) on the next write
+                log_ = self.logs.pop(key, None)
+                if log_ is not None:
+                    try:
+                        log_.close()
+                    except OSError:
+                        pass  # its unwritten bytes are what the reopen cuts off
+            raise
+        self.report(broker, written)
+
+    async def retention(self, broker: Broker) -> None:
+        targets = self.retention_targets(broker)
+        if targets:
+            try:
+                async with self._lock:
+                    written = await trio.to_thread.run_sync(self.enforce_retention, targets,
+                                                            int(time.time() * 1000))
+            except OSError as exc:
+                log.warning("stream retention stopped: %s", exc)
+                return
+            self.report(broker, written)
+
+    def report(self, broker: Broker, written: list[Written]) -> None:
+        now = time.time()
+        for item in written:
+            queue = self.queue(broker, item.key)
+            if queue is not None:
+                broker.delivery.stream_appended(broker.vhosts[item.key[0]], queue, item.end, item.last_ts,
+                                                item.first, now)
+
+    def close(self) -> None:
+        for log_ in self.logs.values():
+            log_.close()
+        self.logs.clear()
+
+
+STREAM_OPS = frozenset({StreamAppend, StreamTrack})
