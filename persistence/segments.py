@@ -136,6 +136,9 @@ class SegmentWriter:
             return
         fd, chunks, offset = self._fd, self._chunks, self.flushed
         try:
+            if len(chunks) == 1 and os.pwrite(fd, chunks[0], offset) == self._pending:
+                offset += self._pending  # the common small group: one plain write
+                chunks = []
             for i in range(0, len(chunks), _IOV_MAX):
                 batch = chunks[i : i + _IOV_MAX]
                 want = sum(len(c) for c in batch)

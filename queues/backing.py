@@ -7,7 +7,7 @@ pure queue code never imports file I/O. Shape follows nsq's BackendQueue.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .message import QueueEntry
 
@@ -16,14 +16,22 @@ __all__ = ["Backing"]
 
 @runtime_checkable
 class Backing(Protocol):
-    """FIFO of spilled entries. ``append`` runs on the event loop (buffered writes, no fsync);
-    ``read_batch`` may run in a worker thread, so implementations guard their state with a lock."""
+    """FIFO of spilled entries. Every method runs on the event loop, so there is no lock: a pager
+    that reads off the loop asks ``plan_read`` for a plan, runs ``plan.run()`` in its worker
+    thread (a pure read of bytes that are never written again) and applies the result with
+    ``finish_read``."""
 
     def append(self, entries: Sequence[QueueEntry]) -> None:
         """Add entries at the tail, in order."""
 
     def read_batch(self, max_count: int, max_bytes: int) -> list[QueueEntry]:
         """Remove and return up to ``max_count`` entries (or ``max_bytes`` of bodies) from the head."""
+
+    def plan_read(self, max_count: int, max_bytes: int) -> Any:
+        """A read plan with a thread-safe ``run()``, entries ready now (a list), or None."""
+
+    def finish_read(self, plan: Any, result: Any) -> list[QueueEntry]:
+        """Apply ``plan.run()``'s result: the entries it took (none if the plan went stale)."""
 
     def want_page_in(self) -> None:
         """The queue's resident window ran low: whoever pages in should wake (event loop)."""

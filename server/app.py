@@ -56,6 +56,7 @@ class App:
             resident_max_bytes=settings.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
             store_enabled=True,
+            failed_logins_per_second=settings.failed_logins_per_second,
             limits=Limits(
                 max_queues_per_vhost=settings.max_queues_per_vhost,
                 max_exchanges_per_vhost=settings.max_exchanges_per_vhost,
@@ -66,6 +67,7 @@ class App:
         )
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
+        self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()

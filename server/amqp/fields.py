@@ -121,7 +121,7 @@ def compile_plan(cls: type, class_id: int, method_id: int, names: Sequence[str],
         "def decode(buf, offset):", *(f"    {line}" for line in decode),
         f"    return cls({', '.join(f'f{i}' for i in range(len(names)))})", "",
     ])
-    exec(compile(source, f"<codec of {cls.__name__}>", "exec"), env)  # the source is generated above, from the kinds
+    exec(compile(source, f"<codec of {cls.__name__}>", "exec"), env)  # source generated above from the kinds
     return Plan(env["encode"], env["decode"], source)
 
 

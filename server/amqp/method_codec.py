@@ -2,7 +2,8 @@
 
 Rule: this module owns ``METHODS``, the table of method classes by (class id, method id). The
 ``amqp_method`` decorator adds a class to it and reads the class's dataclass fields and their kind
-annotations (``fields.py``) once, into the plan that ``encode_method`` and ``decode_method`` walk.
+annotations once; ``fields.compile_plan`` turns them into the encoder and decoder that
+``encode_method`` and ``decode_method`` call.
 The publish/deliver/ack hot path does not come through here: ``codec.py`` has hand-written
 encoders and decoders for those.
 """

@@ -24,7 +24,7 @@ from headrace.queues import Queue
 from headrace.queues.backing import Backing
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.auth import Permission, UserRegistry
+from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
 from .policies import Policy, PolicyStore, apply_policies
 from .delivery import Delivery
@@ -69,10 +69,10 @@ class Broker:
     def __init__(
         self, *, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
-        limits: Limits = Limits(),
+        limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
     ) -> None:
         self.vhosts: dict[str, VHost] = {}
-        self.users = UserRegistry()
+        self.users = UserRegistry(failed_per_second=failed_logins_per_second)
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
         self.limits = limits
@@ -349,6 +349,7 @@ class Broker:
     def tick(self, now: float) -> None:
         for vhost in list(self.vhosts.values()):
             self.delivery.tick(vhost, now)
+        self.delivery.saturation.tick()
 
     def set_alarm(self, name: str, raised: bool) -> None:
         alarms = self.alarms | {name} if raised else self.alarms - {name}

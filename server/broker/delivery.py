@@ -32,6 +32,7 @@ from .dead_letters import dead_letter_message
 from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
+from .saturation import Saturation
 from .stream_queue import StreamQueue
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Delivery:
         self.mirror = mirror
         self.replies = replies
         self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
+        self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
 
     # ------------------------------------------------------------------ ids
@@ -149,8 +151,10 @@ class Delivery:
                 message.props_raw, message.body, int(now * 1000)))
         for queue, gone in dropped:
             self._settled(vhost, queue, gone, now)
+        touched = self.saturation.touched
         for queue in accepted:
             self._dispatch(vhost, queue, now)
+            touched[queue] = None
         return PublishResult(True, rejected, ticket)
 
     def _hold(self, vhost: VHost, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
@@ -207,9 +211,12 @@ class Delivery:
 
     def consumer_ready(self, vhost: VHost, queues: Iterable[Queue], now: float) -> None:
         """Consumers of these queues may take more (credit, flow, a drained outbox): dispatch."""
+        saturation = self.saturation
         for queue in queues:
             if not queue.deleted:
                 self._dispatch(vhost, queue, now)
+                if saturation.saturated or saturation.stalled:
+                    saturation.drained(queue)
 
     def settle(self, vhost: VHost, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
                ready: Iterable[Queue] = ()) -> None:

@@ -11,6 +11,7 @@ offsets of named consumers; like any queue it is driven only by the delivery own
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +22,7 @@ from headrace.persistence.mirror_log import MirrorEntry
 from headrace.persistence.stream_log import StreamCursor, offset_at_time, stream_stats
 from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueEntry
 from headrace.server.amqp.errors import ChannelException
-from headrace.server.amqp.properties import decode_properties, replace_headers
+from headrace.server.amqp.properties import decode_properties, encode_properties
 from headrace.server.amqp.spec import ReplyCode
 
 from . import errors
@@ -167,11 +168,12 @@ class StreamQueue(Queue):
         return count
 
     def _hand(self, reader: StreamReader, item: MirrorEntry) -> None:
-        props = item.props_raw
-        headers = dict(decode_properties(props).headers or {}) if props[:1] and props[0] & 0x20 else {}
+        props = decode_properties(item.props_raw)  # decoded once, re-encoded with the offset header
+        headers = dict(props.headers or {})
         headers["x-stream-offset"] = item.offset
-        message = Message(0, item.source or "", item.routing_key, replace_headers(props, headers), item.body,
-                          True, 0, None, None, item.timestamp_ms / 1000)
+        raw = encode_properties(dataclasses.replace(props, headers=headers))
+        message = Message(0, item.source or "", item.routing_key, raw, item.body, True, 0, None, None,
+                          item.timestamp_ms / 1000)
         entry = QueueEntry(item.offset, message, False, 0, None, reader)
         reader.consumer.unacked += 1
         self._in_flight += 1

@@ -92,9 +92,11 @@ class Flusher:
         store = self.store
         before = store.disk_bytes()
         try:
+            await self._write_group(broker, ops, ticket)  # first: the store keeps and retries what fails
             if stream_ops or any(type(op) is DropQueue for op in ops):
+                # a failed stream append is not retried: its publishers get nacks like the store's
                 await self.streams.write_group(broker, (stream_ops or []) + [op for op in ops if type(op) is DropQueue])
-            await self._write_group(broker, ops, ticket)
+            self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
         except OSError as exc:
             # disk full (or failing): the store cut its files back to the last whole record and
             # keeps these records pending; publishers of this group get nacks, not confirms
@@ -107,15 +109,14 @@ class Flusher:
             self.disk.wrote(max(store.disk_bytes() - before, 0))
             if store.failing is None:
                 self.disk.write_ok("store")
-            self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
             broker.store_synced(ticket)
         if gate is not None:
             gate.notify()
         now = trio.current_time()
         if now - self._last_compact > COMPACT_INTERVAL:
             self._last_compact = now
-            await self.streams.retention(broker)  # idle streams age too
             try:
+                await self.streams.retention(broker)  # idle streams age too
                 reclaimed = await trio.to_thread.run_sync(store.maybe_compact)
             except OSError as exc:
                 log.warning("message store: compaction stopped: %s", exc)

@@ -1,7 +1,9 @@
 """The pager: brings spilled entries back into their queues' resident windows.
 
-Owner: the ``Pager`` task reads spill files (in a worker thread) and hands what it read to the
-broker's delivery owner; a queue whose resident window runs low asks its spill backing, which wakes
+Owner: the ``Pager`` task pages spilled entries in and hands them to the broker's delivery
+owner. The backing plans each read and applies its result on the event loop; only the read itself
+(``ReadPlan.run``, a pure function of a file and a byte range) runs in a worker thread, so the loop
+and the thread share no lock and no mutable state; a queue whose resident window runs low asks its spill backing, which wakes
 the pager (``wake``): no polling. It also retries spill writes that failed for want of room
 (the entries wait in memory meanwhile, and the disk alarm holds publishers).
 """
@@ -54,12 +56,24 @@ class Pager:
                             break
                         generation = queue.generation
                         room_count, room_bytes = queue.page_in_room()
-                        entries: list[QueueEntry] = await trio.to_thread.run_sync(
-                            backing.read_batch, min(PAGE_IN_COUNT, room_count),
-                            min(PAGE_IN_BYTES, room_bytes))
+                        plan = backing.plan_read(min(PAGE_IN_COUNT, room_count),
+                                                 min(PAGE_IN_BYTES, room_bytes))
+                        if plan is None:
+                            break
+                        progress = True
+                        if isinstance(plan, list):
+                            entries: list[QueueEntry] = plan  # from memory (the disk was full)
+                        else:
+                            result = await trio.to_thread.run_sync(plan.run)  # the only thread part
+                            entries = backing.finish_read(plan, result)
+                            # a stale plan (dropped or read meanwhile) or damaged records: plan again
+                            progress = plan.generation != backing.generation or bool(result.used) \
+                                or result.fatal is not None
                         lost, lost_bytes = backing.take_lost()
                         if lost and generation == queue.generation:
                             queue.spill_lost(lost, lost_bytes)  # damaged records, logged there
                         if not entries:
+                            if progress:
+                                continue
                             break
                         broker.delivery.page_in(vhost, queue, entries, generation, time.time())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 import tracemalloc
 from pathlib import Path
 
@@ -214,52 +214,47 @@ def test_an_unreadable_rest_of_file_is_skipped_and_the_next_file_still_read(
     assert b.damaged >= 1 and b.depth() == 0 and b.byte_depth() == 0
 
 
-def test_a_writer_thread_and_a_reader_thread_race_without_loss(store: SpillStore) -> None:
+def test_reads_run_in_a_thread_while_the_owner_appends_without_loss(store: SpillStore) -> None:
+    """The pager's shape: plan on the owner's thread, read in another thread while the owner
+    keeps appending to the same files, apply on the owner's thread."""
     b = store.backing("q")
     total = 8_000
     got: list[int] = []
-    done = threading.Event()
-
-    def reader() -> None:
+    appended = 0
+    with ThreadPoolExecutor(1) as pool:
         while len(got) < total:
-            got.extend(seqs(b.read_batch(97, 4096)))
-        done.set()
-
-    t = threading.Thread(target=reader)
-    t.start()
-    for start in range(0, total, 50):
-        b.append([entry(i, bytes(i % 40)) for i in range(start, start + 50)])
-    assert done.wait(60)
-    t.join()
+            if appended < total:
+                b.append([entry(i, bytes(i % 40)) for i in range(appended, appended + 50)])
+                appended += 50
+            plan = b.plan_read(97, 4096)
+            if plan is None:
+                continue
+            if isinstance(plan, list):
+                got += seqs(plan)
+                continue
+            running = pool.submit(plan.run)
+            if appended < total:  # the owner writes on while the thread reads
+                b.append([entry(i, bytes(i % 40)) for i in range(appended, appended + 50)])
+                appended += 50
+            got += seqs(b.finish_read(plan, running.result()))
     assert got == list(range(total))
     assert b.depth() == 0 and b.byte_depth() == 0
 
 
-def test_drop_while_a_reader_is_paging_leaves_a_consistent_backing(store: SpillStore) -> None:
+def test_a_read_planned_before_a_drop_or_a_direct_read_is_stale(store: SpillStore) -> None:
     b = store.backing("q")
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def reader() -> None:
-        try:
-            while not stop.is_set():
-                b.read_batch(50, 1 << 20)
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the test thread below
-            errors.append(exc)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    for i in range(200):
-        b.append([entry(j) for j in range(i * 20, i * 20 + 20)])
-        if i % 10 == 0:
-            b.drop()
-    stop.set()
-    t.join()
-    assert errors == []
-    b.append([entry(-1)])
-    remaining = drain(b)
-    assert seqs(remaining)[-1] == -1
-    assert b.depth() == 0
+    b.append([entry(i) for i in range(100)])
+    plan = b.plan_read(10, 1 << 20)
+    assert not isinstance(plan, list) and plan is not None
+    result = plan.run()
+    assert seqs(b.read_batch(5, 1 << 20)) == [0, 1, 2, 3, 4]  # read directly meanwhile
+    assert b.finish_read(plan, result) == []  # not taken twice
+    plan = b.plan_read(10, 1 << 20)
+    result = plan.run()
+    b.drop()
+    assert b.finish_read(plan, result) == [] and b.depth() == 0
+    b.append([entry(7)])
+    assert seqs(drain(b)) == [7]
 
 
 def test_memory_stays_bounded_while_many_entries_are_spilled(tmp_path: Path) -> None:
