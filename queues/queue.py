@@ -374,6 +374,11 @@ class Queue:
     def touch(self, now: float) -> None:
         self._last_used = now
 
+    @property
+    def last_used(self) -> float:
+        """When the queue was last declared, consumed from or got from (RabbitMQ's idle_since)."""
+        return self._last_used
+
     def idle_expired(self, now: float) -> bool:
         expires = self.args.expires_ms
         return expires is not None and not self._consumers and now - self._last_used > expires / 1000

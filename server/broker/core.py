@@ -167,10 +167,17 @@ class Broker:
                 f"NOT_ALLOWED - connection limit ({per_user}) for user '{user.name}' is reached", 10, 40)
         connections[session.id] = session
         self.observers.add(session)
+        self.churn("connection_created")
 
     def unregister_connection(self, session: Any) -> None:
         self.observers.discard(session)
-        self.connections.pop(session.id, None)
+        if self.connections.pop(session.id, None) is not None:
+            self.churn("connection_closed")
+
+    def churn(self, event: str) -> None:
+        """Count an object's creation or end (RabbitMQ's churn_rates in the overview)."""
+        extra = self.counters.extra
+        extra[event] = extra.get(event, 0) + 1
 
     def _close_connections(self, match: Callable[[Any], bool], reason: str) -> None:
         for session in list(self.connections.values()):
@@ -208,6 +215,8 @@ class Broker:
         return True
 
     def check_limit(self, kind: str, vhost: VHost) -> None:
+        if kind == "queues":
+            self.churn("queue_created")
         limit = self.parameters.vhost_limit(vhost.name, "max-queues") if kind == "queues" else None
         if limit is not None and len(vhost.queues) >= limit:  # RabbitMQ's set_vhost_limits max-queues
             raise ChannelException(ReplyCode.PRECONDITION_FAILED,

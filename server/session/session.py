@@ -158,6 +158,7 @@ class Session:
                     if refused is not None:
                         raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 20, 10)
                     self.channels[event.channel] = ChannelSession(self, event.channel)
+                    self.broker.churn("channel_created")
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)
                 elif kind is ConnectionClosed:
@@ -284,6 +285,7 @@ class Session:
     def _drop_channel(self, channel_id: int) -> None:
         channel = self.channels.pop(channel_id, None)
         if channel is not None:
+            self.broker.churn("channel_closed")
             channel.close()
 
     def _cleanup(self) -> None:
