@@ -351,7 +351,8 @@ class Broker:
     def tick(self, now: float) -> None:
         """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
         self.delivery.tick(self.vhosts, now)
-        if now >= self._saturation_due:  # saturation counts stalls in ticks of its own cadence
+        # saturation counts stalls in ticks of its own cadence (1 ms slack: float sums of 0.1)
+        if now + 0.001 >= self._saturation_due:
             self._saturation_due = now + SATURATION_TICK
             self.delivery.saturation.tick()
 
