@@ -42,7 +42,9 @@ def _flush(conn: pika.BlockingConnection) -> None:
 
 
 def producer(target: Target, exchange: str, keys: list[str], body: bytes, count: int, persistent: bool,
-             confirms: bool, rate: float, out: mp.Queue) -> None:
+             confirms: bool, rate: float, out: mp.Queue, stamp: bool = False) -> None:
+    """Publish ``count`` messages; with a ``rate`` (or ``stamp``) each body starts with the publish
+    time, so consumers measure end-to-end latency."""
     conn = pika.BlockingConnection(target.params)
     ch = conn.channel()
     props = pika.BasicProperties(delivery_mode=2 if persistent else 1)
@@ -71,6 +73,8 @@ def producer(target: Target, exchange: str, keys: list[str], body: bytes, count:
                     if due > stamp:
                         _flush(conn)
                         time.sleep(due - stamp)
+                    payload = b"%020.9f" % time.time() + body[20:]
+                elif stamp:
                     payload = b"%020.9f" % time.time() + body[20:]
                 else:
                     payload = body
@@ -190,6 +194,52 @@ def scenario_pubsub(target: Target, *, producers: int = 2, consumers: int = 2, c
         if lat:
             result["confirm_p50_ms"] = lat[len(lat) // 2] * 1000
             result["confirm_p99_ms"] = lat[max(int(len(lat) * 0.99) - 1, 0)] * 1000
+    return result
+
+
+def scenario_saturated(target: Target, *, producers: int = 2, consumers: int = 2, count: int = 60_000,
+                       size: int = 128, prefetch: int = 200, timeout: float = 90) -> dict[str, Any]:
+    """Publishers faster than consumers: P producers with no rate cap -> 1 queue -> C consumers.
+    Each body starts with its publish time; latency = receive time - that time, over every message.
+    Rate = messages consumed / wall time (as pubsub)."""
+    tag = uuid.uuid4().hex[:8]
+    qname = f"bench-sat-{tag}"
+    conn, ch = _admin(target)
+    ch.queue_declare(qname)
+    out: mp.Queue = mp.Queue()
+    per = count // producers
+    total = per * producers
+    deadline = time.time() + timeout
+    shared = mp.Value("q", 0)
+    cons = [mp.Process(target=consumer, args=(target, [qname], total, prefetch, deadline, out, True, shared))
+            for _ in range(consumers)]
+    prods = [mp.Process(target=producer, args=(target, "", [qname], b"x" * max(size, 24), per, False, False, 0, out,
+                                               True)) for _ in range(producers)]
+    _run(cons)
+    start = time.perf_counter()
+    _run(prods)
+    results: list[tuple] = []
+    peak_depth = 0  # the broker's ready count, sampled every 0.1 s: where its share of the wait is
+    end = time.time() + timeout + 10
+    while len(results) < producers + consumers and time.time() < end:
+        try:
+            results.append(out.get(timeout=0.1))
+        except queue_mod.Empty:
+            pass
+        peak_depth = max(peak_depth, ch.queue_declare(qname, passive=True).method.message_count)
+    wall = time.perf_counter() - start
+    _join(cons + prods)
+    ch.queue_delete(qname)
+    conn.close()
+    consumed = sum(r[1] for r in results if r[0] == "consumed")
+    produced = sum(r[1] for r in results if r[0] == "produced")
+    pub_time = max((r[2] for r in results if r[0] == "produced"), default=wall)
+    lat = sorted(x for r in results if r[0] == "consumed" for x in r[3])
+    result: dict[str, Any] = {"produced": produced, "consumed": consumed, "publish_rate": produced / pub_time,
+                              "rate": consumed / wall, "complete": consumed == total, "peak_ready": peak_depth}
+    if lat:
+        result["p50_ms"] = lat[len(lat) // 2] * 1000
+        result["p99_ms"] = lat[max(int(len(lat) * 0.99) - 1, 0)] * 1000
     return result
 
 
@@ -399,6 +449,7 @@ def scenario_backlog(target: Target, *, count: int = 1_000_000, size: int = 256,
 
 SCENARIOS = {
     "pubsub": scenario_pubsub,
+    "saturated": scenario_saturated,
     "confirms": scenario_confirms,
     "fanout": scenario_fanout,
     "topic": scenario_topic,

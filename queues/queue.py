@@ -364,8 +364,20 @@ class Queue:
         head = self._ready.peek()
         return head.expires_at if head is not None else None
 
+    def idle_deadline(self) -> float | None:
+        """When x-expires deletes this queue if nothing uses it (``idle_expired`` is true after it)."""
+        expires = self.args.expires_ms
+        if expires is None or self._consumers:
+            return None
+        return self._last_used + expires / 1000
+
     def touch(self, now: float) -> None:
         self._last_used = now
+
+    @property
+    def last_used(self) -> float:
+        """When the queue was last declared, consumed from or got from (RabbitMQ's idle_since)."""
+        return self._last_used
 
     def idle_expired(self, now: float) -> bool:
         expires = self.args.expires_ms

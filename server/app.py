@@ -33,7 +33,7 @@ from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
 from headrace.server.net.alarms import run_alarms
-from headrace.server.net.clock import run_clock
+from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
@@ -56,6 +56,7 @@ class App:
             resident_max_bytes=settings.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
             store_enabled=True,
+            failed_logins_per_second=settings.failed_logins_per_second,
             limits=Limits(
                 max_queues_per_vhost=settings.max_queues_per_vhost,
                 max_exchanges_per_vhost=settings.max_exchanges_per_vhost,
@@ -66,9 +67,11 @@ class App:
         )
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
+        self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
+        self.clock = Clock()
         self.admission = Admission(settings.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
@@ -88,6 +91,7 @@ class App:
             if s.admin_user:
                 broker.ensure_default(s.default_vhost, s.admin_user, s.admin_pass or "")
         self.storage.recover(broker)
+        broker.set_deadline_hook(self.clock.wake)
         broker.on_definitions_changed = self._mark_definitions
         self.save_definitions()
 
@@ -108,13 +112,28 @@ class App:
         if self._definitions_dirty:
             self.save_definitions()
 
-    def _on_tick(self) -> None:
+    def _tick(self, now: float) -> None:
+        self.broker.tick(now)
         timeout = self.settings.consumer_timeout_ms
         if timeout:
-            now = time.time()
             for handler in list(self.amqp_handlers):
                 handler.session.check_consumer_timeout(now, timeout)
         self.after_batch()
+
+    def _next_deadline(self, now: float) -> float | None:
+        """The broker's next deadline, or sooner a consumer timeout: the oldest unacked delivery
+        plus the timeout, or (none unacked) one timeout from now, since none delivered later can
+        time out before then."""
+        deadline = self.broker.next_deadline()
+        timeout = self.settings.consumer_timeout_ms
+        if timeout:
+            limit = timeout / 1000
+            oldest = min((since for handler in list(self.amqp_handlers)
+                          for channel in list(handler.session.channels.values())
+                          if (since := channel.oldest_unacked_since(now)) is not None), default=now)
+            due = oldest + limit
+            deadline = due if deadline is None else min(deadline, due)
+        return deadline
 
     # ------------------------------------------------------------------ connections
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:
@@ -149,7 +168,7 @@ class App:
         bound = await self._bind()
         self.load()
         async with trio.open_nursery() as root:
-            root.start_soon(run_clock, self.broker, self._on_tick)
+            root.start_soon(self.clock.run, self._tick, self._next_deadline)
             root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,
                             s.memory_calculation_strategy)
             await self.storage.start(root, self.broker, self.gate)

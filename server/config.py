@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     # sockets that have not authenticated yet; at this bound a new socket is still admitted and the
     # one stuck longest (since connecting, or since its protocol header) is closed
     max_unauthenticated: int = Field(512, ge=1)
+    # failed password checks allowed per second (burst 20) before logins that would need a hash are
+    # refused at once: each check costs ~50 ms of PBKDF2 on the event loop
+    failed_logins_per_second: float = Field(10.0, gt=0)
     max_queues_per_vhost: int = Field(100_000, ge=1)
     max_exchanges_per_vhost: int = Field(100_000, ge=1)
     # bytes of uncommitted publishes one transactional channel may hold (beyond: 406 on the channel)

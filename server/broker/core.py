@@ -24,13 +24,14 @@ from headrace.queues import Queue
 from headrace.queues.backing import Backing
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.auth import Permission, UserRegistry
+from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
 from .policies import Policy, PolicyStore, apply_policies
 from .delivery import Delivery
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
 from .reply_to import ReplyRegistry
+from .saturation import SATURATION_TICK
 from .vhost import VHost
 
 __all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
@@ -69,10 +70,10 @@ class Broker:
     def __init__(
         self, *, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
-        limits: Limits = Limits(),
+        limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
     ) -> None:
         self.vhosts: dict[str, VHost] = {}
-        self.users = UserRegistry()
+        self.users = UserRegistry(failed_per_second=failed_logins_per_second)
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
         self.limits = limits
@@ -89,6 +90,7 @@ class Broker:
         self.failing: tuple[int, int] | None = None
         self.failed_ranges: deque[tuple[int, int]] = deque(maxlen=FAILED_RANGES_KEPT)
         self.on_definitions_changed: Callable[[], None] = _noop
+        self._saturation_due = 0.0  # wall-clock time of the next Saturation.tick
         self.alarms: frozenset[str] = frozenset()
         self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
         self.memory_rss = 0  # resident set size of the process, sampled by the shell
@@ -167,10 +169,17 @@ class Broker:
                 f"NOT_ALLOWED - connection limit ({per_user}) for user '{user.name}' is reached", 10, 40)
         connections[session.id] = session
         self.observers.add(session)
+        self.churn("connection_created")
 
     def unregister_connection(self, session: Any) -> None:
         self.observers.discard(session)
-        self.connections.pop(session.id, None)
+        if self.connections.pop(session.id, None) is not None:
+            self.churn("connection_closed")
+
+    def churn(self, event: str) -> None:
+        """Count an object's creation or end (RabbitMQ's churn_rates in the overview)."""
+        extra = self.counters.extra
+        extra[event] = extra.get(event, 0) + 1
 
     def _close_connections(self, match: Callable[[Any], bool], reason: str) -> None:
         for session in list(self.connections.values()):
@@ -210,6 +219,8 @@ class Broker:
         return True
 
     def check_limit(self, kind: str, vhost: VHost) -> None:
+        if kind == "queues":
+            self.churn("queue_created")
         limit = self.parameters.vhost_limit(vhost.name, "max-queues") if kind == "queues" else None
         if limit is not None and len(vhost.queues) >= limit:  # RabbitMQ's set_vhost_limits max-queues
             raise ChannelException(ReplyCode.PRECONDITION_FAILED,
@@ -342,8 +353,34 @@ class Broker:
 
     # ------------------------------------------------------------------ time and alarms
     def tick(self, now: float) -> None:
-        for vhost in list(self.vhosts.values()):
-            self.delivery.tick(vhost, now)
+        """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
+        self.delivery.tick(self.vhosts, now)
+        # saturation counts stalls in ticks of its own cadence (1 ms slack: float sums of 0.1)
+        if now + 0.001 >= self._saturation_due:
+            self._saturation_due = now + SATURATION_TICK
+            self.delivery.saturation.tick()
+
+    def next_deadline(self) -> float | None:
+        """Wall-clock time of the next TTL expiry, x-expires or delayed message, if any, or of the
+        next saturation tick while a queue is saturated or stalled."""
+        when = self.delivery.deadlines.earliest()
+        saturation = self.delivery.saturation
+        if saturation.saturated or saturation.stalled:
+            due = self._saturation_due
+            when = due if when is None else min(when, due)
+        return when
+
+    def wake_clock(self) -> None:
+        """A delivery waits to be stamped for the consumer timeout: the clock should look now."""
+        self.delivery.deadlines.on_earlier()
+
+    def set_deadline_hook(self, on_earlier: Callable[[], None]) -> None:
+        """The shell's clock is told when a deadline comes before the earliest it knew, and every
+        queue is armed (call after recovery)."""
+        self.delivery.deadlines.on_earlier = on_earlier
+        self.delivery.saturation.on_saturated = on_earlier
+        for vhost in self.vhosts.values():
+            self.delivery.arm_all(vhost)
 
     def set_alarm(self, name: str, raised: bool) -> None:
         alarms = self.alarms | {name} if raised else self.alarms - {name}

@@ -13,6 +13,9 @@ loses nothing).
 Rule 3: nothing here calls up into a session. A publish returns its effects for the publisher
 (``PublishResult``: routed, rejected, the store ticket its confirm waits for); a delivery goes into
 the consumer's own sink (``ConsumerSink.deliver``), which encodes it without calling back.
+Rule 4: time. ``Delivery`` owns ``deadlines`` (``deadlines.py``): every call that may move a queue's
+next TTL expiry or x-expires deadline, or hold a delayed message, re-arms it there, and ``tick``
+handles only the keys that are due, so the clock sleeps until the earliest one instead of polling.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from headrace.server.amqp.properties import decode_properties, quick_props, repl
 
 from . import errors
 from .dead_letters import dead_letter_message
+from .deadlines import Deadlines
 from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
+from .saturation import Saturation
 from .stream_queue import StreamQueue
 
 if TYPE_CHECKING:
@@ -59,7 +64,9 @@ class Delivery:
         self.mirror = mirror
         self.replies = replies
         self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
+        self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
+        self.deadlines = Deadlines()
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -149,8 +156,10 @@ class Delivery:
                 message.props_raw, message.body, int(now * 1000)))
         for queue, gone in dropped:
             self._settled(vhost, queue, gone, now)
+        touched = self.saturation.touched
         for queue in accepted:
             self._dispatch(vhost, queue, now)
+            touched[queue] = None
         return PublishResult(True, rejected, ticket)
 
     def _hold(self, vhost: VHost, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
@@ -161,6 +170,7 @@ class Delivery:
             ticket = self.store.add_ticketed(
                 Delay(message_id, vhost.name, exchange, routing_key, props_raw, body, int(due * 1000)))
         vhost.delayed.add(due, exchange, routing_key, props_raw, body, message_id)
+        self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
         return PublishResult(True, False, ticket)
 
     def exchange_deleted(self, vhost: VHost, name: str) -> None:
@@ -186,6 +196,7 @@ class Delivery:
             queue.dispatch(now, left)
         if left:
             self._settled(vhost, queue, left, now)
+        self.arm(vhost, queue)
 
     def _settled(self, vhost: VHost, queue: Queue, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's
@@ -207,9 +218,12 @@ class Delivery:
 
     def consumer_ready(self, vhost: VHost, queues: Iterable[Queue], now: float) -> None:
         """Consumers of these queues may take more (credit, flow, a drained outbox): dispatch."""
+        saturation = self.saturation
         for queue in queues:
             if not queue.deleted:
                 self._dispatch(vhost, queue, now)
+                if saturation.saturated or saturation.stalled:
+                    saturation.drained(queue)
 
     def settle(self, vhost: VHost, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
                ready: Iterable[Queue] = ()) -> None:
@@ -241,6 +255,7 @@ class Delivery:
             store.add(Deliver(entry.message.id, queue.vhost, queue.name))
         if left:
             self._settled(vhost, queue, left, now)
+        self.arm(vhost, queue)
         return entry
 
     # ------------------------------------------------------------------ consumers
@@ -269,6 +284,8 @@ class Delivery:
         queue.touch(now)
         if queue.auto_delete and not queue.consumer_count and queue.had_consumer:
             vhost.delete_queue(queue.name)
+        else:
+            self.arm(vhost, queue)
 
     def stream_appended(self, vhost: VHost, queue: StreamQueue, end: int, last_ts: int | None, first: int,
                         now: float) -> None:
@@ -290,6 +307,7 @@ class Delivery:
         """The queue is gone from its vhost: drop its contents (one DropQueue record covers every
         message it held) and tell its consumers' sinks."""
         consumers = queue.delete()
+        self.deadlines.disarm((queue.vhost, queue.name))
         if self.store.enabled and queue.durable:
             self.store.add(DropQueue(queue.vhost, queue.name))
         for consumer in consumers:
@@ -312,29 +330,54 @@ class Delivery:
         queue.apply_args(args, left)
         if left:
             self._settled(vhost, queue, left, now)
+        self.arm(vhost, queue)
 
     def recover(self, queue: Queue, message: Message, *, redelivered: bool, delivery_count: int) -> None:
         """Rebuild a queue from the store at start, in original order."""
         queue.add_recovered(message, redelivered=redelivered, delivery_count=delivery_count)
 
     # ------------------------------------------------------------------ time
-    def tick(self, vhost: VHost, now: float) -> None:
-        """Due delayed messages are published, expired heads leave, idle x-expires queues go."""
-        if len(vhost.delayed):
-            for item in vhost.delayed.pop_due(now):
-                if item.exchange in vhost.exchanges:
-                    self.publish(vhost, item.exchange, item.routing_key, item.props_raw, item.body, now,
-                                 check_internal=False, delayed=False)
-                self._undelay(item.message_id)
-        for queue in list(vhost.queues.values()):
-            if queue.deleted:
+    def arm(self, vhost: VHost, queue: Queue) -> None:
+        """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease."""
+        if queue.deleted:
+            return
+        when = queue.next_deadline()
+        idle = queue.idle_deadline()
+        if idle is not None and (when is None or idle < when):
+            when = idle
+        self.deadlines.arm((vhost.name, queue.name), when)
+
+    def arm_all(self, vhost: VHost) -> None:
+        """At start (after recovery) and when a vhost's contents were rebuilt wholesale."""
+        for queue in vhost.queues.values():
+            self.arm(vhost, queue)
+        self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
+
+    def tick(self, vhosts: Mapping[str, VHost], now: float) -> None:
+        """Due delayed messages are published, expired heads leave, idle x-expires queues go: only
+        for the keys whose deadline has come."""
+        for vhost_name, queue_name in self.deadlines.pop_due(now):
+            vhost = vhosts.get(vhost_name)
+            if vhost is None:
+                continue
+            if queue_name is None:
+                for item in vhost.delayed.pop_due(now):
+                    if item.exchange in vhost.exchanges:
+                        self.publish(vhost, item.exchange, item.routing_key, item.props_raw, item.body, now,
+                                     check_internal=False, delayed=False)
+                    self._undelay(item.message_id)
+                self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
+                continue
+            queue = vhost.queues.get(queue_name)
+            if queue is None or queue.deleted:
                 continue  # a dead letter's publish above may have led to its deletion
-            if queue.args.message_ttl_ms is not None or queue.messages_ready:
-                left: list[Left] = []
-                if queue.expire(now, left):
-                    self._settled(vhost, queue, left, now)
+            left: list[Left] = []
+            if queue.expire(now, left):
+                self._settled(vhost, queue, left, now)
             if queue.args.expires_ms is not None and queue.idle_expired(now):
                 vhost.delete_queue(queue.name)
+            else:
+                self.arm(vhost, queue)
 
 
 def _wants_left(queue: Queue, store: StoreOutbox) -> bool:

@@ -216,6 +216,9 @@ class StreamQueue(Queue):
     def expire(self, now: float, left: list[Left] | None = None) -> int:
         return 0
 
+    def next_deadline(self) -> float | None:
+        return None
+
     def page_in_wanted(self) -> bool:
         return False
 

@@ -251,6 +251,7 @@ class VHost:
         self.queues[name] = queue
         apply_queue_dedup(self, name, arguments, kind)
         queue.touch(now)
+        self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:
             self.broker.definitions_changed()
         return queue
@@ -278,6 +279,7 @@ class VHost:
             raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = queue.messages_ready
         del self.queues[name]
+        self.broker.churn("queue_deleted")
         self.broker.delivery.queue_deleted(queue)
         for exchange in list(self.exchanges.values()):
             if exchange.unbind_destination(name, QUEUE):

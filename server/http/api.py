@@ -14,12 +14,16 @@ from . import (
     definitions,
     exchanges,
     health,
+    health_checks,
     messages,
     mirrors,
+    nodes,
     overview,
+    parameters,
     permissions,
     policies,
     queues,
+    relations,
     users,
     vhosts,
 )
@@ -27,7 +31,8 @@ from .routes import Router
 
 __all__ = ["RESOURCES", "router"]
 
-RESOURCES = (overview, vhosts, users, permissions, connections, exchanges, queues, bindings, messages,
-             definitions, health, mirrors, policies, console)
+# relations first: its fixed paths (/api/users/without-permissions) precede users' /api/users/{name}
+RESOURCES = (relations, overview, nodes, vhosts, users, permissions, parameters, connections, exchanges, queues,
+             bindings, messages, definitions, health, health_checks, mirrors, policies, console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -12,6 +12,7 @@ from headrace.server.broker import VHost
 
 from .listing import page, visible_vhosts
 from .models import BindingBody
+from .object_json import binding_json
 from .routes import Context, HTTPError, Request, Response, Routes
 
 __all__ = ["routes"]
@@ -25,10 +26,7 @@ RIGHTS = [("write", "dest"), ("read", "source")]
 @routes.get("/api/bindings/{vhost}")
 def list_bindings(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
     vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
-    return page(req, [{"source": b.source, "vhost": v.name, "destination": b.destination,
-                       "destination_type": b.kind.value, "routing_key": b.routing_key,
-                       "arguments": b.arguments_dict(), "properties_key": b.properties_key}
-                      for v in vhosts for b in v.bindings()])
+    return page(req, [binding_json(v, b) for v in vhosts for b in v.bindings()])
 
 
 @routes.post("/api/bindings/{vhost}/e/{source}/q/{dest}", perms=RIGHTS, params=QUEUE)

@@ -19,7 +19,7 @@ def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
     ex = vhost.exchanges[name]
     out = {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
-           "mirrored": name in vhost.mirrored}
+           "mirrored": name in vhost.mirrored, "user_who_performed_action": "", "message_stats": {}}
     policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
     if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
         out["policy"] = policy.name
@@ -36,7 +36,8 @@ def list_exchanges(ctx: Context, req: Request, vhost: VHost | None = None) -> Re
 @routes.get("/api/exchanges/{vhost}/{name}")
 def get_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     vhost.get_exchange(name)
-    return json_response(200, _exchange_json(vhost, name))
+    # per-exchange publish breakdowns: headrace counts per queue only, so these lists are empty
+    return json_response(200, {**_exchange_json(vhost, name), "incoming": [], "outgoing": []})
 
 
 @routes.put("/api/exchanges/{vhost}/{name}", perms=[("configure", "name")])

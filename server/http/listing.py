@@ -3,16 +3,16 @@ in RabbitMQ's shape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from headrace.server.broker import VHost
 
+from .list_query import MAX_PAGE_SIZE, apply_query
 from .rates import FIELDS
-from .routes import Context, HTTPError, Request, Response, json_response, user_of
+from .routes import Context, Request, Response, json_response, user_of
 
 __all__ = ["MAX_PAGE_SIZE", "message_stats", "page", "visible_vhosts"]
-
-MAX_PAGE_SIZE = 500
 
 
 def visible_vhosts(ctx: Context, req: Request) -> list[VHost]:
@@ -22,22 +22,10 @@ def visible_vhosts(ctx: Context, req: Request) -> list[VHost]:
             if user.is_administrator or ctx.broker.users.permission(user.name, n) is not None]
 
 
-def page(req: Request, items: list[Any]) -> Response:
-    """The whole list, or with ``?page=`` RabbitMQ's page object."""
-    number_arg = req.arg("page")
-    if number_arg is None:
-        return json_response(200, items)
-    try:
-        number = max(1, int(number_arg))
-        size = max(1, int(req.arg("page_size", "100") or 100))
-    except ValueError:
-        raise HTTPError(400, "bad_request", "page and page_size must be integers") from None
-    if size > MAX_PAGE_SIZE:  # RabbitMQ refuses rather than silently capping
-        raise HTTPError(400, "bad_request", f"page_size must be <= {MAX_PAGE_SIZE}")
-    chunk = items[(number - 1) * size:number * size]
-    return json_response(200, {"items": chunk, "page": number, "page_size": size,
-                               "page_count": (len(items) + size - 1) // size, "total_count": len(items),
-                               "item_count": len(chunk), "filtered_count": len(items)})
+def page(req: Request, items: list[Any], expand: Callable[[Any], Any] | None = None) -> Response:
+    """The whole list, or with ``?page=`` RabbitMQ's page object; ``name``/``use_regex``, ``sort``/
+    ``sort_reverse`` and ``columns`` apply either way (``list_query.py``, also for ``expand``)."""
+    return json_response(200, apply_query(req, items, expand))
 
 
 def message_stats(ctx: Context, key: tuple[str, str], owner: object, counts: tuple[int, ...]) -> dict[str, Any]:

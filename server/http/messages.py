@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Settle, VHost
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
+from headrace.server.broker.topic_auth import check_topic_write
 
 from .consume import HTTPConsumer, properties_json
 from .models import GetBody, PropertiesBody, PublishBody, SettleBody, from_json_value, validation_reason
@@ -36,6 +37,8 @@ def publish(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     if name == "amq.default":  # the management API's name for the default exchange
         name = ""
     payload, props_raw = _message_body(body)
+    if ctx.broker.users.topic_permissions:  # topic authorisation, as over AMQP
+        check_topic_write(vhost, user_of(req).name, name, body.routing_key)
     result = ctx.broker.delivery.publish(vhost, name, body.routing_key, props_raw, payload, ctx.now)
     response = json_response(200, {"routed": result.routed})
     response.wait_ticket = result.ticket
@@ -99,6 +102,9 @@ def publish_batch(ctx: Context, req: Request, vhost: VHost, name: str) -> Respon
             raise HTTPError(400, "bad_request", f"line {number}: {validation_reason(exc)}") from None
         except ValueError as exc:
             raise HTTPError(400, "bad_request", f"line {number}: {exc}") from None
+    if ctx.broker.users.topic_permissions:  # every routing key is checked before any is published
+        for _, _, body in parsed:
+            check_topic_write(vhost, user_of(req).name, exchange, body.routing_key)
     results = []
     ticket = 0
     for payload, props_raw, body in parsed:

@@ -1,4 +1,5 @@
-"""``/api/mirrors``: which exchanges are mirrored to the log the Spark bridge reads, and their retention."""
+"""``/api/mirrors``: which exchanges are mirrored to the log the Spark bridge reads, their retention,
+and where their logs stand (first and next offset, bytes and segments on disk)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def list_mirrors(ctx: Context, req: Request) -> Response:
     for v in visible_vhosts(ctx, req):
         for name in sorted(v.mirrored):
             age, size = v.mirror_retention.get(name, (None, None))
-            out.append({"vhost": v.name, "exchange": name, "max_age_ms": age, "max_bytes": size})
+            out.append({"vhost": v.name, "exchange": name, "max_age_ms": age, "max_bytes": size,
+                        **ctx.mirror_facts(v.name, name)})
     return json_response(200, out)
 
 

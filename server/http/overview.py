@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from .listing import message_stats, visible_vhosts
+from .node_facts import EXCHANGE_TYPES, NODE_NAME, RABBITMQ_API_VERSION, churn_rates, cluster_name, contexts_json, \
+    listeners_json
 from .rates import FIELDS
 from .routes import Context, Request, Response, Routes, json_response, user_of
 
@@ -22,9 +24,17 @@ def overview(ctx: Context, req: Request) -> Response:
     sessions = [s for s in b.connections.values() if s.user is not None and s.vhost.name in names
                 and (user.can_monitor or s.user.name == user.name)]
     rate_key = ("", "") if user.is_administrator else ("", "user:" + user.name)
+    facts = ctx.node_facts()
     return json_response(200, {
         "product_name": "headrace", "product_version": ctx.version, "management_version": ctx.version,
-        "node": "headrace@localhost",
+        # the RabbitMQ release whose management API this one follows (tools branch on it)
+        "rabbitmq_version": RABBITMQ_API_VERSION, "erlang_version": "none", "erlang_full_version": "none",
+        "rates_mode": "basic", "disable_stats": False, "enable_queue_totals": False,
+        "node": NODE_NAME, "cluster_name": cluster_name(b.parameters.global_parameters),
+        "listeners": listeners_json(facts), "contexts": contexts_json(facts), "exchange_types": EXCHANGE_TYPES,
+        "churn_rates": churn_rates(b.counters), "statistics_db_event_queue": 0,
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400], "basic": [600, 3600],
+                                      "detailed": [600]},
         "object_totals": {"connections": len(sessions), "channels": sum(len(s.channels) for s in sessions),
                           "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues),
                           "consumers": sum(q.consumer_count for q in queues)},

@@ -8,32 +8,66 @@ from headrace.server.broker import VHost
 from headrace.server.broker.policies import Applied
 from headrace.server.broker.stream_queue import StreamQueue
 
-from .listing import message_stats, page, visible_vhosts
+from .list_query import flag, sort_path
+from .listing import page, visible_vhosts
 from .models import QueueBody, check_object_name
-from .rates import FIELDS
+from .node_facts import NODE_NAME
+from .object_json import queue_detail_json, queue_stats_json
 from .routes import Context, Request, Response, Routes, json_response
 
 __all__ = ["routes"]
 
 routes = Routes()
+# what a queue object has without its statistics (and "consumers"): sorting on these needs no stats
+CHEAP_FIELDS = {"name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type", "node", "state", "policy",
+                "operator_policy", "effective_policy_definition", "messages", "messages_ready",
+                "messages_unacknowledged", "consumers"}
 
 
-def _queue_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
+def _queue_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True, totals: bool = True,
+                detailed: bool = False) -> dict[str, Any]:
+    """RabbitMQ's queue object. ``stats=False`` is ``disable_stats`` (no statistics, no rate
+    sampling); ``totals`` keeps the message counts then (``enable_queue_totals``)."""
     q = vhost.queues[name]
-    s = q.stats
-    return {
+    out: dict[str, Any] = {
         "name": name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": q.queue_type,
-        "messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,
-        "messages_unacknowledged": q.messages_unacked, "consumers": q.consumer_count,
-        "message_bytes_ready": q.message_bytes_ready, "memory": q.memory,
-        "message_bytes_unacknowledged": q.message_bytes_unacked,
-        "spilled": q.spilled_count(),
-        "message_stats": message_stats(ctx, (vhost.name, name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
-        "state": "running",
+        "node": NODE_NAME, "state": "running",
         **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name, q.queue_type)),
         **({"stream": q.describe()} if isinstance(q, StreamQueue) else {}),
     }
+    if stats or totals:
+        out.update({"messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,
+                    "messages_unacknowledged": q.messages_unacked})
+    if stats:
+        out.update(queue_stats_json(ctx, vhost, q))
+    if detailed:
+        out.update(queue_detail_json(ctx, vhost, q))
+    return out
+
+
+def _list(ctx: Context, req: Request, vhosts: list[VHost], *, detailed: bool = False) -> Response:
+    stats = not flag(req, "disable_stats")
+    totals = stats or flag(req, "enable_queue_totals")
+    if not stats:
+        return page(req, [_queue_json(ctx, v, n, stats=False, totals=totals) for v in vhosts for n in sorted(v.queues)])
+    ctx.rates.forget({(n, q) for n, v in ctx.broker.vhosts.items() for q in v.queues})
+    # a page sorted by a plain field is chosen on the cheap objects and only its rows get statistics
+    # (rate sampling and all); a sort on a statistic needs them all
+    path = sort_path(req)
+    cheap = req.arg("page") is not None and (path is None or path[0] in CHEAP_FIELDS)
+    if cheap:
+        by_name = {v.name: v for v in vhosts}
+        return page(req, [_queue_json(ctx, v, n, stats=False) | {"consumers": v.queues[n].consumer_count}
+                          for v in vhosts for n in sorted(v.queues)],
+                    expand=lambda row: _queue_json(ctx, by_name[row["vhost"]], row["name"], detailed=detailed))
+    return page(req, [_queue_json(ctx, v, n, detailed=detailed) for v in vhosts for n in sorted(v.queues)])
+
+
+@routes.get("/api/queues/detailed")
+def list_queues_detailed(ctx: Context, req: Request) -> Response:
+    """Every queue with its consumers (registered before ``/api/queues/{vhost}``, which it would match)."""
+    return _list(ctx, req, visible_vhosts(ctx, req), detailed=True)
 
 
 def policy_json(applied: Applied) -> dict[str, Any]:
@@ -46,16 +80,13 @@ def policy_json(applied: Applied) -> dict[str, Any]:
 @routes.get("/api/queues")
 @routes.get("/api/queues/{vhost}")
 def list_queues(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
-    vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
-    if vhost is None:
-        ctx.rates.forget({(n, q) for n, v in ctx.broker.vhosts.items() for q in v.queues})
-    return page(req, [_queue_json(ctx, v, n) for v in vhosts for n in sorted(v.queues)])
+    return _list(ctx, req, [vhost] if vhost is not None else visible_vhosts(ctx, req))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
 def get_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     vhost.get_queue(name)
-    return json_response(200, _queue_json(ctx, vhost, name))
+    return json_response(200, _queue_json(ctx, vhost, name, detailed=True))
 
 
 @routes.put("/api/queues/{vhost}/{name}", perms=[("configure", "name")])

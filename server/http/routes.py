@@ -45,6 +45,7 @@ from headrace.server.amqp.errors import AMQPError
 from headrace.server.auth import User
 from headrace.server.broker import Broker
 
+from .node_facts import NodeFacts
 from .rates import RateTracker
 
 __all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Routes", "json_response",
@@ -68,6 +69,10 @@ class Context(Protocol):
     metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
 
     def store_bytes(self) -> int: ...
+
+    def node_facts(self) -> NodeFacts: ...
+
+    def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]: ...
 
 
 @dataclass(slots=True)

@@ -15,13 +15,14 @@ __all__ = ["routes"]
 routes = Routes()
 
 
-def _user_json(u: User) -> dict[str, Any]:
-    return {"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256", "limits": {}}
+def _user_json(u: User, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    return {"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256", "limits": dict(limits or {})}
 
 
 @routes.get("/api/users", admin=True)
 def list_users(ctx: Context, req: Request) -> Response:
-    return page(req, [_user_json(u) for u in ctx.broker.users.users.values()])
+    limits = ctx.broker.parameters.user_limits
+    return page(req, [_user_json(u, limits.get(u.name)) for u in ctx.broker.users.users.values()])
 
 
 @routes.get("/api/users/{name}", admin=True)
@@ -29,7 +30,7 @@ def get_user(ctx: Context, req: Request, name: str) -> Response:
     user = ctx.broker.users.users.get(name)
     if user is None:
         raise HTTPError(404, "not_found", f"user '{name}' not found")
-    return json_response(200, _user_json(user))
+    return json_response(200, _user_json(user, ctx.broker.parameters.user_limits.get(name)))
 
 
 @routes.put("/api/users/{name}", admin=True)

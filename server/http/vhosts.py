@@ -8,6 +8,8 @@ from headrace.server.auth import Permission
 from headrace.server.broker import VHost
 
 from .listing import page, visible_vhosts
+from .node_facts import NODE_NAME
+from .rates import FIELDS
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["routes"]
@@ -18,8 +20,15 @@ routes = Routes()
 def _vhost_json(v: VHost) -> dict[str, Any]:
     ready = sum(q.messages_ready for q in v.queues.values())
     unacked = sum(q.messages_unacked for q in v.queues.values())
-    return {"name": v.name, "description": "", "tags": [], "tracing": False, "messages": ready + unacked,
-            "messages_ready": ready, "messages_unacknowledged": unacked}
+    counts = {name: sum(getattr(q.stats, f) for q in v.queues.values()) for f, name in FIELDS}
+    rate = {"rate": 0.0}  # per-vhost rates are not sampled (the overview and queues carry them)
+    return {"name": v.name, "description": "", "tags": [], "metadata": {"description": "", "tags": []},
+            "tracing": False, "default_queue_type": "classic", "cluster_state": {NODE_NAME: "running"},
+            "messages": ready + unacked, "messages_details": rate, "messages_ready": ready,
+            "messages_ready_details": rate, "messages_unacknowledged": unacked,
+            "messages_unacknowledged_details": rate,
+            "message_stats": {**counts, **{name + "_details": rate for name in counts}},
+            "recv_oct": 0, "recv_oct_details": rate, "send_oct": 0, "send_oct_details": rate}
 
 
 @routes.get("/api/vhosts")

@@ -3,8 +3,8 @@
 Rule 1: only the writer calls ``send_all`` (trio's one-sender rule); everything else appends to the
 ``AMQPConnection`` buffer and calls ``wake``.
 Rule 2: the reader reads again only after the previous batch was fully applied, and not at all
-while the session says ``read_paused`` (alarm, too many unconfirmed publishes): TCP then slows the
-publisher. Handling is synchronous, so one read -> one atomic batch of broker work.
+while the session says ``read_paused`` (alarm, too many unconfirmed publishes, a saturated queue
+it publishes into: ``broker/saturation.py``): TCP then slows the publisher. Handling is synchronous, so one read -> one atomic batch of broker work.
 """
 
 from __future__ import annotations

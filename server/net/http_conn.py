@@ -11,6 +11,9 @@ import binascii
 import ipaddress
 import logging
 import math
+import os
+import resource
+import ssl
 import time
 from typing import Any
 
@@ -18,8 +21,10 @@ import h11
 import trio
 
 import headrace
+from headrace.persistence.mirror_log import list_segments, next_offset
 from headrace.server.auth import LoginThrottled
 from headrace.server.http import router
+from headrace.server.http.node_facts import Listener, NodeFacts
 from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
 
@@ -49,6 +54,35 @@ class HTTPServer:
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
         self.broker.user_deleted_hooks.append(self._user_deleted)
+        self.started_at = time.time()
+        self._cert_not_after = _cert_expiry(app.settings.tls_certfile)
+
+    def node_facts(self) -> NodeFacts:
+        """What /api/nodes and the health checks say of this process: descriptors from /proc, the
+        listeners the app bound, the TLS certificate's expiry (read once at start)."""
+        settings = self.app.settings
+        try:
+            fd_used = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            fd_used = 0
+        return NodeFacts(
+            started_at=self.started_at, os_pid=os.getpid(), fd_used=fd_used,
+            fd_total=resource.getrlimit(resource.RLIMIT_NOFILE)[0], processors=os.cpu_count() or 1,
+            listeners=[Listener(name, host, port) for name, (host, port) in getattr(self.app, "bound", {}).items()],
+            mem_limit=settings.memory_limit_bytes, disk_free_limit=settings.disk_free_limit,
+            cert_not_after=self._cert_not_after, data_dir=str(settings.data_dir))
+
+    def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]:
+        """A mirror log's span on disk: first and next offset, bytes, segments (stats its files; the
+        writer task owns the open log, whose next offset is an int read as it stands)."""
+        writer = getattr(getattr(self.app, "storage", None), "mirror_writer", None)
+        if writer is None:
+            return {}
+        segments = list_segments(writer.root, vhost, exchange)
+        open_log = writer.logs.get((vhost, exchange))
+        following = open_log.next_offset if open_log is not None else next_offset(writer.root, vhost, exchange)
+        return {"first_offset": segments[0].base_offset if segments else following, "next_offset": following,
+                "bytes": sum(s.size for s in segments), "segments": len(segments)}
 
     def store_bytes(self) -> int:
         """Message store size on disk (an int the flusher keeps; reading it needs no lock)."""
@@ -264,6 +298,18 @@ class HTTPServer:
         data += conn.send(h11.Data(data=response.body)) if response.body and not head_only else b""
         data += conn.send(h11.EndOfMessage())
         await stream.send_all(data)
+
+
+def _cert_expiry(certfile: Any) -> float | None:
+    """The certificate's notAfter as epoch seconds (for the certificate-expiration health check)."""
+    if not certfile:
+        return None
+    try:
+        decoded = ssl._ssl._test_decode_cert(str(certfile))  # type: ignore[attr-defined]
+        return float(ssl.cert_time_to_seconds(decoded["notAfter"]))
+    except (OSError, ValueError, KeyError, ssl.SSLError):
+        log.warning("could not read the expiry of TLS certificate %s", certfile)
+        return None
 
 
 def login_allowed(user: str, peer_host: str | None, loopback_users: frozenset[str]) -> bool:

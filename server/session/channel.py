@@ -114,6 +114,8 @@ class ChannelSession:
 
     def _stamp_later(self, tag: int) -> None:
         unstamped = self.unstamped
+        if not unstamped:  # the clock stamps it (and so knows its consumer-timeout deadline) when woken
+            self.session.broker.wake_clock()
         unstamped.append(tag)
         # with the consumer timeout off nothing stamps them: every UNSTAMPED_CHECK deliveries,
         # forget those already settled, so a long-lived channel does not grow without bound

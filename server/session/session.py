@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from headrace.queues import Queue
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.errors import AMQPError, ChannelException, ConnectionException
 from headrace.server.amqp.events import (
@@ -74,6 +75,7 @@ class Session:
         self.connected_at = 0.0
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
+        self.saturating: list[Queue] = []  # saturated queues the last batch published into
         self.perms = Permissions(self)
         self.handshake = Handshake(self)
         self.declares = Declarations(self)
@@ -116,11 +118,17 @@ class Session:
     @property
     def read_paused(self) -> bool:
         """Stop reading this socket: broker alarm (for connections that publish), too many
-        publishes waiting for fsync, or (for connections that publish) a full mirror or store
-        outbox: the flusher's ``gate.notify`` after each batch lets them read again."""
+        publishes waiting for fsync, a consumer-backed queue the last batch published into is
+        saturated, or (for connections that publish) a full mirror or store outbox: the owner of
+        each input calls ``gate.notify`` when it changes, and the reader looks again."""
         if self.confirms.unconfirmed >= self.max_unconfirmed:
             return True
         broker = self.broker
+        if self.saturating:  # delivery's share of the loop (broker/saturation.py)
+            saturated = broker.delivery.saturation.saturated
+            if any(queue in saturated for queue in self.saturating):
+                return True
+            self.saturating = []
         if self.published and (broker.mirror_backlog >= MIRROR_BACKLOG_MAX
                                or broker.store_backlog >= broker.store_backlog_max):
             return True
@@ -131,6 +139,9 @@ class Session:
         self.now = now
         if not self.connected_at:
             self.connected_at = now
+        saturation = self.broker.delivery.saturation
+        if saturation.touched:
+            saturation.touched.clear()  # publishes made outside a session batch hold nobody
         for event in events:
             kind = type(event)
             try:
@@ -147,6 +158,7 @@ class Session:
                     if refused is not None:
                         raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 20, 10)
                     self.channels[event.channel] = ChannelSession(self, event.channel)
+                    self.broker.churn("channel_created")
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)
                 elif kind is ConnectionClosed:
@@ -165,6 +177,8 @@ class Session:
                 self.close(exc)
             if self.deferred:
                 self.flush_deferred()
+        if saturation.touched:
+            self.saturating = saturation.check()
         if self.confirms.channels:
             self.confirms.release()
         if self.conn.bytes_pending:
@@ -271,6 +285,7 @@ class Session:
     def _drop_channel(self, channel_id: int) -> None:
         channel = self.channels.pop(channel_id, None)
         if channel is not None:
+            self.broker.churn("channel_closed")
             channel.close()
 
     def _cleanup(self) -> None:

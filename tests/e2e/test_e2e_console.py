@@ -57,6 +57,14 @@ def go(driver: WebDriver, base: str, route: str) -> None:
          not in ("", before))
 
 
+def click(driver: WebDriver, locate) -> None:
+    """Click an element of a list that refreshes on its own: found again if it was re-rendered."""
+    def attempt(d: WebDriver) -> bool:
+        locate(d).click()
+        return True
+    wait(driver, attempt)
+
+
 def fill(driver: WebDriver, values: dict[str, str]) -> None:
     for selector, value in values.items():
         el = css(driver, selector)
@@ -115,9 +123,12 @@ def test_declare_publish_see_count_and_rate_get_back(browser, broker):
     fill(browser, {"#queue-name": q, "#queue-durable": "false"})
     css(browser, "#add-queue-form button[type=submit]").click()
     wait(browser, lambda d: row(d, "queues", f"/|{q}"))
+    css(browser, "#queues-filter").send_keys(q)  # the API filters by name: only this queue is left
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#queues tbody tr")) == 1
+         and row(d, "queues", f"/|{q}"))
 
     # bind it to amq.direct from its page, then publish from the exchange's page
-    row(browser, "queues", f"/|{q}").find_element(By.TAG_NAME, "a").click()
+    click(browser, lambda d: row(d, "queues", f"/|{q}").find_element(By.TAG_NAME, "a"))
     wait(browser, lambda d: css(d, "#queue-ready dd").text == "0")
     fill(browser, {"#bind-other": "amq.direct", "#bind-key": q})
     css(browser, "#bind-key").send_keys(Keys.ENTER)
@@ -170,6 +181,33 @@ def test_admin_creates_a_user_with_permissions(browser, broker):
         assert http.get("/api/whoami").json() == {"name": name, "tags": ["management"]}
     with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
         assert http.get(f"/api/permissions/%2F/{name}").json()["read"] == "^console-.*"
+        vhost = unique("console-vhost")
+        assert http.put(f"/api/vhosts/{vhost}").status_code == 201
+    fill(browser, {"#limit-vhost": vhost, "#limit-name": "max-queues", "#limit-value": "3"})
+    css(browser, "#set-limit-form button[type=submit]").click()
+    wait(browser, lambda d: '"max-queues":3' in row(d, "limits", vhost).text)
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.get(f"/api/vhost-limits/{vhost}").json() == [{"vhost": vhost, "value": {"max-queues": 3}}]
+
+
+def test_admin_creates_a_policy_that_applies_to_queues(browser, broker):
+    base = broker.http_url
+    policy, q = unique("console-policy"), unique("console-capped")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    login(browser, base)
+    go(browser, base, "admin")
+    fill(browser, {"#policy-vhost": "/", "#policy-name": policy, "#policy-pattern": f"^{q}$",
+                   "#policy-apply-to": "queues", "#policy-priority": "1", "#policy-definition": '{"max-length": 2}'})
+    css(browser, "#add-policy-form button[type=submit]").click()
+    wait(browser, lambda d: row(d, "policies", f"/|{policy}"))
+    assert '"max-length":2' in row(browser, "policies", f"/|{policy}").text
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        shown = http.get(f"/api/queues/%2F/{q}").json()
+        assert shown["policy"] == policy and shown["effective_policy_definition"] == {"max-length": 2}
+    fill(browser, {"#policy-definition": '{"no-such-key": 1}', "#policy-name": unique("console-bad")})
+    css(browser, "#add-policy-form button[type=submit]").click()  # RabbitMQ's 400 text shows by the form
+    wait(browser, lambda d: "not recognised" in css(d, "#add-policy-form .error").text)
 
 
 def test_monitoring_user_sees_no_message_contents(browser, broker):
@@ -205,6 +243,8 @@ def test_every_tab_renders_at_desktop_and_phone_width(browser, broker):
                 # nothing wider than the window: the page never scrolls sideways as a whole
                 assert browser.execute_script("return document.documentElement.scrollWidth") <= width + 1, tab
                 shot(browser, f"{tab}-{label}")
+                if tab == "overview" and label == "desktop":  # listeners come from the API
+                    assert "amqp" in css(browser, "#listeners").text
         # every form control has a label
         go(browser, base, "admin")
         unlabelled = browser.execute_script(

@@ -238,3 +238,29 @@ def test_disk_alarm_holds_its_limit_against_a_fast_publisher(small_tmpfs, broker
     assert alarm_seen, proc.log[-3000:]
     # a check every MiB written: the limit holds within a few MiB in flight
     assert lowest > limit - (4 << 20), (lowest >> 20, limit >> 20)
+
+
+def test_mirror_log_on_a_full_disk_keeps_every_record_once(small_tmpfs, broker_factory):
+    from headrace.persistence.mirror_log import list_segments, read_entries
+
+    fs = small_tmpfs("8m")
+    proc = broker_factory(data_dir=fs.path / "data", env=NO_LIMIT)
+    conn = connect(proc)
+    ch = conn.channel()
+    ch.exchange_declare("mirrored", "topic", durable=True, arguments={"x-mirror": True})
+    for i in range(50):
+        ch.basic_publish("mirrored", "k", body(i, 1000))
+
+    def bodies() -> list[int]:
+        return [int(e.body.split(b":")[0]) for s in list_segments(proc.data_dir, "/", "mirrored")
+                for e in read_entries(s)]
+
+    assert pump(conn, lambda: len(bodies()) == 50), proc.log[-2000:]
+    filler = fs.fill(leave=0)
+    for i in range(50, 300):  # ~250 kB the mirror log has no room for
+        ch.basic_publish("mirrored", "k", body(i, 1000))
+    assert pump(conn, lambda: "wait for room" in proc.log), proc.log[-2000:]  # (and blocked)
+    filler.unlink()
+    assert pump(conn, lambda: len(bodies()) >= 300, 15), proc.log[-2000:]
+    assert bodies() == list(range(300))  # in order, none twice, none lost
+    assert proc.proc.poll() is None and "Traceback" not in proc.log

@@ -76,11 +76,11 @@ export function adminView(main, _params, session) {
   const polVhost = input("policy-vhost", { value: "/", required: true });
   const polName = input("policy-name", { required: true });
   const polPattern = input("policy-pattern", { required: true, value: ".*" });
-  const polApply = h("select", { id: "policy-apply-to" }, ["all", "queues", "exchanges"].map((t) => h("option", {}, t)));
+  const polApply = h("select", { id: "policy-apply-to" }, ["all", "queues", "exchanges"].map((t) => h("option", { value: t }, t)));
   const polPriority = input("policy-priority", { type: "number", value: "0" });
   const polDefinition = input("policy-definition", { required: true, placeholder: '{"max-length": 1000}' });
   const limVhost = input("limit-vhost", { value: "/", required: true });
-  const limName = h("select", { id: "limit-name" }, h("option", {}, "max-connections"), h("option", {}, "max-queues"));
+  const limName = h("select", { id: "limit-name" }, ["max-connections", "max-queues"].map((n) => h("option", { value: n }, n)));
   const limValue = input("limit-value", { type: "number", required: true, value: "-1" });
   const policyNote = h("p", { class: "muted", id: "policies-note" });
 

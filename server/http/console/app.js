@@ -41,9 +41,6 @@ async function start() {
     logout();
     return showLogin(err instanceof ApiError && err.status === 401 ? "Login failed" : err.message);
   }
-  $("login").hidden = true;
-  $("shell").hidden = false;
-  $("whoami").textContent = `${session.user.name} (${session.user.tags.join(", ") || "no tags"})`;
   try {
     const vhosts = await get("/vhosts");
     $("vhost-filter").replaceChildren(new Option("All", ""),
@@ -53,6 +50,10 @@ async function start() {
     const o = await get("/overview");
     $("foot").textContent = `${o.product_name} ${o.product_version} · node ${o.node}`;
   } catch { /* shown on the overview tab */ }
+  // shown last: a login is complete (and the first route taken) once the user's name is up
+  $("login").hidden = true;
+  $("shell").hidden = false;
+  $("whoami").textContent = `${session.user.name} (${session.user.tags.join(", ") || "no tags"})`;
   route();
 }
 

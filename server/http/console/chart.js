@@ -41,7 +41,7 @@ export function lineChart(history, labels, { title, unit = "/s" } = {}) {
 }
 
 function last(s, k) { return s.length ? s[s.length - 1].values[k] || 0 : 0; }
-function fmt(v) { return v >= 100 ? Math.round(v).toString() : Number(v).toFixed(1); }
+function fmt(v) { return v >= 100 ? Math.round(v).toString() : Number(v).toFixed(v >= 1 || v === 0 ? 1 : 2); }
 function niceCeil(v) {
   const p = 10 ** Math.floor(Math.log10(v));
   return [1, 2, 5, 10].map((m) => m * p).find((n) => n >= v);

@@ -3,8 +3,6 @@ import { api, enc, get } from "./api.js";
 import { refreshNow } from "./app.js";
 import { confirmAction, fmtNum, h, ListView, toast } from "./ui.js";
 
-const byVhost = (session, rows) => rows.filter((r) => !session.vhost || r.vhost === session.vhost);
-
 export function connectionsView(main, _params, session) {
   const admin = session.user.tags.includes("administrator");
   const list = new ListView({
@@ -12,7 +10,7 @@ export function connectionsView(main, _params, session) {
     columns: [
       { key: "name", label: "Name" }, { key: "user", label: "User" }, { key: "vhost", label: "Virtual host" },
       { key: "channels", label: "Channels", num: true },
-      { key: "client", label: "Client", sortValue: (r) => product(r), render: (r) => product(r) },
+      { key: "client", label: "Client", sortPath: "client_properties.product", render: (r) => product(r) },
       ...(admin ? [{ key: "close", label: "", sortable: false, render: (r) => h("button", {
         type: "button", class: "danger", "aria-label": `Close connection ${r.name}`, onclick: async () => {
           if (!(await confirmAction(`Close connection ${r.name}?`))) return;
@@ -21,7 +19,7 @@ export function connectionsView(main, _params, session) {
           refreshNow();
         } }, "Close") }] : []),
     ],
-    load: async () => byVhost(session, await get("/connections")),
+    query: (qs) => get(`${session.vhost ? `/vhosts/${enc(session.vhost)}/connections` : "/connections"}?${qs}`),
   });
   main.append(h("h2", {}, "Connections"), list.el);
   return list;
@@ -42,7 +40,7 @@ export function channelsView(main, _params, session) {
       { key: "prefetch_count", label: "Prefetch", num: true },
       { key: "messages_unacknowledged", label: "Unacked", num: true, render: (r) => fmtNum(r.messages_unacknowledged) },
     ],
-    load: async () => byVhost(session, await get("/channels")),
+    query: (qs) => get(`${session.vhost ? `/vhosts/${enc(session.vhost)}/channels` : "/channels"}?${qs}`),
   });
   main.append(h("h2", {}, "Channels"), list.el);
   return list;

@@ -19,7 +19,7 @@ export function exchangesView(main, _params, session) {
         r.internal && h("span", { class: "pill", title: "internal" }, "I"),
         r.mirrored && h("span", { class: "pill", title: "mirrored to a log" }, "mirror")] },
     ],
-    load: () => get(session.vhost ? `/exchanges/${enc(session.vhost)}` : "/exchanges"),
+    query: (qs) => get(`${session.vhost ? `/exchanges/${enc(session.vhost)}` : "/exchanges"}?${qs}`),
   });
   main.append(h("h2", {}, "Exchanges"), list.el, addExchangeForm(session));
   return list;

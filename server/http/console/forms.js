@@ -52,8 +52,10 @@ export function bindingsSection(vhost, { source, destination }) {
           refreshNow();
         } }, "Unbind") : "" },
     ],
-    load: async () => (await get(`/bindings/${enc(vhost)}`)).filter((b) =>
-      source !== undefined ? b.source === source : (b.destination === destination && b.destination_type === "queue")),
+    load: async () => (source !== undefined
+      ? [...await get(`/exchanges/${enc(vhost)}/${enc(source)}/bindings/source`),
+        ...await get(`/exchanges/${enc(vhost)}/${enc(source)}/bindings/destination`)]
+      : get(`/queues/${enc(vhost)}/${enc(destination)}/bindings`)),
   });
   const other = h("input", { id: "bind-other", required: true });
   const kind = h("select", { id: "bind-kind" }, h("option", { value: "q" }, "queue"), h("option", { value: "e" }, "exchange"));

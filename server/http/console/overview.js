@@ -3,6 +3,11 @@ import { get } from "./api.js";
 import { History, lineChart } from "./chart.js";
 import { fmtBytes, fmtNum, h, kv, rate, totals } from "./ui.js";
 
+function fmtUptime(ms) {
+  const s = Math.floor(ms / 1000), d = Math.floor(s / 86400), hrs = Math.floor((s % 86400) / 3600);
+  return d ? `${d} d ${hrs} h` : hrs ? `${hrs} h ${Math.floor((s % 3600) / 60)} min` : `${Math.floor(s / 60)} min ${s % 60} s`;
+}
+
 const rates = new History(["publish", "deliver_get", "ack"]);
 const queued = new History(["messages_ready", "messages_unacknowledged"]);
 
@@ -12,6 +17,8 @@ export function overviewView(main) {
   return {
     async refresh() {
       const o = await get("/overview");
+      // the node's own figures need the monitoring tag: without it the card shows the overview's
+      const node = await get(`/nodes/${encodeURIComponent(o.node)}`).catch(() => ({}));
       const qt = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
       rates.add({ publish: rate(ms, "publish"), deliver_get: rate(ms, "deliver_get"), ack: rate(ms, "ack") });
       queued.add({ messages_ready: qt.messages_ready || 0, messages_unacknowledged: qt.messages_unacknowledged || 0 });
@@ -32,12 +39,16 @@ export function overviewView(main) {
               : h("span", { class: "pill ok" }, "none: publishers are not blocked")),
           h("section", { class: "card", "aria-label": "Node" }, h("h3", {}, "Node"), kv([
             ["Name", o.node], ["Cluster", o.cluster_name ?? ""], ["Version", `${o.product_name} ${o.product_version}`],
-            ["Memory used", fmtBytes(o.mem_used)], ["Resident memory", fmtBytes(o.mem_rss)],
-            ["Disk free", fmtBytes(o.disk_free)]])),
+            ["Uptime", node.uptime === undefined ? "" : fmtUptime(node.uptime)],
+            ["Memory", node.mem_limit ? `${fmtBytes(node.mem_used)} of ${fmtBytes(node.mem_limit)} (alarm level)`
+              : fmtBytes(o.mem_rss)],
+            ["Disk free", node.disk_free_limit ? `${fmtBytes(o.disk_free)} (alarm below ${fmtBytes(node.disk_free_limit)})`
+              : fmtBytes(o.disk_free)],
+            ["File descriptors", node.fd_total ? `${fmtNum(node.fd_used)} of ${fmtNum(node.fd_total)}` : ""]])),
           h("section", { class: "card", id: "listeners", "aria-label": "Listeners" }, h("h3", {}, "Listeners"),
             listeners.length ? h("table", {}, h("thead", {}, h("tr", {}, ["Protocol", "Interface", "Port"]
               .map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, listeners.map((l) =>
-              h("tr", {}, h("td", {}, l.protocol), h("td", {}, l.ip_address), h("td", { class: "num" }, fmtNum(l.port))))))
+              h("tr", {}, h("td", {}, l.protocol), h("td", {}, l.ip_address), h("td", { class: "num" }, String(l.port))))))
               : h("p", { class: "muted" }, "Not reported by this broker version."))));
     },
   };

@@ -25,12 +25,12 @@ export function queuesView(main, _params, session) {
       { key: "messages_unacknowledged", label: "Unacked", num: true },
       { key: "messages", label: "Total", num: true },
       { key: "consumers", label: "Consumers", num: true },
-      { key: "publish_rate", label: "Incoming", num: true, sortValue: (r) => rate(r.message_stats, "publish"),
+      { key: "publish_rate", label: "Incoming", num: true, sortPath: "message_stats.publish_details.rate",
         render: (r) => fmtRate(rate(r.message_stats, "publish")) },
-      { key: "deliver_rate", label: "Deliver / get", num: true, sortValue: (r) => rate(r.message_stats, "deliver_get"),
+      { key: "deliver_rate", label: "Deliver / get", num: true, sortPath: "message_stats.deliver_get_details.rate",
         render: (r) => fmtRate(rate(r.message_stats, "deliver_get")) },
     ],
-    load: () => get(session.vhost ? `/queues/${enc(session.vhost)}` : "/queues"),
+    query: (qs) => get(`${session.vhost ? `/queues/${enc(session.vhost)}` : "/queues"}?${qs}`),
   });
   main.append(h("h2", {}, "Queues and Streams"), list.el, addQueueForm(session));
   return list;
@@ -73,12 +73,13 @@ export function queueView(main, [vhost, name], session) {
     { key: "ack_required", label: "Ack required", render: (c) => String(c.ack_required) },
     { key: "prefetch_count", label: "Prefetch", num: true }, { key: "exclusive", label: "Exclusive", render: (c) => String(c.exclusive) },
     { key: "priority", label: "Priority", num: true }],
-    load: async () => (await get(`/consumers/${enc(vhost)}`)).filter((c) => c.queue.name === name),
+    load: async () => consumerRows,
   });
+  let consumerRows = [];
   const bindings = bindingsSection(vhost, { destination: name });
   const reader = session.user.tags.some((t) => t === "administrator" || t === "management");
   main.append(h("a", { href: "#/queues", class: "back" }, "← Queues"),
-    h("h2", {}, `Queue ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), info, chart,
+    h("h2", {}, `Queue ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), h("div", { class: "grid" }, info, chart),
     h("section", { class: "card", "aria-labelledby": "consumers-title" }, h("h3", { id: "consumers-title" }, "Consumers"), consumers.el),
     bindings.el, publishForm(vhost, "", name),
     reader ? getMessagesForm(vhost, name) : h("section", { class: "card", id: "get-messages-denied" },
@@ -95,6 +96,7 @@ export function queueView(main, [vhost, name], session) {
   return {
     async refresh() {
       const q = await get(path);
+      consumerRows = q.consumer_details || [];
       const ms = q.message_stats || {};
       history.add({ publish: rate(ms, "publish"), deliver_get: rate(ms, "deliver_get"), ack: rate(ms, "ack") });
       info.replaceChildren(h("section", { class: "card", id: "queue-totals", "aria-label": "Queued messages" }, totals([
@@ -103,7 +105,8 @@ export function queueView(main, [vhost, name], session) {
       kv([["Type", q.type], ["State", q.state], ["Durable", String(q.durable)], ["Auto delete", String(q.auto_delete)],
         ["Exclusive", String(q.exclusive)], ["Arguments", JSON.stringify(q.arguments || {})],
         ["Policy", q.policy || ""], ["Ready bytes", fmtBytes(q.message_bytes_ready)],
-        ["Memory", fmtBytes(q.memory)], ["Published", fmtNum(ms.publish ?? 0)], ["Delivered / got", fmtNum(ms.deliver_get ?? 0)]])));
+        ["Memory", fmtBytes(q.memory)], ["Published", fmtNum(ms.publish ?? 0)], ["Delivered / got", fmtNum(ms.deliver_get ?? 0)],
+        ["Idle since", q.idle_since || "(has consumers)"]])));
       chart.replaceChildren(lineChart(history, ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }));
       await Promise.all([consumers.refresh(), bindings.refresh()]);
     },

@@ -81,19 +81,22 @@ export async function act(out, fn, done) {
   }
 }
 
-// A list: filter (plain text or regex), sortable columns, pages. The rows come from `load()`.
+// A list: filter (plain text or regex), sortable columns, pages. Either `load()` gives every row and
+// the list pages them here, or `query(params)` asks the API for one page (page, page_size, name,
+// use_regex, sort, sort_reverse: RabbitMQ's list parameters), so 10k queues are never all fetched.
 // Sorting, filtering and paging keep their state across refreshes.
 export class ListView {
-  constructor({ id, columns, load, empty = "Nothing here yet.", pageSize = 20, rowKey }) {
-    Object.assign(this, { id, columns, load, empty, pageSize, rowKey });
+  constructor({ id, columns, load, query, empty = "Nothing here yet.", pageSize = 20, rowKey }) {
+    Object.assign(this, { id, columns, load, query, empty, pageSize, rowKey });
     this.page = 1; this.filter = ""; this.regex = false; this.sort = columns[0].key; this.reverse = false;
     this.el = h("section", { class: "list", id, "aria-label": id });
+    const changed = () => { this.page = 1; this.changed(); };
     this.filterInput = h("input", { type: "search", id: `${id}-filter`, placeholder: "name", oninput: () => {
-      this.filter = this.filterInput.value; this.page = 1; this.render(); } });
+      this.filter = this.filterInput.value; changed(); } });
     this.regexBox = h("input", { type: "checkbox", id: `${id}-regex`, onchange: () => {
-      this.regex = this.regexBox.checked; this.page = 1; this.render(); } });
+      this.regex = this.regexBox.checked; changed(); } });
     this.sizeSelect = h("select", { id: `${id}-size`, onchange: () => {
-      this.pageSize = Number(this.sizeSelect.value); this.page = 1; this.render(); } },
+      this.pageSize = Number(this.sizeSelect.value); changed(); } },
       [20, 50, 100, 500].map((n) => h("option", { value: n, selected: n === pageSize }, n)));
     this.pager = h("div", { class: "pager" });
     this.table = h("div", { class: "table-wrap" });
@@ -102,11 +105,39 @@ export class ListView {
       h("label", {}, this.regexBox, " regex"),
       h("label", { for: `${id}-size` }, "Per page"), this.sizeSelect, this.pager), this.table);
     this.rows = [];
+    this.counts = { shown: 0, total: 0, pages: 1 };
+    this.asked = 0;
+  }
+
+  // a control changed: a server-paged list asks again, a local one re-renders what it has
+  changed() {
+    if (this.query) this.refresh().catch((err) => { this.table.textContent = err.message; });
+    else this.render();
   }
 
   async refresh() {
-    this.rows = await this.load();
-    this.render();
+    if (!this.query) {
+      this.rows = await this.load();
+      return this.render();
+    }
+    const col = this.columns.find((c) => c.key === this.sort) || this.columns[0];
+    const params = new URLSearchParams({ page: this.page, page_size: this.pageSize,
+      sort: col.sortPath || col.key, sort_reverse: this.reverse });
+    if (this.filter) { params.set("name", this.filter); params.set("use_regex", this.regex); }
+    const asked = ++this.asked; // answers can arrive out of order: only the latest request's is shown
+    let res;
+    try {
+      res = await this.query(params.toString());
+      if (asked !== this.asked) return undefined;
+    } catch (err) {
+      if (asked !== this.asked) return undefined;
+      if (err.status !== 400 || this.page === 1) throw err;
+      this.page = 1; // the list shrank under the page shown: back to the first
+      return this.refresh();
+    }
+    this.rows = res.items;
+    this.counts = { shown: res.filtered_count, total: res.total_count, pages: Math.max(1, res.page_count) };
+    return this.render();
   }
 
   visible() {
@@ -130,26 +161,34 @@ export class ListView {
   }
 
   render() {
-    const rows = this.visible();
-    const pages = Math.max(1, Math.ceil(rows.length / this.pageSize));
-    this.page = Math.min(this.page, pages);
-    const shown = rows.slice((this.page - 1) * this.pageSize, this.page * this.pageSize);
+    let shown, pages, count;
+    if (this.query) {
+      shown = this.rows;
+      pages = this.counts.pages;
+      count = `${this.counts.shown} of ${this.counts.total}`;
+    } else {
+      const rows = this.visible();
+      pages = Math.max(1, Math.ceil(rows.length / this.pageSize));
+      this.page = Math.min(this.page, pages);
+      shown = rows.slice((this.page - 1) * this.pageSize, this.page * this.pageSize);
+      count = `${rows.length} of ${this.rows.length}`;
+    }
     const head = h("tr", {}, this.columns.map((c) => h("th", {
       scope: "col", class: c.num ? "num" : null,
       "aria-sort": c.key === this.sort ? (this.reverse ? "descending" : "ascending") : null },
       c.sortable === false ? c.label : h("button", { type: "button", onclick: () => {
         if (this.sort === c.key) this.reverse = !this.reverse; else { this.sort = c.key; this.reverse = false; }
-        this.render(); } }, c.label))));
+        this.changed(); } }, c.label))));
     const body = shown.length ? shown.map((r) => h("tr", { "data-key": this.rowKey ? this.rowKey(r) : r.name },
       this.columns.map((c) => h("td", { class: c.num ? "num" : null, "data-col": c.key },
         c.render ? c.render(r) : fmtNum(r[c.key])))))
       : [h("tr", {}, h("td", { colspan: this.columns.length, class: "muted" }, this.empty))];
     this.table.replaceChildren(h("table", {}, h("thead", {}, head), h("tbody", {}, body)));
-    const go = (p) => () => { this.page = p; this.render(); };
+    const go = (p) => () => { this.page = p; this.changed(); };
     this.pager.replaceChildren(
       h("button", { type: "button", class: "secondary", disabled: this.page <= 1, onclick: go(this.page - 1),
         "aria-label": "Previous page" }, "‹"),
-      h("span", { "aria-live": "polite" }, `page ${this.page} of ${pages} (${rows.length} of ${this.rows.length})`),
+      h("span", { "aria-live": "polite" }, `page ${this.page} of ${pages} (${count})`),
       h("button", { type: "button", class: "secondary", disabled: this.page >= pages, onclick: go(this.page + 1),
         "aria-label": "Next page" }, "›"));
   }

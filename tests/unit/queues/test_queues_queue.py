@@ -260,6 +260,30 @@ def test_spill_keeps_fifo_across_page_in():
     assert out.index(late[0]) > out.index(b"99")
 
 
+def test_a_queue_asks_for_a_page_in_when_its_window_runs_low():
+    backing = ListBacking()
+    q = Queue("q", resident_max_messages=16, backing_factory=lambda: backing)
+    for i in range(40):
+        q.enqueue(msg(b"%d" % i), NOW)
+    for _ in range(8):  # down to half the window: no page-in wanted yet
+        q.get(NOW, no_ack=True, owner="g")
+    assert backing.wanted == 0
+    q.get(NOW, no_ack=True, owner="g")  # below half: the pager is woken, not polled
+    assert backing.wanted == 1 and q.page_in_wanted()
+
+
+def test_a_queue_that_cannot_open_a_first_spill_file_keeps_the_entry_in_memory():
+    def no_room():
+        raise OSError(28, "No space left on device")
+
+    q = Queue("q", resident_max_messages=16, backing_factory=no_room)
+    for i in range(20):
+        q.enqueue(msg(b"%d" % i), NOW)
+    assert q.spilled_count() == 0 and q.messages_ready == 20
+    assert [q.get(NOW, no_ack=True, owner="g").message.body for _ in range(20)] == \
+        [b"%d" % i for i in range(20)]
+
+
 def test_large_bodies_spill_and_page_in_by_bytes(tmp_path):
     backing = SpillBacking(tmp_path / "spill")
     q = Queue("q", resident_max_messages=1000, resident_max_bytes=100_000, backing_factory=lambda: backing)

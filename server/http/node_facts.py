@@ -1,0 +1,118 @@
+"""What the management API says about this node: one node, named as ``/api/overview`` names it.
+
+The network shell gathers the facts that need the OS or the sockets (file descriptors, bound
+listeners, the TLS certificate's expiry) into a ``NodeFacts`` each time it is asked; everything here
+turns them into RabbitMQ's JSON without I/O. Cluster-only fields get honest single-node values:
+one node, no partitions, every feature flag of this version enabled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "NODE_NAME", "RABBITMQ_API_VERSION", "Listener", "NodeFacts",
+           "churn_rates", "cluster_name", "contexts_json", "listeners_json", "node_json"]
+
+NODE_NAME = "headrace@localhost"
+RABBITMQ_API_VERSION = "3.10.0"  # the RabbitMQ release whose management API this one follows
+CHURN = ("connection_created", "connection_closed", "channel_created", "channel_closed", "queue_declared",
+         "queue_created", "queue_deleted")
+# protocol names as RabbitMQ lists its listeners
+PROTOCOLS = {"amqp": "amqp", "amqps": "amqp/ssl", "http": "http", "https": "https"}
+EXCHANGE_TYPES = [
+    {"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": True},
+    {"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": True},
+    {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": True},
+    {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": True},
+    {"name": "x-delayed-message", "description": "Delayed Message Exchange", "enabled": True},
+    {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange", "enabled": True},
+]
+# RabbitMQ 3.10's flags: a single node of this version has every one of them enabled
+FEATURE_FLAGS = [
+    ("classic_mirrored_queue_version", "Support setting version for classic mirrored queues", "3.10.0"),
+    ("drop_unroutable_metric", "Count unroutable publishes to be dropped in stats", "3.8.0"),
+    ("empty_basic_get_metric", "Count AMQP `basic.get` on empty queues in stats", "3.8.0"),
+    ("implicit_default_bindings", "Default bindings are now implicit, instead of being stored in the database",
+     "3.8.0"),
+    ("maintenance_mode_status", "Maintenance mode status", "3.8.0"),
+    ("quorum_queue", "Support queues of type `quorum`", "3.8.0"),
+    ("stream_queue", "Support queues of type `stream`", "3.9.0"),
+    ("user_limits", "Configure connection and channel limits for a user", "3.8.10"),
+    ("virtual_host_metadata", "Virtual host metadata (description, tags, etc)", "3.8.0"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str  # amqp, amqps, http, https
+    host: str
+    port: int
+
+
+@dataclass(slots=True)
+class NodeFacts:
+    started_at: float  # wall clock, seconds
+    listeners: list[Listener] = field(default_factory=list)
+    os_pid: int = 0
+    fd_used: int = 0
+    fd_total: int = 0
+    processors: int = 1
+    mem_limit: int = 0
+    disk_free_limit: int = 0
+    cert_not_after: float | None = None  # the TLS certificate's expiry, if TLS is configured
+    data_dir: str = ""
+
+
+def cluster_name(global_parameters: dict[str, Any]) -> str:
+    """RabbitMQ keeps the cluster name as the global parameter ``cluster_name``; by default it is
+    the node's name."""
+    name = global_parameters.get("cluster_name")
+    return name if isinstance(name, str) and name else NODE_NAME
+
+
+def churn_rates(counters: Any) -> dict[str, Any]:
+    """Objects created and closed since the start (``broker.churn``); a queue's declare is counted
+    when it creates the queue. Their rates are not sampled (0.0)."""
+    extra = counters.extra
+    out: dict[str, Any] = {}
+    for name in CHURN:
+        out[name] = extra.get("queue_created" if name == "queue_declared" else name, 0)
+        out[name + "_details"] = {"rate": 0.0}
+    return out
+
+
+def listeners_json(facts: NodeFacts) -> list[dict[str, Any]]:
+    return [{"node": NODE_NAME, "protocol": PROTOCOLS.get(lst.name, lst.name), "ip_address": lst.host,
+             "port": lst.port, "socket_opts": {}} for lst in facts.listeners]
+
+
+def contexts_json(facts: NodeFacts) -> list[dict[str, Any]]:
+    """The management UI's HTTP contexts, as RabbitMQ's ``contexts`` lists them."""
+    return [{"node": NODE_NAME, "description": "RabbitMQ Management", "path": "/", "port": str(lst.port),
+             **({"ssl": "true"} if lst.name == "https" else {})}
+            for lst in facts.listeners if lst.name in ("http", "https")]
+
+
+def node_json(facts: NodeFacts, *, now: float, mem_used: int, disk_free: int, alarms: frozenset[str],
+              sockets_used: int) -> dict[str, Any]:
+    return {
+        "name": NODE_NAME, "type": "disc", "running": True, "being_drained": False, "os_pid": str(facts.os_pid),
+        "uptime": int(max(0.0, now - facts.started_at) * 1000),
+        "fd_used": facts.fd_used, "fd_total": facts.fd_total,
+        "sockets_used": sockets_used, "sockets_total": facts.fd_total,
+        "mem_used": mem_used, "mem_limit": facts.mem_limit, "mem_alarm": "memory" in alarms,
+        "mem_calculation_strategy": "rss",
+        "disk_free": disk_free, "disk_free_limit": facts.disk_free_limit, "disk_free_alarm": "disk" in alarms,
+        "proc_used": 1, "proc_total": 1, "run_queue": 0, "processors": facts.processors,
+        "rates_mode": "basic", "net_ticktime": 60, "partitions": [], "cluster_links": [],
+        "exchange_types": EXCHANGE_TYPES,
+        "auth_mechanisms": [{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism",
+                             "enabled": True},
+                            {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True}],
+        "applications": [{"name": "headrace", "description": "headrace AMQP 0-9-1 broker", "version": ""}],
+        "contexts": contexts_json(facts), "listeners": listeners_json(facts),
+        "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        "log_files": [], "config_files": [], "db_dir": facts.data_dir,
+        "metrics_gc_queue_length": {},
+    }

@@ -1,0 +1,75 @@
+"""``/api/nodes``, ``/api/cluster-name``, ``/api/extensions``, ``/api/feature-flags`` and
+``/api/auth``: the node and cluster as RabbitMQ's management API describes them, for one node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .node_facts import FEATURE_FLAGS, NODE_NAME, cluster_name, node_json
+from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
+
+__all__ = ["node_of", "require_monitor", "routes"]
+
+routes = Routes()
+
+
+class ClusterNameBody(BaseModel):
+    name: str = Field(min_length=1, max_length=255)
+
+
+def require_monitor(req: Request) -> None:
+    if not user_of(req).can_monitor:
+        raise HTTPError(403, "not_authorised", "Not monitor user")
+
+
+def node_of(ctx: Context) -> dict[str, Any]:
+    b = ctx.broker
+    return node_json(ctx.node_facts(), now=ctx.now, mem_used=b.memory_rss or b.memory_used, disk_free=b.disk_free,
+                     alarms=b.alarms, sockets_used=len(b.connections))
+
+
+@routes.get("/api/nodes")
+def list_nodes(ctx: Context, req: Request) -> Response:
+    require_monitor(req)
+    return json_response(200, [node_of(ctx)])
+
+
+@routes.get("/api/nodes/{name}")
+def get_node(ctx: Context, req: Request, name: str) -> Response:
+    require_monitor(req)
+    if name != NODE_NAME:
+        raise HTTPError(404, "not_found", f"node '{name}' not found")
+    return json_response(200, node_of(ctx))
+
+
+@routes.get("/api/cluster-name")
+def get_cluster_name(ctx: Context, req: Request) -> Response:
+    return json_response(200, {"name": cluster_name(ctx.broker.parameters.global_parameters)})
+
+
+@routes.put("/api/cluster-name", admin=True)
+def put_cluster_name(ctx: Context, req: Request) -> Response:
+    body = ClusterNameBody.model_validate(req.json())
+    ctx.broker.parameters.set_global("cluster_name", body.name)
+    return Response(204)
+
+
+@routes.get("/api/extensions")
+def extensions(ctx: Context, req: Request) -> Response:
+    return json_response(200, [])  # no management plugin extensions (RabbitMQ lists their JS files)
+
+
+@routes.get("/api/feature-flags")
+def feature_flags(ctx: Context, req: Request) -> Response:
+    require_monitor(req)
+    return json_response(200, [{"name": name, "desc": desc, "doc_url": "", "stability": "stable",
+                                "provided_by": "rabbit", "state": "enabled", "min_version": since}
+                               for name, desc, since in FEATURE_FLAGS])
+
+
+@routes.get("/api/auth", auth=False)
+def auth_settings(ctx: Context, req: Request) -> Response:
+    """Read before login by RabbitMQ's UI to choose its login form: basic auth only here."""
+    return json_response(200, {"oauth_enabled": False, "oauth_client_id": "", "oauth_provider_url": ""})

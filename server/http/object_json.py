@@ -1,0 +1,153 @@
+"""The JSON of connections, channels, consumers, bindings and a queue's statistics, with the field
+names RabbitMQ's management API uses, so tools written against it (rabbitmqadmin, exporters, the
+console) find what they look for.
+
+Fields that only a clustered Erlang node has get honest single-node values: one ``node``, no
+garbage collection or reductions, empty per-exchange breakdowns where headrace keeps no such
+counters. Nothing here samples a clock: times come from the sessions and queues.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from headrace.exchanges import Binding
+from headrace.queues import Consumer, Queue
+from headrace.server.broker import VHost
+
+from .listing import message_stats
+from .node_facts import NODE_NAME
+from .rates import FIELDS
+from .routes import Context, Request, user_of
+
+__all__ = ["binding_json", "channel_json", "connection_json", "connection_name", "consumer_json",
+           "queue_detail_json", "queue_stats_json", "rabbit_time", "visible_sessions"]
+
+ZERO_RATE = {"rate": 0.0}
+
+
+def rabbit_time(seconds: float) -> str:
+    """RabbitMQ's timestamp format for ``idle_since`` and the like (UTC here)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+
+def _safe(value: Any) -> Any:
+    """Client properties as JSON: byte strings decoded (undecodable bytes replaced)."""
+    if isinstance(value, dict):
+        return {k: _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def visible_sessions(ctx: Context, req: Request) -> list[Any]:
+    """Open connections the user may see: their own, or all for monitoring and administrators."""
+    user = user_of(req)
+    return [s for s in ctx.broker.connections.values()
+            if s.user is not None and (user.can_monitor or s.user.name == user.name)]
+
+
+def connection_name(s: Any) -> str:
+    return f"{s.peer[0]}:{s.peer[1]} -> headrace ({s.id})"
+
+
+def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
+    props = _safe(s.client_properties)
+    conn = s.conn
+    return {
+        "name": connection_name(s), "id": s.id, "node": NODE_NAME, "type": "network", "state": "running",
+        "protocol": "AMQP 0-9-1", "user": s.user.name, "vhost": s.vhost.name, "auth_mechanism": "PLAIN",
+        "host": "", "port": 0, "peer_host": s.peer[0], "peer_port": s.peer[1], "ssl": False,
+        "channels": len(s.channels), "channel_max": getattr(conn, "channel_max", 0),
+        "frame_max": getattr(conn, "frame_max", 0), "timeout": getattr(conn, "heartbeat", 0),
+        "client_properties": props, "user_provided_name": props.get("connection_name"),
+        "connected_at": int(s.connected_at * 1000),
+        "recv_oct": 0, "recv_oct_details": ZERO_RATE, "send_oct": 0, "send_oct_details": ZERO_RATE,
+        "recv_cnt": 0, "send_cnt": 0, "send_pend": 0, "reductions": 0, "garbage_collection": {},
+    }
+
+
+def _channel_name(s: Any, ch: Any) -> str:
+    return f"{s.peer[0]}:{s.peer[1]} ({ch.id})"
+
+
+def channel_details(s: Any, ch: Any) -> dict[str, Any]:
+    return {"name": _channel_name(s, ch), "number": ch.id, "connection_name": connection_name(s),
+            "peer_host": s.peer[0], "peer_port": s.peer[1], "user": s.user.name, "node": NODE_NAME}
+
+
+def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> dict[str, Any]:
+    out = {
+        "name": _channel_name(s, ch), "node": NODE_NAME, "connection": s.id, "number": ch.id,
+        "user": s.user.name, "vhost": s.vhost.name, "state": "running" if ch.active else "flow",
+        "connection_details": {"name": connection_name(s), "peer_host": s.peer[0], "peer_port": s.peer[1]},
+        "consumer_count": len(ch.consumers), "confirm": ch.confirm, "transactional": ch.tx,
+        "prefetch_count": ch.prefetch_count, "global_prefetch_count": ch.global_prefetch,
+        "messages_unacknowledged": len(ch.unacked), "messages_unconfirmed": len(ch.pending_confirms),
+        "messages_uncommitted": len(ch.txn.publishes), "acks_uncommitted": len(ch.txn.settlements),
+        "message_stats": {}, "idle_since": rabbit_time(s.now or ctx.now), "pending_raft_commands": 0,
+        "reductions": 0, "garbage_collection": {},
+    }
+    if detailed:
+        out["consumer_details"] = [consumer_json(s.vhost, q.name, c) for q, c in ch.consumers.values()]
+        out["deliveries"] = []
+        out["publishes"] = []
+    return out
+
+
+def consumer_json(vhost: VHost, queue: str, c: Consumer) -> dict[str, Any]:
+    sink = c.sink
+    session = getattr(sink, "session", None)
+    details: dict[str, Any] = (channel_details(session, sink) if session is not None and session.user is not None
+                               else {"name": str(c.tag), "number": c.channel_id})
+    return {"consumer_tag": c.tag, "queue": {"name": queue, "vhost": vhost.name}, "channel_details": details,
+            "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
+            "priority": c.priority, "channel": c.channel_id, "unacked": c.unacked, "arguments": {},
+            "active": True, "activity_status": "up"}
+
+
+def binding_json(vhost: VHost, b: Binding) -> dict[str, Any]:
+    return {"source": b.source, "vhost": vhost.name, "destination": b.destination,
+            "destination_type": b.kind.value, "routing_key": b.routing_key, "arguments": b.arguments_dict(),
+            "properties_key": b.properties_key}
+
+
+def queue_stats_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
+    """A queue's statistics, the part ``disable_stats=true`` leaves out (and with it the cost of
+    sampling its rates)."""
+    s = q.stats
+    consumers = q.consumers()
+    exclusive = next((c.tag for c in consumers if c.exclusive), None)
+    ready, unacked = q.messages_ready, q.messages_unacked
+    out = {
+        "consumers": len(consumers), "consumer_capacity": 1.0 if consumers else 0.0,
+        "consumer_utilisation": 1.0 if consumers else 0.0, "exclusive_consumer_tag": exclusive,
+        "single_active_consumer_tag": None, "memory": q.memory,
+        "messages_details": ZERO_RATE, "messages_ready_details": ZERO_RATE,
+        "messages_unacknowledged_details": ZERO_RATE,
+        "message_bytes": q.message_bytes_ready + q.message_bytes_unacked,
+        "message_bytes_ready": q.message_bytes_ready, "message_bytes_unacknowledged": q.message_bytes_unacked,
+        "message_bytes_persistent": 0, "message_bytes_ram": q.message_bytes_ready + q.message_bytes_unacked,
+        "messages_persistent": 0, "messages_ram": ready + unacked - q.spilled_count(),
+        "messages_ready_ram": ready - q.spilled_count(), "messages_unacknowledged_ram": unacked,
+        "messages_paged_out": q.spilled_count(), "message_bytes_paged_out": 0, "spilled": q.spilled_count(),
+        "head_message_timestamp": None,
+        "message_stats": message_stats(ctx, (vhost.name, q.name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
+        "backing_queue_status": {"mode": "default", "len": ready, "q1": 0, "q2": 0, "q3": 0, "q4": ready,
+                                 "delta": ["delta", "undefined", q.spilled_count(), 0, "undefined"],
+                                 "version": 1},
+        "recoverable_slaves": None, "reductions": 0, "garbage_collection": {},
+    }
+    if not consumers:
+        out["idle_since"] = rabbit_time(q.last_used)
+    return out
+
+
+def queue_detail_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
+    """What a single queue's GET (and ``/api/queues/detailed``) adds: its consumers, and the
+    per-exchange and per-channel breakdowns (empty: headrace keeps the totals only)."""
+    return {"consumer_details": [consumer_json(vhost, q.name, c) for c in q.consumers()],
+            "incoming": [], "deliveries": []}
