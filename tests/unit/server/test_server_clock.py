@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import trio
 
+from headrace.exchanges import DestinationKind
+from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.net.clock import Clock
 
@@ -91,4 +93,22 @@ async def test_a_queue_expiring_at_once_does_not_spin_the_clock(autojump_clock: 
             await trio.sleep(0.1)
         assert queue.messages_ready == 0 and queue.stats.expired == 5
         assert clock.ticks < 40
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_delayed_message_is_published_when_due(autojump_clock: trio.testing.MockClock):
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_exchange("dly", "x-delayed-message", arguments={"x-delayed-type": "direct"})
+    queue = vhost.declare_queue("late", owner=None, now=trio.current_time())
+    vhost.bind("dly", "late", DestinationKind.QUEUE, "late", None)
+    async with trio.open_nursery() as nursery:
+        start(broker, nursery)
+        await trio.sleep(10)  # the clock sleeps with nothing due; the delayed publish wakes it
+        props = encode_properties(BasicProperties(headers={"x-delay": 500}))
+        broker.delivery.publish(vhost, "dly", "late", props, b"m", trio.current_time())
+        await trio.sleep(0.49)
+        assert queue.messages_ready == 0
+        await trio.sleep(0.03)
+        assert queue.messages_ready == 1
         nursery.cancel_scope.cancel()
