@@ -50,6 +50,5 @@ def test_http_streaming_consume_of_a_stream_is_refused_with_json(ch, http):
     assert r.headers["content-type"].startswith("application/json")
     assert r.json()["error"] == "bad_request"
     assert f"stream queue '{name}'" in r.json()["reason"]
-    assert http.get("/api/consumers").json() == [] or all(
-        c["queue"]["name"] != name for c in http.get("/api/consumers").json())
+    assert all(c["queue"]["name"] != name for c in http.get("/api/consumers").json())
     assert ch.queue_declare(name, passive=True).method.message_count == 2
