@@ -25,7 +25,7 @@ from .consumer import Consumer
 from .message import Message, QueueEntry
 from .outcome import EnqueueOutcome, Left, QueueStats, left_entry
 from .ready import ReadyList
-from .spilled import SpilledRange
+from .spilled import GET_READ_BATCH, SpilledRange
 
 __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
 
@@ -264,6 +264,13 @@ class Queue:
         """basic.get: the next live entry, unacked under ``owner`` unless ``no_ack`` (then in ``left``)."""
         self._last_used = now
         entry = self._pop_live(now, left)
+        while entry is None and self._spill.count:  # never get-empty while entries are spilled
+            batch, lost, _ = self._spill.read_head(*GET_READ_BATCH)
+            self.stats.spill_damaged += lost
+            if not batch:
+                break
+            self._ready.extend(batch)
+            entry = self._pop_live(now, left)
         if entry is None:
             return None
         entry.owner = owner

@@ -12,11 +12,15 @@ from collections.abc import Callable
 from .backing import Backing
 from .message import QueueEntry
 
-__all__ = ["PURGE_READ_BATCH", "SpilledRange"]
+__all__ = ["GET_READ_BATCH", "PURGE_READ_BATCH", "SpilledRange"]
 
 # A purge that must account for every spilled entry reads them back this many at a time (or this
 # many bytes): the batch bounds the memory one purge holds.
 PURGE_READ_BATCH = (4096, 64 << 20)
+# A basic.get that finds the resident window empty while entries are spilled reads this many (or
+# this many bytes) back at once, on the loop: small enough to keep the get prompt, and the pager
+# brings the rest in its own batches.
+GET_READ_BATCH = (64, 1 << 20)
 
 
 class SpilledRange:
@@ -63,6 +67,18 @@ class SpilledRange:
             return None
         self.returned(batch)
         return batch[0]
+
+    def read_head(self, max_count: int, max_bytes: int) -> tuple[list[QueueEntry], int, int]:
+        """The next entries read back here and now (any page-in planned before goes stale and is
+        planned again), with the entries and body bytes skipped as unreadable on the way."""
+        if not self.count or self.backing is None:
+            return [], 0, 0
+        batch = self.backing.read_batch(max_count, max_bytes)
+        self.returned(batch)
+        lost, lost_bytes = self.backing.take_lost()
+        if lost:
+            self.lost(lost, lost_bytes)
+        return batch, lost, lost_bytes
 
     def returned(self, entries: list[QueueEntry]) -> None:
         """Entries the pager read back are no longer spilled."""

@@ -15,6 +15,7 @@ __all__ = [
     "in_use",
     "inequivalent",
     "not_found",
+    "not_implemented",
     "precondition_failed",
     "resource_locked",
 ]
@@ -61,6 +62,10 @@ def in_use(kind: str, name: str, vhost: str) -> ChannelException:
 
 def command_invalid(detail: str) -> ConnectionException:
     return ConnectionException(ReplyCode.COMMAND_INVALID, _text(ReplyCode.COMMAND_INVALID, detail))
+
+
+def not_implemented(detail: str) -> ConnectionException:
+    return ConnectionException(ReplyCode.NOT_IMPLEMENTED, _text(ReplyCode.NOT_IMPLEMENTED, detail))
 
 
 def _show(value: object) -> str:

@@ -292,6 +292,9 @@ class VHost:
         queue = self.get_queue(name)
         if owner is not None:
             self.check_exclusive(queue, owner)
+        if type(queue) is StreamQueue:  # a log is truncated by retention only, as in RabbitMQ
+            raise errors.not_implemented(
+                f"queue.purge not supported by stream queues queue '{name}' in vhost '{self.name}'")
         return self.broker.delivery.purge(queue)
 
     # ------------------------------------------------------------------ bindings

@@ -13,7 +13,7 @@ from .listing import page, visible_vhosts
 from .models import QueueBody, check_object_name
 from .node_facts import NODE_NAME
 from .object_json import queue_detail_json, queue_stats_json
-from .routes import Context, Request, Response, Routes, json_response
+from .routes import Context, HTTPError, Request, Response, Routes, json_response
 
 __all__ = ["routes"]
 
@@ -108,6 +108,8 @@ def delete_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
 
 @routes.delete("/api/queues/{vhost}/{name}/contents", perms=[("read", "name")])
 def purge_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    if type(vhost.get_queue(name)) is StreamQueue:  # RabbitMQ's HTTP answer (AMQP's is 540)
+        raise HTTPError(400, "bad_request", f"purge not supported by queue '{name}' in vhost '{vhost.name}'")
     before = ctx.broker.store_ticket
     vhost.purge_queue(name, None)
     response = Response(204)

@@ -59,6 +59,9 @@ class Flusher:
         self._inline_sync_max = settings.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
         self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
+        # one group at a time: the shutdown drain waits for the group the task is writing, so the
+        # store files have one writer and groups land in the order they took their ops
+        self._group = trio.Lock()
 
     def kick(self) -> None:
         """The broker's store outbox got its first op."""
@@ -88,7 +91,12 @@ class Flusher:
                 self._kick.set()  # more than fsync_batch_max were waiting
 
     async def flush_once(self, broker: Broker, gate: Gate | None) -> None:
-        """One group: take the outbox's oldest ops, write them, release their waiters."""
+        """One group: take the outbox's oldest ops, write them, release their waiters (after the
+        group already running, if any)."""
+        async with self._group:
+            await self._flush_group(broker, gate)
+
+    async def _flush_group(self, broker: Broker, gate: Gate | None) -> None:
         taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
         ops: list[StoreOp] = taken  # type: ignore[assignment]
         stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None
@@ -138,7 +146,8 @@ class Flusher:
                 self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))
 
     async def drain(self, broker: Broker) -> None:
-        """Shutdown: every op still in the outbox goes to disk (or is reported as not written)."""
+        """Shutdown: every op still in the outbox goes to disk (or is reported as not written),
+        after the group the flusher task may be writing."""
         await self.flush_once(broker, None)
         while broker.store_backlog:
             await self.flush_once(broker, None)

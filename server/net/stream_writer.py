@@ -64,8 +64,8 @@ class StreamWriter:
         self.data_dir = data_dir
         self.fsync = fsync
         self.logs: dict[tuple[str, str], MirrorLog] = {}
-        # the flusher's last group and the shutdown drain's may overlap: their writes go in turn, in
-        # the order they took their ops (a later offsets snapshot must land last)
+        # writes go in turn, in the order their groups took their ops (a later offsets snapshot must
+        # land last); the flusher already runs one group at a time, this keeps the rule local
         self._lock = trio.Lock()
 
     def _log(self, key: tuple[str, str], settings: Settings | None) -> MirrorLog:

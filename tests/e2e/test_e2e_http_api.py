@@ -552,7 +552,7 @@ def test_deleting_a_user_ends_their_streams(broker, http):
     http.delete(f"/api/queues/%2F/{q}")
 
 
-def test_definitions_import_keeps_a_disabled_x_mirror_off(broker_factory):
+def test_definitions_import_keeps_a_disabled_x_mirror_off(broker_factory, tmp_path):
     exported = broker_factory()
     with httpx.Client(base_url=exported.http_url, auth=("guest", "guest"), timeout=10) as http:
         assert http.put("/api/exchanges/%2F/audit", json={"type": "topic", "arguments": {"x-mirror": True}}
@@ -561,7 +561,7 @@ def test_definitions_import_keeps_a_disabled_x_mirror_off(broker_factory):
         assert http.delete("/api/mirrors/%2F/audit").status_code == 204
         definitions = http.get("/api/definitions").json()
     assert definitions["mirrors_disabled"] == [{"vhost": "/", "exchange": "audit"}]
-    fresh = broker_factory()
+    fresh = broker_factory(data_dir=tmp_path / "fresh")  # a broker of its own, not the exporter's directory
     with httpx.Client(base_url=fresh.http_url, auth=("guest", "guest"), timeout=10) as http:
         assert http.post("/api/definitions", json=definitions).status_code == 204
         exchange = http.get("/api/exchanges/%2F/audit").json()
