@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import click
 
-from .commands import Client, pass_client
+from .client import Client, pass_client
 
 __all__ = ["policy"]
 

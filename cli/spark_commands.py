@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .commands import fail
+from .client import fail
 
 __all__ = ["FAST_CONF", "export_command", "replay_command", "spark_session"]
 

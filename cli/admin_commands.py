@@ -1,0 +1,190 @@
+"""Management commands for administration: definitions, connections, users, vhosts, permissions, mirrors.
+
+Thin wrappers of the broker's HTTP API (RabbitMQ's paths) through ``client.Client``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import click
+
+from .client import Client, pass_client
+__all__ = ["connections", "definitions", "mirror", "permissions", "user", "vhost"]
+
+
+@click.group()
+def definitions() -> None:
+    """Export or import definitions (RabbitMQ's JSON format)."""
+
+
+@definitions.command("export")
+@click.argument("path", type=click.File("w"), default="-")
+@pass_client
+def definitions_export(c: Client, path: Any) -> None:
+    json.dump(c.call("GET", "/api/definitions"), path, indent=2)
+    path.write("\n")
+
+
+@definitions.command("import")
+@click.argument("path", type=click.File("r"))
+@pass_client
+def definitions_import(c: Client, path: Any) -> None:
+    try:
+        doc = json.load(path)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="PATH") from None
+    c.call("POST", "/api/definitions", doc)
+    c.done("definitions imported", "imported")
+
+
+@click.group()
+def connections() -> None:
+    """AMQP connections."""
+
+
+@connections.command("list")
+@pass_client
+def connections_list(c: Client) -> None:
+    c.show(c.call("GET", "/api/connections"), ["id", "user", "vhost", "peer_host", "peer_port", "channels"])
+
+
+@connections.command("close")
+@click.argument("connection_id")
+@click.option("--reason", default="Closed via the headrace CLI")
+@pass_client
+def connections_close(c: Client, connection_id: str, reason: str) -> None:
+    r = c.http.request("DELETE", f"/api/connections/{quote(connection_id, safe='')}", headers={"x-reason": reason})
+    if r.status_code >= 400:
+        fail(f"{reason_of(r)} (HTTP {r.status_code})", 1)
+    c.done(f"connection {connection_id} closed", "closed", connection=connection_id)
+
+
+@click.group()
+def user() -> None:
+    """Users (administrator only)."""
+
+
+@user.command("list")
+@pass_client
+def user_list(c: Client) -> None:
+    c.show(c.call("GET", "/api/users"), ["name", "tags"])
+
+
+@user.command("add")
+@click.argument("name")
+@click.option("--new-password", prompt=True, hide_input=True, confirmation_prompt=True)
+@click.option("--tags", default="", help="Comma-separated: administrator, management, monitoring, policymaker.")
+@pass_client
+def user_add(c: Client, name: str, new_password: str, tags: str) -> None:
+    c.call("PUT", f"/api/users/{quote(name, safe='')}", {"password": new_password, "tags": tags})
+    c.done(f"user {name} added", "added", user=name)
+
+
+@user.command("passwd")
+@click.argument("name")
+@click.option("--new-password", prompt=True, hide_input=True, confirmation_prompt=True)
+@pass_client
+def user_passwd(c: Client, name: str, new_password: str) -> None:
+    users = {u["name"]: u for u in c.call("GET", "/api/users")}
+    if name not in users:
+        fail(f"no user '{name}'", 1)
+    c.call("PUT", f"/api/users/{quote(name, safe='')}", {"password": new_password, "tags": users[name]["tags"]})
+    c.done(f"password of {name} changed", "password_changed", user=name)
+
+
+@user.command("delete")
+@click.argument("name")
+@pass_client
+def user_delete(c: Client, name: str) -> None:
+    c.call("DELETE", f"/api/users/{quote(name, safe='')}")
+    c.done(f"user {name} deleted", "deleted", user=name)
+
+
+@click.group()
+def vhost() -> None:
+    """Virtual hosts."""
+
+
+@vhost.command("list")
+@pass_client
+def vhost_list(c: Client) -> None:
+    c.show(c.call("GET", "/api/vhosts"), ["name", "messages"])
+
+
+@vhost.command("add")
+@click.argument("name")
+@pass_client
+def vhost_add(c: Client, name: str) -> None:
+    c.call("PUT", f"/api/vhosts/{quote(name, safe='')}")
+    c.done(f"vhost {name} added", "added", name=name)
+
+
+@vhost.command("delete")
+@click.argument("name")
+@pass_client
+def vhost_delete(c: Client, name: str) -> None:
+    c.call("DELETE", f"/api/vhosts/{quote(name, safe='')}")
+    c.done(f"vhost {name} deleted", "deleted", name=name)
+
+
+@click.group()
+def permissions() -> None:
+    """Per-vhost configure/write/read permissions."""
+
+
+@permissions.command("list")
+@pass_client
+def permissions_list(c: Client) -> None:
+    c.show(c.call("GET", "/api/permissions"), ["user", "vhost", "configure", "write", "read"])
+
+
+@permissions.command("set")
+@click.argument("user_name", metavar="USER")
+@click.option("--configure", default=".*", show_default=True)
+@click.option("--write", default=".*", show_default=True)
+@click.option("--read", default=".*", show_default=True)
+@pass_client
+def permissions_set(c: Client, user_name: str, configure: str, write: str, read: str) -> None:
+    c.call("PUT", f"/api/permissions/{c.v}/{quote(user_name, safe='')}",
+           {"configure": configure, "write": write, "read": read})
+    c.done(f"permissions of {user_name} on {c.vhost} set", "set", user=user_name)
+
+
+@permissions.command("clear")
+@click.argument("user_name", metavar="USER")
+@pass_client
+def permissions_clear(c: Client, user_name: str) -> None:
+    c.call("DELETE", f"/api/permissions/{c.v}/{quote(user_name, safe='')}")
+    c.done(f"permissions of {user_name} on {c.vhost} cleared", "cleared", user=user_name)
+
+
+@click.group()
+def mirror() -> None:
+    """Mirror exchanges into the replayable log read by the Spark bridge."""
+
+
+@mirror.command("list")
+@pass_client
+def mirror_list(c: Client) -> None:
+    c.show(c.call("GET", "/api/mirrors"), ["vhost", "exchange", "max_age_ms", "max_bytes"])
+
+
+@mirror.command("enable")
+@click.argument("exchange_name", metavar="EXCHANGE")
+@click.option("--max-age-ms", type=int)
+@click.option("--max-bytes", type=int)
+@pass_client
+def mirror_enable(c: Client, exchange_name: str, max_age_ms: int | None, max_bytes: int | None) -> None:
+    c.call("PUT", f"/api/mirrors/{c.v}/{quote(exchange_name, safe='')}", {"max_age_ms": max_age_ms, "max_bytes": max_bytes})
+    c.done(f"mirroring {exchange_name}", "mirrored", exchange=exchange_name)
+
+
+@mirror.command("disable")
+@click.argument("exchange_name", metavar="EXCHANGE")
+@pass_client
+def mirror_disable(c: Client, exchange_name: str) -> None:
+    c.call("DELETE", f"/api/mirrors/{c.v}/{quote(exchange_name, safe='')}")
+    c.done(f"not mirroring {exchange_name}", "unmirrored", exchange=exchange_name)
