@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import click
 
-from .client import Client, pass_client
+from .client import Client, fail, pass_client, reason_of
 __all__ = ["connections", "definitions", "mirror", "permissions", "user", "vhost"]
 
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import click
 
-from .client import Client, console, kv_pairs, pass_client
+from .client import Client, console, fail, kv_pairs, pass_client
 __all__ = ["bind", "exchange", "overview", "queue", "unbind"]
 
 

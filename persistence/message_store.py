@@ -33,6 +33,7 @@ bookkeeping are in ``store_index.py``, recovery in ``store_recovery.py`` and rec
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ from .store_ops import (
     DropQueue,
     Publish,
     PurgeQueue,
+    QKey,
     StoreOp,
     Undelay,
     delay_parts,
