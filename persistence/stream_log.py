@@ -18,17 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .mirror_log import (
+from .mirror_reader import index_entries, read_entries, seek_position
+from .mirror_records import (
     INDEX_SUFFIX,
     MirrorEntry,
     MirrorRecord,
-    _decode,
-    _index_entries,
-    _peek,
-    _seek_position,
+    decode_entry,
     list_segments,
     mirror_dir,
-    read_entries,
+    peek_entry,
 )
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, iter_records
 
@@ -121,7 +119,7 @@ def stream_stats(data_dir: Path, vhost: str, queue: str) -> StreamStats:
             pass
     first_ts = None
     if segs:
-        entries = _index_entries(segs[0].path)
+        entries = index_entries(segs[0].path)
         first_ts = entries[0][2] if entries else None
     return StreamStats(size, len(segs), segs[0].base_offset if segs else None, first_ts)
 
@@ -133,7 +131,7 @@ def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, en
     segs = list_segments(root, vhost, queue)
     for i, seg in enumerate(segs):
         if i + 1 < len(segs):
-            following = _index_entries(segs[i + 1].path)
+            following = index_entries(segs[i + 1].path)
             if following and following[0][2] <= timestamp_ms:
                 continue
         for entry in read_entries(seg, vhost=vhost, exchange=queue, from_ts=timestamp_ms):
@@ -174,7 +172,7 @@ class StreamCursor:
         except OSError:
             return False
         self._path = seg.path
-        self._pos = _seek_position(seg.path, self.offset, None)
+        self._pos = seek_position(seg.path, self.offset, None)
         return True
 
     def read(self, end: int, max_records: int) -> list[MirrorEntry]:
@@ -192,14 +190,14 @@ class StreamCursor:
                     data += self._file.read(HEADER_SIZE + length - len(data))  # one large record
             progressed = False
             for rec in iter_records(data):
-                offset = _peek(rec.payload)[0]
+                offset = peek_entry(rec.payload)[0]
                 if offset >= end:
                     return out
                 self._pos += rec.end - rec.offset
                 progressed = True
                 if offset < self.offset:
                     continue
-                out.append(_decode(rec.payload, self.vhost, self.queue))
+                out.append(decode_entry(rec.payload, self.vhost, self.queue))
                 self.offset = offset + 1
                 if len(out) >= max_records:
                     return out
