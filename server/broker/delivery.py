@@ -20,7 +20,7 @@ handles only the keys that are due, so the clock sleeps until the earliest one i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,10 @@ class Delivery:
         self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
         self.deadlines = Deadlines()
+        # streams whose last dispatch stopped at its per-call bound with deliveries left to make;
+        # ``on_stream_backlog`` wakes the shell, which calls ``stream_continue`` after other work
+        self.stream_backlog: dict[tuple[str, str], None] = {}
+        self.on_stream_backlog: Callable[[], None] = _nothing
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -194,9 +198,22 @@ class Delivery:
                     store.add(Deliver(entry.message.id, queue.vhost, queue.name))
         else:
             queue.dispatch(now, left)
+        if type(queue) is StreamQueue and queue.backlogged:
+            self.stream_backlog[(vhost.name, queue.name)] = None
+            self.on_stream_backlog()
         if left:
             self._settled(vhost, queue, left, now)
         self.arm(vhost, queue)
+
+    def stream_continue(self, vhosts: Mapping[str, VHost], now: float) -> None:
+        """Dispatch again the streams a bound cut short (each call may cut them short again)."""
+        keys = list(self.stream_backlog)
+        self.stream_backlog.clear()
+        for vname, qname in keys:
+            vhost = vhosts.get(vname)
+            queue = vhost.queues.get(qname) if vhost is not None else None
+            if queue is not None and not queue.deleted:
+                self._dispatch(vhost, queue, now)  # type: ignore[arg-type]
 
     def _settled(self, vhost: VHost, queue: Queue, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's
@@ -384,3 +401,7 @@ def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
     """Whether anything follows from a message leaving ``queue``: a dead-letter exchange to
     republish to, or a store record to acknowledge."""
     return queue.args.dead_letter_exchange is not None or (queue.durable and store.enabled)
+
+
+def _nothing() -> None:
+    pass
