@@ -43,6 +43,7 @@ __all__ = [
 
 OFFSETS_FILE = "offsets.json"
 READ_CHUNK = 256 << 10  # at most this many bytes per read: a prefetch window of small messages
+MIN_READ = 4096  # and at least this many: a nearly spent budget still makes progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +200,9 @@ class StreamCursor:
 
     def read(self, end: int, max_records: int, max_bytes: int = READ_CHUNK) -> StreamBatch | None:
         """Up to ``max_records`` records from ``offset`` below ``end`` (the committed end), read
-        with at most ``max_bytes`` (more only for a single record larger than that)."""
-        want = min(max_bytes, max(4096, max_records * self._avg))
+        with at most ``max_bytes`` (but at least ``MIN_READ``, and a single record larger than
+        that whole)."""
+        want = max(MIN_READ, min(max_bytes, max_records * self._avg))
         while self.offset < end:
             if self._fd is None and not self._locate():
                 return None

@@ -37,7 +37,7 @@ from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
 from .saturation import Saturation
-from .stream_queue import StreamQueue
+from .stream_queue import ReadBudget, StreamQueue
 
 if TYPE_CHECKING:
     from .vhost import VHost
@@ -67,8 +67,10 @@ class Delivery:
         self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
         self.deadlines = Deadlines()
-        # streams whose last dispatch stopped at its per-call bound with deliveries left to make;
-        # ``on_stream_backlog`` wakes the shell, which calls ``stream_continue`` after other work
+        # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
+        # and the streams it cut short: ``on_stream_backlog`` wakes the shell, which calls
+        # ``stream_continue`` once every other runnable task has had its turn
+        self.stream_budget = ReadBudget()
         self.stream_backlog: dict[tuple[str, str], None] = {}
         self.on_stream_backlog: Callable[[], None] = _nothing
 
@@ -188,6 +190,13 @@ class Delivery:
 
     # ------------------------------------------------------------------ dispatch and settle
     def _dispatch(self, vhost: VHost, queue: Queue, now: float) -> None:
+        if type(queue) is StreamQueue:  # nothing leaves a stream: it only reads, within the budget
+            queue.read_on(self.stream_budget)
+            if queue.backlogged:
+                self.stream_backlog[(vhost.name, queue.name)] = None
+                self.on_stream_backlog()
+            self.arm(vhost, queue)
+            return
         store = self.store
         left: list[Left] | None = [] if _wants_left(queue, store) else None
         if queue.durable and store.enabled:
@@ -198,15 +207,14 @@ class Delivery:
                     store.add(Deliver(entry.message.id, queue.vhost, queue.name))
         else:
             queue.dispatch(now, left)
-        if type(queue) is StreamQueue and queue.backlogged:
-            self.stream_backlog[(vhost.name, queue.name)] = None
-            self.on_stream_backlog()
         if left:
             self._settled(vhost, queue, left, now)
         self.arm(vhost, queue)
 
     def stream_continue(self, vhosts: Mapping[str, VHost], now: float) -> None:
-        """Dispatch again the streams a bound cut short (each call may cut them short again)."""
+        """A new turn: refill the budget and dispatch the streams it cut short (in the order they
+        were cut short, so each gets its turn; the budget may cut them short again)."""
+        self.stream_budget.refill()
         keys = list(self.stream_backlog)
         self.stream_backlog.clear()
         for vname, qname in keys:

@@ -27,17 +27,17 @@ from headrace.server.amqp.spec import ReplyCode
 from . import errors
 from .queue_types import parse_interval_ms
 
-__all__ = ["StreamQueue", "StreamReader"]
+__all__ = ["ReadBudget", "StreamQueue", "StreamReader"]
 
 # the consumer argument naming a consumer whose acked offset the broker keeps; LavinMQ's
 # convention (x-stream-automatic-offset-tracking: true, the consumer tag as the name) works too
 NAME_ARG = "x-stream-consumer-name"
 AUTO_TRACK_ARG = "x-stream-automatic-offset-tracking"
 OFFSET_HEADER = b"x-stream-offset"
-# what one dispatch call reads and delivers at most, over all the stream's consumers: a prefetch
-# window of small messages, a few milliseconds of the event loop
-WAKE_RECORDS = 1000
-WAKE_BYTES = 256 << 10
+# what stream consumers read and are delivered per turn of the event loop, over all streams: a
+# prefetch window of small messages, a few milliseconds of the loop
+WAKE_RECORDS = 256
+WAKE_BYTES = 64 << 10
 NAME_CACHE = 256  # distinct (routing key, source) byte strings remembered per stream
 
 
@@ -46,6 +46,16 @@ class StreamReader:
     consumer: Consumer
     cursor: StreamCursor
     name: str | None  # tracked offsets are kept under this name
+
+
+@dataclass(slots=True)
+class ReadBudget:
+    """What stream reads may still take in this turn of the event loop."""
+    records: int = WAKE_RECORDS
+    bytes: int = WAKE_BYTES
+
+    def refill(self) -> None:
+        self.records, self.bytes = WAKE_RECORDS, WAKE_BYTES
 
 
 class StreamQueue(Queue):
@@ -160,16 +170,19 @@ class StreamQueue(Queue):
 
     def dispatch(self, now: float, left: list[Left] | None = None,
                  delivered: list[QueueEntry] | None = None) -> int:
+        return self.read_on(ReadBudget())
+
+    def read_on(self, budget: ReadBudget) -> int:
         """Each consumer with credit reads its own window of the log; nothing is shared or kept.
-        One call reads at most ``WAKE_RECORDS`` records and ``WAKE_BYTES`` bytes in all, so a
-        consumer starting far back never holds the event loop for long: where that bound cut a
-        dispatch short, ``backlogged`` is set and the delivery owner has it called again once
-        other work has had its turn. Consumers take turns in starting a call."""
+        What is read comes out of ``budget``, which the delivery owner shares by all streams and
+        refills once per turn of the event loop: a consumer catching up from the start of a long
+        stream never holds the loop for long. Where the budget cut a dispatch short,
+        ``backlogged`` is set and the delivery owner has it called again after other work.
+        Consumers take turns in starting a call."""
         readers = list(self.readers.values())
         self.backlogged = False
         if not readers:
             return 0
-        records, budget = WAKE_RECORDS, WAKE_BYTES
         end = self.end
         count = 0
         n = len(readers)
@@ -179,16 +192,16 @@ class StreamQueue(Queue):
             consumer = reader.consumer
             cursor = reader.cursor
             while cursor.offset < end and consumer.can_take():
-                if records <= 0 or budget <= 0:
+                if budget.records <= 0 or budget.bytes <= 0:
                     self.backlogged = True
                     self._turn = (first + i) % n  # the one cut short starts the next call
                     self.stats.delivered += count
                     return count
-                batch = cursor.read(end, min(consumer.prefetch - consumer.unacked, records), budget)
+                batch = cursor.read(end, min(consumer.prefetch - consumer.unacked, budget.records), budget.bytes)
                 if batch is None:
                     break
-                budget -= batch.size
-                records -= batch.count
+                budget.bytes -= batch.size
+                budget.records -= batch.count
                 count += batch.count
                 self._hand(reader, batch)
         self._turn = first + 1

@@ -31,8 +31,8 @@ class StreamPump:
         delivery = broker.delivery
         delivery.on_stream_backlog = self.wake
         while True:
-            await self._kick.wait()
-            self._kick = trio.Event()
-            while delivery.stream_backlog:
+            while delivery.stream_backlog:  # (also what dispatches noted before this task started)
                 await trio.sleep(0)  # everything already runnable goes first
                 delivery.stream_continue(broker.vhosts, time.time())
+            await self._kick.wait()
+            self._kick = trio.Event()

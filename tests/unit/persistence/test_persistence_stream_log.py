@@ -70,6 +70,9 @@ def test_each_read_is_bounded_in_bytes(tmp_path):
         got += batch.entries("/", "s")
     assert [e.offset for e in got] == list(range(502))
     assert got[500].body == b"y" * 20_000 and got[501].body == b"z"
+    # a nearly spent budget still reads something (a few bytes would stall the consumer)
+    batch = StreamCursor(tmp_path, "/", "s", 0).read(502, 10, 3)
+    assert batch is not None and batch.count == 10
     log.close()
 
 
