@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,20 +45,34 @@ from .handshake import Handshake
 from .lifecycle import LIVE, Lifecycle
 from .permissions import Permissions
 
-__all__ = ["Session"]
+__all__ = ["Session", "SocketCounters"]
 
 log = logging.getLogger("headrace.session")
 _ids = itertools.count(1)
 
 
+@dataclass(slots=True)
+class SocketCounters:
+    """The socket's traffic, as RabbitMQ's connection recv_oct/send_oct and recv_cnt/send_cnt:
+    bytes and socket reads/writes. Written by the network shell, once per read or write."""
+    recv_oct: int = 0
+    recv_cnt: int = 0
+    send_oct: int = 0
+    send_cnt: int = 0
+
+
 class Session:
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
+                 local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
                  wake: Callable[[], None] = lambda: None) -> None:
         self.id = next(_ids)
         self.broker = broker
         self.conn = conn
         self.peer = peer
+        self.local = local  # the broker's end of the socket (RabbitMQ's host and port)
+        self.ssl = ssl
+        self.io = SocketCounters()
         self.loopback_users = frozenset(loopback_users)
         self.max_unconfirmed = max_unconfirmed
         self.wake = wake
