@@ -84,7 +84,10 @@ class Delivery:
         """Route, enqueue in every target queue, record the Publish once for all durable ones,
         then settle what the bounds dropped and dispatch."""
         if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
-            return PublishResult(self.replies.deliver(routing_key, props_raw, body))
+            # delivered to its consumer or dropped, and in both cases routed to no queue: as
+            # RabbitMQ 3.10 does, a mandatory reply is returned (312 NO_ROUTE) even when delivered
+            self.replies.deliver(routing_key, props_raw, body)
+            return PublishResult(False)
         exchange = vhost.exchanges.get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, vhost.name)
