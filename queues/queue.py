@@ -106,6 +106,10 @@ class Queue(QueueUpkeep):
     def consumers(self) -> list[Consumer[Queue]]:
         return list(self._consumers)
 
+    def head(self) -> QueueEntry | None:
+        """The next resident entry to go out (None when empty or when only spilled ones are left)."""
+        return self._ready.peek()
+
     # ------------------------------------------------------------------ publish
     def _new_entry(self, message: Message, now: float) -> QueueEntry:
         self._seq += 1
@@ -251,6 +255,7 @@ class Queue(QueueUpkeep):
         if entry.redelivered:
             self.stats.redelivered += 1
         if consumer.no_ack:
+            self.stats.delivered_no_ack += 1
             consumer.sink.deliver(consumer, self, entry)
             if left is not None:
                 left.append(left_entry(entry, None))
@@ -273,15 +278,19 @@ class Queue(QueueUpkeep):
                 break
             self._ready.extend(batch)
             entry = self._pop_live(now, left)
+        stats = self.stats
         if entry is None:
+            stats.get_empty += 1
             return None
         entry.owner = owner
-        self.stats.delivered += 1
+        stats.delivered += 1
         if entry.redelivered:
-            self.stats.redelivered += 1
+            stats.redelivered += 1
         if no_ack:
+            stats.got_no_ack += 1
             self._gone(left, entry, None)
         else:
+            stats.got += 1
             self._unacked[entry.seq] = entry
             self._unacked_bytes += len(entry.message.body)
         return entry

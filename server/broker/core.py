@@ -175,6 +175,9 @@ class Broker:
         self.observers.discard(session)
         if self.connections.pop(session.id, None) is not None:
             self.churn("connection_closed")
+            # a vhost's traffic counts its closed connections too, as RabbitMQ's vhost recv_oct
+            session.vhost.octets_closed[0] += session.io.recv_oct
+            session.vhost.octets_closed[1] += session.io.send_oct
 
     def churn(self, event: str) -> None:
         """Count an object's creation or end (RabbitMQ's churn_rates in the overview)."""

@@ -109,6 +109,7 @@ class Delivery:
                 # across a restart, so only there are they written to the store
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
                                   delivery_mode == 2 and exchange.durable)
+        exchange.published_in += 1
         result = exchange.route(routing_key, headers, vhost.exchanges.get)
         targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
                                     props_raw, headers, now)
@@ -122,6 +123,7 @@ class Delivery:
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
         if not targets:
+            vhost.unroutable += 1
             return PublishResult(False)
         rejected = False
         durable: list[str] = []
@@ -155,6 +157,7 @@ class Delivery:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
                 message.props_raw, message.body, int(now * 1000)))
+        exchange.published_out += len(accepted) + (record is not None)
         for queue, gone in dropped:
             self._settled(vhost, queue, gone, now)
         touched = self.saturation.touched

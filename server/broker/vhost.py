@@ -95,6 +95,13 @@ class VHost:
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages()
+        # the management API's per-vhost message_stats that no queue or exchange holds: publishes
+        # routed nowhere (counted by the delivery owner), returned to a mandatory publisher and
+        # confirmed (counted by the channels, per batch)
+        self.unroutable = 0
+        self.unroutable_returned = 0
+        self.confirmed = 0
+        self.octets_closed = [0, 0]  # bytes received and sent by its connections now closed
 
     # ------------------------------------------------------------------ exchanges
     def declare_exchange(
@@ -211,6 +218,7 @@ class VHost:
             self.check_exclusive(queue, owner)
             queue.touch(now)  # a declare renews the x-expires lease, as in RabbitMQ
             return queue
+        self.broker.churn("queue_declared")  # every active declare, new queue or not (RabbitMQ's churn)
         existing = self.queues.get(name) if name else None
         if existing is None and name.startswith("amq."):
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")

@@ -195,6 +195,7 @@ class ChannelSession:
         if session.broker.alarms and not session.blocked_sent:
             session.alarms_changed(session.broker.alarms)
         if not result.routed and method.mandatory:
+            self.vhost.unroutable_returned += 1
             self.conn.send_content(self.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
                                    exchange=exchange, routing_key=method.routing_key),
                                    event.props_raw, event.body)
@@ -208,7 +209,7 @@ class ChannelSession:
         (``multiple=True`` covers a run). Returns how many still wait for the store."""
         pending = self.pending_confirms
         last_ack = 0
-        count = 0
+        count = confirmed = 0
         send = self.conn.send_method
         # tickets the store failed to write (disk full) are nacked, not confirmed
         failed_lo, failed_hi = self.session.broker.failing or (0, 0)
@@ -222,8 +223,10 @@ class ChannelSession:
             else:
                 last_ack = seq
                 count += 1
+                confirmed += 1
         if last_ack:
             send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
+        self.vhost.confirmed += confirmed
         return len(pending)
 
     # ------------------------------------------------------------------ settle

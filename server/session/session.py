@@ -5,8 +5,9 @@ Rule 1: the ``Session`` owns the connection's identity (user, vhost, client capa
 ``_enter``) and its list of parts, each a small module for one concern: ``Handshake`` (login,
 tune, open), ``Permissions`` (one cached check), ``Declarations`` (declare, bind, purge, delete)
 and ``ConfirmsAndTx`` (replies that wait for the store). The parts and the channels import none of
-this module: each takes the ``SessionState`` and, from here, the siblings it calls. The network shell owns the socket and calls ``handle``, ``on_drain``,
-``connection_lost`` and ``close``, and reads ``state``.
+this module: each takes the ``SessionState`` and, from here, the siblings it calls. The network
+shell owns the socket and calls ``handle``, ``on_drain``, ``connection_lost`` and ``close``, and
+reads ``state``.
 Rule 2: everything here is synchronous: a batch of events is applied atomically at the ``now`` the
 shell passes and leaves its replies in the ``AMQPConnection`` buffer for the writer.
 Rule 3: the session asks the broker to change what the broker owns (``register_connection``,
@@ -41,19 +42,20 @@ from .declare import Declarations
 from .handshake import Handshake
 from .lifecycle import LIVE, Lifecycle
 from .permissions import Permissions
-from .state import SessionState
+from .state import SessionState, SocketCounters
 
-__all__ = ["Session"]
+__all__ = ["Session", "SocketCounters"]  # SocketCounters: state.py's, named here for the shell
 
 log = logging.getLogger("headrace.session")
 
 
 class Session(SessionState):
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
+                 local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
                  wake: Callable[[], None] = lambda: None) -> None:
-        super().__init__(broker, conn, peer=peer, loopback_users=loopback_users, max_unconfirmed=max_unconfirmed,
-                         wake=wake)
+        super().__init__(broker, conn, peer=peer, local=local, ssl=ssl, loopback_users=loopback_users,
+                         max_unconfirmed=max_unconfirmed, wake=wake)
         self.channels: dict[int, ChannelSession] = {}
         # the parts take this session's state and what they need of each other, handed over here
         self.perms = Permissions(self)

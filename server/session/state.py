@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from headrace.queues import Queue
@@ -25,19 +26,33 @@ from headrace.server.broker import Broker, VHost
 
 from .lifecycle import Lifecycle
 
-__all__ = ["SessionState"]
+__all__ = ["SessionState", "SocketCounters"]
 
 _ids = itertools.count(1)
 
 
+@dataclass(slots=True)
+class SocketCounters:
+    """The socket's traffic, as RabbitMQ's connection recv_oct/send_oct and recv_cnt/send_cnt:
+    bytes and socket reads/writes. Written by the network shell, once per read or write."""
+    recv_oct: int = 0
+    recv_cnt: int = 0
+    send_oct: int = 0
+    send_cnt: int = 0
+
+
 class SessionState:
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
+                 local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
                  wake: Callable[[], None] = lambda: None) -> None:
         self.id = next(_ids)
         self.broker = broker
         self.conn = conn
         self.peer = peer
+        self.local = local  # the broker's end of the socket (RabbitMQ's host and port)
+        self.ssl = ssl
+        self.io = SocketCounters()
         self.loopback_users = frozenset(loopback_users)
         self.max_unconfirmed = max_unconfirmed
         self.wake = wake
