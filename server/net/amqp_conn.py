@@ -88,6 +88,7 @@ class AMQPConnectionHandler:
         self.cancel_scope: trio.CancelScope | None = None
         self._closed = trio.Event()
         self._stop_reading = False  # EOF read, or the peer is not worth waiting for any more
+        self._open_reads: trio.CancelScope | None = None  # the reader's loop while the connection is open
 
     def wake(self) -> None:
         if not self._woken:
@@ -158,15 +159,19 @@ class AMQPConnectionHandler:
             session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
             self._stop_reading = True  # not worth waiting for: the socket goes once the writer flushed
             return
-        while session.reading:
-            if session.read_paused:
-                await self._wait_unpaused()
-                continue
-            data = await receive()
-            if not data:
-                return
-            session.handle(conn.receive_data(data), time.time())
-            self.after_batch()
+        # a close made elsewhere (the management API, shutdown) ends a read or a paused wait at once:
+        # the writer cancels this scope when it finds the session no longer reading
+        with trio.CancelScope() as self._open_reads:
+            while session.reading:
+                if session.read_paused:
+                    await self._wait_unpaused()
+                    continue
+                data = await receive()
+                if not data:
+                    return
+                session.handle(conn.receive_data(data), time.time())
+                self.after_batch()
+        self._open_reads = None
         if session.closed:
             return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
         # we sent connection.close: read until close-ok (the codec discards every other frame), for a
@@ -192,7 +197,7 @@ class AMQPConnectionHandler:
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:
-        while self.session.read_paused and not self.session.closed:
+        while self.session.read_paused and self.session.reading:
             await self.gate.wait_changed()
 
     async def _writer(self) -> None:
@@ -216,6 +221,8 @@ class AMQPConnectionHandler:
                         session.on_drain(time.time())
                 if session.closed and not conn.bytes_pending:
                     return
+                if self._open_reads is not None and not session.reading:
+                    self._open_reads.cancel()  # we sent connection.close: the reader waits for close-ok now
         finally:
             self._closed.set()
 
@@ -229,7 +236,7 @@ class AMQPConnectionHandler:
             await trio.sleep(interval)
             if self.session.read_paused:
                 self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
-            if not self.conn.tick(time.monotonic()):
+            if not self.conn.tick(trio.current_time()):  # trio's clock: monotonic, and mockable
                 log.info("missed heartbeats from %s, closing", self.session.peer)
                 self.session.connection_lost(time.time())
                 if self.cancel_scope is not None:
