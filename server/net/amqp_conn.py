@@ -4,7 +4,12 @@ Rule 1: only the writer calls ``send_all`` (trio's one-sender rule); everything 
 ``AMQPConnection`` buffer and calls ``wake``.
 Rule 2: the reader reads again only after the previous batch was fully applied, and not at all
 while the session says ``read_paused`` (alarm, too many unconfirmed publishes, a saturated queue
-it publishes into: ``broker/saturation.py``): TCP then slows the publisher. Handling is synchronous, so one read -> one atomic batch of broker work.
+it publishes into: ``broker/saturation.py``): TCP then slows the publisher. Handling is
+synchronous, so one read -> one atomic batch of broker work.
+Rule 3: every close ends in bounded time. After a connection.close we sent (from a batch, the
+management API or shutdown) the reader waits ``CLOSE_TIMEOUT`` for close-ok; after the peer's, it
+waits as long for the peer to hang up first. The heartbeat task runs only for a connection that
+negotiated heartbeats, from connection.open-ok on.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class AMQPConnectionHandler:
         self._closed = trio.Event()
         self._stop_reading = False  # EOF read, or the peer is not worth waiting for any more
         self._open_reads: trio.CancelScope | None = None  # the reader's loop while the connection is open
+        self._tasks: trio.Nursery | None = None  # the connection's tasks (``run``)
 
     def wake(self) -> None:
         if not self._woken:
@@ -99,8 +105,8 @@ class AMQPConnectionHandler:
         try:
             async with trio.open_nursery() as nursery:
                 self.cancel_scope = nursery.cancel_scope
+                self._tasks = nursery
                 nursery.start_soon(self._writer)
-                nursery.start_soon(self._heartbeat)
                 await self._reader()
                 # over for the broker: exclusive queues and unacked deliveries are released now, not
                 # when the socket is gone (a client reconnecting at once must find them free)
@@ -159,6 +165,8 @@ class AMQPConnectionHandler:
             session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
             self._stop_reading = True  # not worth waiting for: the socket goes once the writer flushed
             return
+        if session.state is Lifecycle.OPEN and conn.heartbeat and self._tasks is not None:
+            self._tasks.start_soon(self._heartbeat)  # as negotiated in tune-ok: 0 means no timer at all
         # a close made elsewhere (the management API, shutdown) ends a read or a paused wait at once:
         # the writer cancels this scope when it finds the session no longer reading
         with trio.CancelScope() as self._open_reads:
@@ -227,10 +235,7 @@ class AMQPConnectionHandler:
             self._closed.set()
 
     async def _heartbeat(self) -> None:
-        while self.conn.heartbeat == 0 or self.session.vhost is None:
-            await trio.sleep(1)
-            if self.session.closed:
-                return
+        """From connection.open-ok, for a connection that negotiated heartbeats."""
         interval = max(self.conn.heartbeat / 2, 0.5)
         while not self.session.closed:
             await trio.sleep(interval)

@@ -124,10 +124,10 @@ async def test_a_silent_peer_is_dropped_after_two_heartbeat_intervals_and_not_be
         await trio.sleep(2 * h)  # two whole intervals of silence: still within the spec's limit
         assert conn.session.state is Lifecycle.OPEN and conn.done_at is None
         await trio.sleep(2 * h)
-    # silence is measured on the heartbeat task's h/2 grid, which starts within 1 s of the open:
-    # the drop comes after more than 2 intervals, and within 3 intervals and that second
+    # silence is measured on the heartbeat task's h/2 grid, which starts at connection.open-ok:
+    # the drop comes after more than 2 intervals, and within 3
     assert conn.done_at is not None and conn.client.eof_at == conn.done_at
-    assert 2 * h < conn.done_at - last_sent <= 3 * h + 1
+    assert 2 * h < conn.done_at - last_sent <= 3 * h
     assert conn.session.state is Lifecycle.CLOSED and conn.session.id not in conn.handler.broker.connections
 
 
@@ -142,7 +142,7 @@ async def test_a_peer_sending_heartbeats_stays_and_is_dropped_once_it_stops(auto
         last_sent = trio.current_time()
         assert conn.session.state is Lifecycle.OPEN and conn.done_at is None
         await trio.sleep(4 * h)
-    assert conn.done_at is not None and 2 * h < conn.done_at - last_sent <= 3 * h + 1
+    assert conn.done_at is not None and 2 * h < conn.done_at - last_sent <= 3 * h
 
 
 async def test_an_idle_broker_sends_a_heartbeat_every_interval(autojump_clock):
@@ -362,6 +362,7 @@ async def test_server_close_unanswered_ends_after_close_timeout(autojump_clock):
         t = trio.current_time()
         conn.handler.force_close(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - shutdown")
     assert conn.done_at == t + CLOSE_TIMEOUT and conn.session.state is Lifecycle.CLOSED
+    assert conn.handler.broker.counters.extra["connection_closed"] == 1  # its state dropped once
 
 
 async def test_a_socket_that_never_sends_the_header_goes_at_the_header_timeout(autojump_clock):
