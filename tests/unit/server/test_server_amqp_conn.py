@@ -383,3 +383,21 @@ async def test_a_handshake_that_stalls_is_closed_at_the_handshake_timeout(autoju
     assert isinstance(close, m.ConnectionClose) and close.reply_code == 320
     assert "handshake timeout" in close.reply_text
     assert conn.done_at == t + 10.0 and conn.session.state is not Lifecycle.OPEN
+
+
+async def test_a_paused_publisher_closed_by_the_management_api_goes_after_close_timeout(autojump_clock):
+    broker = make_broker()
+    broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)
+    async with trio.open_nursery() as nursery:
+        conn = await start(nursery, broker)
+        await conn.client.send(opening() + publish("q"))
+        await trio.sleep(1)
+        broker.set_alarm("memory", True)
+        await conn.client.send(publish("q"))
+        await trio.sleep(1)
+        assert conn.session.read_paused  # the reader waits on the gate, which nobody notifies
+        t = trio.current_time()
+        conn.session.close_by_admin("Closed via management plugin")
+    close = conn.client.methods(m.ConnectionClose)[-1]
+    assert close.reply_code == 320 and "Closed via management plugin" in close.reply_text
+    assert conn.done_at == t + CLOSE_TIMEOUT and conn.session.state is Lifecycle.CLOSED
