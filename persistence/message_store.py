@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from .fsync import FsyncMode, fsync_dir
 from .segments import WRITE_BUFFER_BYTES, SegmentWriter
 from .store_compaction import LIVE_RATIO_LOW, MAX_REWRITES_PER_CALL, StoreCompaction
 from .store_index import (
+    DEAD,
+    MULTI,
     REC_ACK,
     REC_DELAY,
     REC_DELIVER,
@@ -246,21 +249,51 @@ class MessageStore(StoreRecovery, StoreCompaction):
             op.routing_key, op.props_raw, op.body))
         vhost = op.vhost
         if len(queues) == 1:
-            held = {self._slot((vhost, queues[0])): 0}
+            self._put(op.message_id, seg.seq, off, n, self._slot((vhost, queues[0])), 0)
         else:
             # Recovery keeps each queue once, so the index does too.
-            held = {self._slot((vhost, name)): 0 for name in dict.fromkeys(queues)}
-        self._put(op.message_id, seg.seq, off, n, held)
+            self._put_held(op.message_id, seg.seq, off, n,
+                           {self._slot((vhost, name)): 0 for name in dict.fromkeys(queues)})
 
     def _on_ack(self, op: Ack) -> None:
+        # ``_holds`` and ``_remove_queue`` inlined for the one-queue message: acks are the other
+        # half of every persistent message's work
+        mid = op.message_id
         slot = self._slots.get((op.vhost, op.queue))
         if slot is None:
             return
-        loc = self._holds(op.message_id, slot)
-        if loc is None:
+        k = bisect_right(self._firsts, mid) - 1
+        if k < 0:
             return
-        self._append(REC_ACK, ref_parts(op.message_id, op.vhost, op.queue))
-        self._remove_queue(op.message_id, loc[0], loc[1], slot)
+        c = self._chunks[k]
+        ids = c.ids
+        i = mid - ids[0]  # as in ``_find``
+        if not (0 <= i < len(ids) and ids[i] == mid):
+            i = bisect_left(ids, mid)
+            if i == len(ids) or ids[i] != mid:
+                return
+        q = c.q[i]
+        if q != slot and (q != MULTI or slot not in self._multi[mid]):
+            return  # DEAD, or another queue's
+        self._append(REC_ACK, ref_parts(mid, op.vhost, op.queue))
+        if q == MULTI:
+            self._remove_queue(mid, c, i, slot)
+            return
+        size = c.size[i]
+        seg = self._segments[c.seg[i]]
+        seg.live_count -= 1
+        seg.live_bytes -= size
+        self._live_bytes -= size
+        c.q[i] = DEAD
+        c.live -= 1
+        self._entries -= 1
+        if c.live * 4 < len(ids):
+            self._tidy(c)
+        left = self._slot_live[slot] - 1
+        if left:
+            self._slot_live[slot] = left
+        else:
+            self._release(slot)
 
     def _on_deliver(self, op: Deliver) -> None:
         slot = self._slots.get((op.vhost, op.queue))

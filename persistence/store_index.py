@@ -89,7 +89,15 @@ class _Chunk:
         self.cnt = array("I")
         self.live = 0  # entries whose q is not DEAD
 
-    def keep_only(self, mask: Any) -> None:
+    def keep_live(self) -> None:
+        """Rewrite the arrays with the live entries only."""
+        dead = len(self.ids) - self.live
+        if not self.q[dead:].count(DEAD):
+            # the live entries are the tail (a queue drained in order): slices, no ints made
+            for name, _ in _FIELDS:
+                setattr(self, name, getattr(self, name)[dead:])
+            return
+        mask = self.q
         for name, code in _FIELDS:
             setattr(self, name, array(code, compress(getattr(self, name), mask)))
 
@@ -182,7 +190,9 @@ class StoreIndex:
             return None
         c = self._chunks[k]
         ids = c.ids
-        i = bisect_left(ids, mid)
+        i = mid - ids[0]  # right when the chunk's ids are consecutive (no transient ones between)
+        if not (0 <= i < len(ids) and ids[i] == mid):
+            i = bisect_left(ids, mid)
         if i < len(ids) and ids[i] == mid and c.q[i]:
             return c, i
         return None
@@ -204,32 +214,35 @@ class StoreIndex:
 
     # -- adding ---------------------------------------------------------------------------------
 
-    def _put(self, mid: int, seq: int, off: int, size: int, queues: dict[int, int]) -> None:
-        """Index ``mid``'s latest record (its queues already counted by ``_slot``), replacing an
-        older entry for the same id; counts the record live in its segment."""
-        if len(queues) == 1:
-            ((q, cnt),) = queues.items()
+    def _put_held(self, mid: int, seq: int, off: int, size: int, held: dict[int, int]) -> None:
+        """``_put`` with the queues as {slot: delivery count}."""
+        if len(held) == 1:
+            ((q, cnt),) = held.items()
+            self._put(mid, seq, off, size, q, cnt)
         else:
-            q, cnt = MULTI, 0
+            self._put(mid, seq, off, size, MULTI, 0)
+            self._multi[mid] = held
+
+    def _put(self, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
+        """Index ``mid``'s latest record (its queues already counted by ``_slot``; for ``MULTI``
+        the caller fills ``_multi`` after), replacing an older entry for the same id; counts the
+        record live in its segment."""
         chunks = self._chunks
-        if chunks:
-            c = chunks[-1]
-            ids = c.ids
-            if mid > ids[-1]:
-                if len(ids) >= CHUNK:
-                    c = _Chunk()
-                    chunks.append(c)
-                    self._firsts.append(mid)
-                _push(c, mid, seq, off, size, q, cnt)
-            else:
-                self._put_inside(mid, seq, off, size, q, cnt)
+        c = chunks[-1] if chunks else None
+        if c is None or mid > c.ids[-1]:
+            if c is None or len(c.ids) >= CHUNK:
+                c = _Chunk()
+                chunks.append(c)
+                self._firsts.append(mid)
+            c.ids.append(mid)
+            c.seg.append(seq)
+            c.off.append(off)
+            c.size.append(size)
+            c.q.append(q)
+            c.cnt.append(cnt)
+            c.live += 1
         else:
-            c = _Chunk()
-            chunks.append(c)
-            self._firsts.append(mid)
-            _push(c, mid, seq, off, size, q, cnt)
-        if q == MULTI:
-            self._multi[mid] = queues
+            self._put_inside(mid, seq, off, size, q, cnt)
         self._entries += 1
         seg = self._segments[seq]
         seg.live_count += 1
@@ -358,7 +371,7 @@ class StoreIndex:
         if not c.live:
             del chunks[k], firsts[k]
             return
-        c.keep_only(c.q)
+        c.keep_live()
         if k + 1 < len(chunks) and len(c.ids) + len(chunks[k + 1].ids) <= CHUNK:
             c.take_tail(chunks[k + 1])
             del chunks[k + 1], firsts[k + 1]
@@ -407,12 +420,3 @@ class StoreIndex:
         """Messages some queue still holds, plus delayed messages not yet released."""
         return self._entries + len(self._delayed)
 
-
-def _push(c: _Chunk, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
-    c.ids.append(mid)
-    c.seg.append(seq)
-    c.off.append(off)
-    c.size.append(size)
-    c.q.append(q)
-    c.cnt.append(cnt)
-    c.live += 1

@@ -124,7 +124,7 @@ class StoreRecovery(StoreIndex):
                     if slot is None or slot not in held:
                         slot = self._slot(key)
                     held[slot] = count  # a queue named twice is kept once, as the index does
-                self._put(mid, seq, rec.offset, HEADER_SIZE + len(p), held)
+                self._put_held(mid, seq, rec.offset, HEADER_SIZE + len(p), held)
             return mid
         if kind == REC_ACK or kind == REC_DELIVER:
             mid, vhost, queue = decode_ref(p)
