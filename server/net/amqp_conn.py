@@ -61,12 +61,18 @@ def _nothing() -> None:
     pass
 
 
+def _ignore(nbytes: int) -> None:
+    pass
+
+
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
                  peer: tuple[str, int], version: str, after_batch: Callable[[], None] = _nothing,
-                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing) -> None:
+                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
+                 on_read: Callable[[int], None] = _ignore) -> None:
         self.stream = stream
         self.after_batch = after_batch
+        self.on_read = on_read  # bytes applied after the handshake, for the memory alarm (alarms.py)
         self.on_header = on_header
         self.on_authenticated = on_authenticated
         self.broker = broker
@@ -119,7 +125,7 @@ class AMQPConnectionHandler:
                     await self.stream.aclose()
 
     async def _receive(self) -> bytes:
-        data = await self.stream.receive_some(READ_SIZE)
+        data = bytes(await self.stream.receive_some(READ_SIZE))  # bytes already (sockets, TLS): no copy
         if not data:
             self._stop_reading = True
         return data
@@ -162,6 +168,7 @@ class AMQPConnectionHandler:
                 return
             session.handle(conn.receive_data(data), time.time())
             self.after_batch()
+            self.on_read(len(data))
         if session.closed:
             return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
         # we sent connection.close: read until close-ok (the codec discards every other frame), for a
