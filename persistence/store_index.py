@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from .fsync import FsyncMode
@@ -45,7 +46,7 @@ Entry = list[Any]
 SEG, SIZE, FIRST_Q = 0, 1, 2
 
 
-def find_queue(entry: Entry, key: QKey) -> int:
+def find_queue(entry: Sequence[Any], key: QKey) -> int:
     """Position of ``key`` in an index entry, or -1 (ints in the entry never equal a tuple)."""
     try:
         return entry.index(key, FIRST_Q)

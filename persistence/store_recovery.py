@@ -156,7 +156,7 @@ class _Recovering(Sequence[RecoveredMessage]):
     def __len__(self) -> int:
         return len(self._refs)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             return [self._store._load(ref) for ref in self._refs[index]]
         return self._store._load(self._refs[index])

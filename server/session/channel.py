@@ -171,7 +171,9 @@ class ChannelSession:
         if not ok:
             self.perms.check("write", exchange)
         if self.session.broker.users.topic_permissions:
-            check_topic_write(self.vhost, self.session.user.name, exchange, method.routing_key)
+            user = self.session.user
+            assert user is not None  # a channel opens only after connection.open
+            check_topic_write(self.vhost, user.name, exchange, method.routing_key)
         props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)
