@@ -175,6 +175,9 @@ class Broker:
         self.observers.discard(session)
         if self.connections.pop(session.id, None) is not None:
             self.churn("connection_closed")
+            # a vhost's traffic counts its closed connections too, as RabbitMQ's vhost recv_oct
+            session.vhost.octets_closed[0] += session.io.recv_oct
+            session.vhost.octets_closed[1] += session.io.send_oct
 
     def churn(self, event: str) -> None:
         """Count an object's creation or end (RabbitMQ's churn_rates in the overview)."""
@@ -203,7 +206,7 @@ class Broker:
         if target is None:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
-        apply_policies(target, now)
+        apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions_changed()
         return policy
@@ -213,7 +216,7 @@ class Broker:
             return False
         target = self.vhosts.get(vhost)
         if target is not None:
-            apply_policies(target, now)
+            apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions_changed()
         return True
