@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -34,6 +34,9 @@ from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
+
+if TYPE_CHECKING:
+    from headrace.server.auth import UserRegistry
 
 __all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
@@ -68,6 +71,7 @@ class VHostOwner(Protocol):
 
     delivery: Delivery
     policies: PolicyStore
+    users: UserRegistry  # topic permissions (topic_auth.py)
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
