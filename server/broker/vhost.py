@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -34,6 +34,9 @@ from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
+
+if TYPE_CHECKING:
+    from headrace.server.auth import UserRegistry
 
 __all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
@@ -68,6 +71,7 @@ class VHostOwner(Protocol):
 
     delivery: Delivery
     policies: PolicyStore
+    users: UserRegistry  # topic permissions (topic_auth.py)
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
@@ -121,10 +125,11 @@ class VHost:
         arguments = dict(arguments or {})
         routing_type = type_
         if type_ == DELAYED_TYPE:
-            routing_type = arguments.get("x-delayed-type")
-            if not isinstance(routing_type, str) or routing_type == DELAYED_TYPE:
+            delayed_type = arguments.get("x-delayed-type")
+            if not isinstance(delayed_type, str) or delayed_type == DELAYED_TYPE:
                 raise errors.precondition_failed(
                     "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+            routing_type = delayed_type
         if existing is not None:
             current = DELAYED_TYPE if name in self.delayed_exchanges else existing.TYPE
             if current != type_:
@@ -271,7 +276,7 @@ class VHost:
         )
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
-            queue: Queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
+            queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
         else:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind

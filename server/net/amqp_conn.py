@@ -66,13 +66,19 @@ def _nothing() -> None:
     pass
 
 
+def _ignore(nbytes: int) -> None:
+    pass
+
+
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
                  peer: tuple[str, int], version: str, *, local: tuple[str, int] = ("127.0.0.1", 0),
                  after_batch: Callable[[], None] = _nothing,
-                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing) -> None:
+                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
+                 on_read: Callable[[int], None] = _ignore) -> None:
         self.stream = stream
         self.after_batch = after_batch
+        self.on_read = on_read  # bytes applied after the handshake, for the memory alarm (alarms.py)
         self.on_header = on_header
         self.on_authenticated = on_authenticated
         self.broker = broker
@@ -128,7 +134,7 @@ class AMQPConnectionHandler:
                     await self.stream.aclose()
 
     async def _receive(self) -> bytes:
-        data = await self.stream.receive_some(READ_SIZE)
+        data = bytes(await self.stream.receive_some(READ_SIZE))  # bytes already (sockets, TLS): no copy
         if not data:
             self._stop_reading = True
         io = self.session.io
@@ -179,6 +185,7 @@ class AMQPConnectionHandler:
                     return
                 session.handle(conn.receive_data(data), time.time())
                 self.after_batch()
+                self.on_read(len(data))
         self._open_reads = None
         if session.closed:
             return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
