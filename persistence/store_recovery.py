@@ -228,14 +228,17 @@ class StoreRecovery(StoreIndex):
                 for slot, at in per_slot.items()}
 
     def _load(self, at: int, slot: int) -> RecoveredMessage:
-        """A recovered message's fields, read from its segment (mapped once, until the next write:
-        the chunks do not move before it either)."""
+        """A recovered message's fields, read from its mapped segment (valid until the next write:
+        the chunks do not move before it)."""
         c = self._chunks[at >> _POS_BITS]
         i = at & _POS_MASK
         mid, seq, offset = c.ids[i], c.seg[i], c.off[i]
         count = self._multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
         view = self._maps.get(seq)
         if view is None:
+            # one segment mapped at a time: a mapping's touched pages count in the broker's RSS
+            # (loads go in id order, so mostly segment by segment)
+            self._unmap()
             with open(self._segments[seq].path, "rb") as f:
                 view = self._maps[seq] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         ts, exchange, routing_key, props, body = decode_publish_at(
