@@ -1,5 +1,5 @@
 """Statistics of the management API carry real values, computed as RabbitMQ 3.10 computes them:
-counters with rates for vhosts, exchanges, queues, connections and the overview's churn, socket
+counters with rates for vhosts, exchanges, queues, channels, connections and the overview's churn, socket
 traffic and addresses of connections, and the timestamp of a queue's head message. Traffic goes
 through a real pika client; rates are sampled when rendered, so each check reads once before the
 traffic (the first sample) and once after.
@@ -61,6 +61,10 @@ def test_vhost_exchange_queue_and_connection_stats_follow_traffic(broker, http):
         assert (vs["publish"], vs["drop_unroutable"], vs["return_unroutable"], vs["get"], vs["ack"]) == (6, 1, 0, 1, 1)
         assert vs["publish_details"]["rate"] > 0 and v["messages"] == 3 and v["messages_details"]["rate"] > 0
         assert v["recv_oct"] >= c["recv_oct"] and v["recv_oct_details"]["rate"] > 0
+
+        channel = next(c for c in http.get(f"/api/vhosts/{vhost}/channels").json())["message_stats"]
+        assert (channel["publish"], channel["drop_unroutable"], channel["get"], channel["get_no_ack"],
+                channel["deliver_get"], channel["deliver"], channel["ack"]) == (6, 1, 1, 1, 2, 0, 1)
 
         churn = http.get("/api/overview").json()["churn_rates"]
         old = before["/api/overview"]["churn_rates"]
