@@ -56,7 +56,7 @@ class Queue(QueueUpkeep):
         self._ready = ReadyList(self.args.max_priority)
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
-        self._consumers: list[Consumer] = []
+        self._consumers: list[Consumer[Queue]] = []
         self._rr = 0
         self._seq = 0
         self._last_used = 0.0
@@ -103,7 +103,7 @@ class Queue(QueueUpkeep):
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self._consumers)
 
-    def consumers(self) -> list[Consumer]:
+    def consumers(self) -> list[Consumer[Queue]]:
         return list(self._consumers)
 
     def head(self) -> QueueEntry | None:
@@ -248,7 +248,7 @@ class Queue(QueueUpkeep):
             ordered.sort(key=lambda c: -c.priority)
         return count
 
-    def _hand_over(self, consumer: Consumer, entry: QueueEntry, left: list[Left] | None,
+    def _hand_over(self, consumer: Consumer[Queue], entry: QueueEntry, left: list[Left] | None,
                    delivered: list[QueueEntry] | None) -> None:
         entry.owner = consumer
         self.stats.delivered += 1
@@ -335,11 +335,11 @@ class Queue(QueueUpkeep):
             left.append(left_entry(entry, reason, held))
 
     # ------------------------------------------------------------------ consumers
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: Consumer[Queue]) -> None:
         self._consumers.append(consumer)
         self.had_consumer = True  # auto-delete applies only after the first consumer left
 
-    def remove_consumer(self, tag: str) -> Consumer | None:
+    def remove_consumer(self, tag: str) -> Consumer[Queue] | None:
         for i, consumer in enumerate(self._consumers):
             if consumer.tag == tag:
                 del self._consumers[i]

@@ -206,7 +206,7 @@ class Broker:
         if target is None:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
-        apply_policies(target, now)
+        apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions_changed()
         return policy
@@ -216,7 +216,7 @@ class Broker:
             return False
         target = self.vhosts.get(vhost)
         if target is not None:
-            apply_policies(target, now)
+            apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions_changed()
         return True

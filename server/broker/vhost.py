@@ -12,9 +12,10 @@ HTTP API maps the same exceptions to status codes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -25,18 +26,16 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
-from headrace.queues import Queue, QueueArgumentError, QueueArgs
+from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
 
 from . import errors
 from .delayed import DELAYED_TYPE, DelayedMessages
-from .policies import apply_exchange_policy, apply_queue_dedup, queue_args
+from .delivery import Delivery
+from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
 
-if TYPE_CHECKING:
-    from .core import Broker
-
-__all__ = ["PREDECLARED", "VHost"]
+__all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
 PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.direct", "direct"),
@@ -63,8 +62,27 @@ class PermissionChecker(Protocol):
     def check_permission(self, kind: str, name: str) -> None: ...
 
 
+class VHostOwner(Protocol):
+    """What a vhost needs of the broker that holds it (``core.Broker``). The vhost names this
+    protocol rather than importing the broker, which sits above it and creates it."""
+
+    delivery: Delivery
+    policies: PolicyStore
+    stream_data_dir: Path | None
+    resident_max_messages: int
+    resident_max_bytes: int
+
+    def check_limit(self, kind: str, vhost: VHost) -> None: ...
+
+    def definitions_changed(self) -> None: ...
+
+    def churn(self, event: str) -> None: ...
+
+    def backing_factory(self, vhost: str, queue: str) -> Callable[[], Backing] | None: ...
+
+
 class VHost:
-    def __init__(self, broker: Broker, name: str) -> None:
+    def __init__(self, broker: VHostOwner, name: str) -> None:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}
@@ -128,7 +146,8 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
-        apply_exchange_policy(self, exchange)  # its alternate and dedup keys, if a policy applies
+        # its alternate and dedup keys, if a policy applies
+        apply_exchange_policy(self.broker.policies, self.broker.delivery.dedup, self.name, exchange)
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -257,7 +276,7 @@ class VHost:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
         self.queues[name] = queue
-        apply_queue_dedup(self, name, arguments, kind)
+        apply_queue_dedup(self.broker.policies, self.broker.delivery.dedup, self.name, name, arguments, kind)
         queue.touch(now)
         self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
@@ -26,12 +26,11 @@ from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_
 from headrace.server.broker.topic_auth import check_topic_write
 
 from .channel_stats import ChannelStats
+from .permissions import Permissions
+from .state import SessionState
 from .tx import Transaction
 
-if TYPE_CHECKING:
-    from .session import Session
-
-__all__ = ["ChannelSession", "OUTBOX_HIGH_WATER"]
+__all__ = ["ChannelSession", "ConfirmWaiter", "OUTBOX_HIGH_WATER"]
 
 # Deliveries stop being encoded for a connection once this many bytes wait for its socket; the
 # writer sends them in one call, and when it has drained the consumers are dispatched again. 1 MiB
@@ -44,21 +43,32 @@ OUTBOX_HIGH_WATER = 1 << 20
 UNSTAMPED_CHECK = 4096
 
 
+class ConfirmWaiter(Protocol):
+    """Who releases a channel's confirms after the store syncs (``ConfirmsAndTx``, which sits
+    above the channel and handles confirm.select/tx.* on it): the channel only reports in."""
+
+    def confirming(self, ch: ChannelSession) -> None: ...
+
+    def channel_closed(self, ch: ChannelSession) -> None: ...
+
+
 class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "delivered_at", "unstamped", "last_ticket",
-        "delivery", "perms", "reply", "stats",
+        "delivery", "perms", "confirms", "reply", "stats",
     )
 
-    def __init__(self, session: Session, channel_id: int) -> None:
+    def __init__(self, session: SessionState, channel_id: int, perms: Permissions,
+                 confirms: ConfirmWaiter) -> None:
         self.session = session
         self.conn = session.conn
         self.id = channel_id
         self.vhost = session.vhost
         self.delivery = session.broker.delivery
-        self.perms = session.perms
+        self.perms = perms
+        self.confirms = confirms
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
         self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
@@ -203,7 +213,7 @@ class ChannelSession:
         if self.confirm:
             self.publish_seq += 1
             self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
-            session.confirms.confirming(self)
+            self.confirms.confirming(self)
 
     def flush_confirms(self, synced: int) -> int:
         """Send acks for every confirm whose store ticket is synced, as few frames as possible
@@ -297,7 +307,7 @@ class ChannelSession:
             if not method.nowait:
                 self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
             return
-        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
         if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                       f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
@@ -330,7 +340,7 @@ class ChannelSession:
             self.reply = None
 
     def get(self, method: m.BasicGet) -> None:
-        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
         entry = self.delivery.get(self.vhost, queue, self.session.now, no_ack=method.no_ack, owner=self)
         stats = self.stats
         if entry is None:
@@ -409,6 +419,6 @@ class ChannelSession:
         self.consumers.clear()
         self.requeue_all()
         self.pending_confirms.clear()
-        self.session.confirms.channel_closed(self)
+        self.confirms.channel_closed(self)
         self.tx_rollback()
 
