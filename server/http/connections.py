@@ -33,6 +33,7 @@ def close_connection(ctx: Context, req: Request, name: str) -> Response:
 
 @routes.get("/api/channels")
 def list_channels(ctx: Context, req: Request) -> Response:
+    ctx.rates.forget("channel", {("channel", s.id, n) for s in ctx.broker.connections.values() for n in s.channels})
     return page(req, [channel_json(ctx, s, ch) for s in visible_sessions(ctx, req) for ch in s.channels.values()])
 
 
