@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -130,6 +131,9 @@ def main() -> None:
     ap.add_argument("--record", type=Path, help="write RabbitMQ's shapes to this JSON file")
     ap.add_argument("--bodies", type=Path, help="write both answers of every endpoint into this directory")
     args = ap.parse_args()
+    if shutil.which("rabbitmq-server") is None:
+        sys.exit("rabbitmq-server is not installed: nothing to compare with (the endpoint-walk test checks "
+                 "against tests/e2e/rabbitmq_shapes.json instead)")
     with tempfile.TemporaryDirectory(prefix="api-compare-") as tmpdir:
         tmp = Path(tmpdir)
         mgmt_port = free_port()
