@@ -40,9 +40,11 @@ def text_of(selector: str):
 
 
 def login(driver: WebDriver, base: str, user: str = "guest", password: str = "guest") -> None:
-    driver.get(base + "/")
-    driver.execute_script("sessionStorage.clear()")
     driver.get(base + "/#/overview")
+    driver.execute_script("sessionStorage.clear()")
+    # a fresh page: the one just loaded may have read the previous test's login from sessionStorage
+    # and still be logging in with it; the reloaded one finds none and shows the form
+    driver.refresh()
     wait(driver, lambda d: css(d, "#login").is_displayed())
     css(driver, "#login-user").send_keys(user)
     css(driver, "#login-password").send_keys(password, Keys.ENTER)  # the keyboard alone logs in
