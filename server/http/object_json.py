@@ -23,7 +23,7 @@ from .node_facts import NODE_NAME
 from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, Request, user_of
 
-__all__ = ["binding_json", "channel_json", "connection_json", "connection_name", "consumer_json",
+__all__ = ["binding_json", "channel_json", "connection_basic_json", "connection_json", "connection_name", "consumer_json",
            "head_timestamp", "queue_detail_json", "queue_stats_json", "rabbit_time",
            "visible_sessions"]
 
@@ -60,6 +60,11 @@ def visible_sessions(ctx: Context, req: Request) -> list[Any]:
 
 def connection_name(s: Any) -> str:
     return f"{s.peer[0]}:{s.peer[1]} -> headrace ({s.id})"
+
+
+def connection_basic_json(s: Any) -> dict[str, Any]:
+    """A connection as ``disable_stats=true`` lists it (RabbitMQ's basic info)."""
+    return {"name": connection_name(s), "node": NODE_NAME, "user": s.user.name, "vhost": s.vhost.name}
 
 
 def connection_json(ctx: Context, s: Any) -> dict[str, Any]:

@@ -93,9 +93,19 @@ def test_head_message_timestamp_is_null_without_one(broker, http):
     http.delete(f"/api/queues/%2F/{q}")
 
 
-def test_disable_stats_leaves_out_every_rate(broker, http):
+def test_disable_stats_leaves_out_every_statistic(broker, http, conn):
+    """RabbitMQ's ``disable_stats=true`` on the lists: queues, exchanges and vhosts without their
+    statistics (and without sampling them), connections as their basic info."""
     q = unique("ds")
     http.put(f"/api/queues/%2F/{q}", json={"durable": False})
     rows = http.get("/api/queues/%2F", params={"disable_stats": "true", "name": q}).json()
     assert rows and all(not any(k.endswith("_details") or k == "message_stats" for k in row) for row in rows)
+    exchanges = http.get("/api/exchanges/%2F", params={"disable_stats": "true"}).json()
+    assert exchanges and all("message_stats" not in x for x in exchanges)
+    assert "message_stats" in http.get("/api/exchanges/%2F").json()[0]
+    vhost = next(v for v in http.get("/api/vhosts", params={"disable_stats": "true"}).json() if v["name"] == "/")
+    assert "messages" not in vhost and "message_stats" not in vhost and vhost["cluster_state"]
+    assert wait_until(lambda: http.get("/api/connections").json())
+    assert all(set(c) == {"name", "node", "user", "vhost"}
+               for c in http.get("/api/connections", params={"disable_stats": "true"}).json())
     http.delete(f"/api/queues/%2F/{q}")
