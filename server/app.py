@@ -43,6 +43,9 @@ __all__ = ["StartupError", "serve", "run"]
 
 log = logging.getLogger("headrace")
 
+# How soon a definitions save that failed (disk full) is tried again when no batch comes first.
+DEFINITIONS_RETRY = 0.5
+
 
 class App:
     def __init__(self, settings: Settings) -> None:
@@ -102,12 +105,23 @@ class App:
         self._definitions_dirty = True
 
     def save_definitions(self) -> None:
+        """Disk full: keep serving, with the disk alarm up, and save again after the next batch or
+        within ``DEFINITIONS_RETRY`` seconds (the clock), whichever comes first, so a change made
+        on a full disk reaches it once there is room even if no client sends anything more."""
         self._definitions_dirty = False
+        disk = self.storage.disk
         try:
             self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
-        except OSError as exc:  # disk full: keep serving, save again after the next batch
-            log.error("definitions not saved: %s", exc)
+        except OSError as exc:
+            if "definitions" not in disk.failures:
+                log.error("definitions not saved: %s (tried again until there is room)", exc.strerror or exc)
             self._definitions_dirty = True
+            disk.write_failed("definitions")
+            self.clock.wake()  # to re-arm with the retry deadline
+            return
+        if "definitions" in disk.failures:
+            log.warning("definitions saved")
+            disk.write_ok("definitions")
 
     def after_batch(self) -> None:
         """Called by connection tasks after each batch: durable definition changes go to disk before
@@ -135,6 +149,9 @@ class App:
                           for channel in list(handler.session.channels.values())
                           if (since := channel.oldest_unacked_since(now)) is not None), default=now)
             due = oldest + limit
+            deadline = due if deadline is None else min(deadline, due)
+        if self._definitions_dirty:  # a save failed: ``_tick`` tries again
+            due = now + DEFINITIONS_RETRY
             deadline = due if deadline is None else min(deadline, due)
         return deadline
 
