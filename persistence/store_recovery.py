@@ -266,7 +266,7 @@ class _Recovering(Sequence[RecoveredMessage]):
     def __len__(self) -> int:
         return len(self._at)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             return [self._store._load(at, self._slot) for at in self._at[index]]
         return self._store._load(self._at[index], self._slot)

@@ -127,8 +127,8 @@ class Broker:
             vhost.delete_queue(queue_name)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
-        for key in [k for k in self.users.topic_permissions if k[1] == name]:
-            del self.users.topic_permissions[key]
+        for topic_key in [k for k in self.users.topic_permissions if k[1] == name]:
+            del self.users.topic_permissions[topic_key]
         self.parameters.vhost_deleted(name)
         self.policies.drop_vhost(name)
         self.users.changed()
@@ -259,7 +259,7 @@ class Broker:
         sessions[id(opening)] = opening
         if sum(len(s.channels) for s in sessions.values()) >= limit:
             return (f"number of channels opened for user '{user}' has reached the maximum allowed user "
-                    f"limit ({limit})")
+                    f"limit of ({limit})")
         return None
 
     def definitions_changed(self) -> None:

@@ -27,6 +27,7 @@ from headrace.exchanges import (
     make_exchange,
 )
 from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
+from headrace.server.auth import UserRegistry
 
 from . import errors
 from .delayed import DELAYED_TYPE, DelayedMessages
@@ -68,6 +69,7 @@ class VHostOwner(Protocol):
 
     delivery: Delivery
     policies: PolicyStore
+    users: UserRegistry  # topic permissions (topic_auth.py)
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
@@ -121,10 +123,11 @@ class VHost:
         arguments = dict(arguments or {})
         routing_type = type_
         if type_ == DELAYED_TYPE:
-            routing_type = arguments.get("x-delayed-type")
-            if not isinstance(routing_type, str) or routing_type == DELAYED_TYPE:
+            delayed_type = arguments.get("x-delayed-type")
+            if not isinstance(delayed_type, str) or delayed_type == DELAYED_TYPE:
                 raise errors.precondition_failed(
                     "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+            routing_type = delayed_type
         if existing is not None:
             current = DELAYED_TYPE if name in self.delayed_exchanges else existing.TYPE
             if current != type_:
@@ -271,7 +274,7 @@ class VHost:
         )
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
-            queue: Queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
+            queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
         else:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
