@@ -26,10 +26,11 @@ from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
-from .policies import Policy, PolicyStore, apply_policies
+from .definition_changes import DefinitionChanges
 from .delivery import Delivery
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
+from .policies import Policy, PolicyStore, apply_policies
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
 from .vhost import VHost
@@ -89,7 +90,7 @@ class Broker:
         # last few for answers that look later (HTTP publish waits).
         self.failing: tuple[int, int] | None = None
         self.failed_ranges: deque[tuple[int, int]] = deque(maxlen=FAILED_RANGES_KEPT)
-        self.on_definitions_changed: Callable[[], None] = _noop
+        self.definitions = DefinitionChanges()  # durable changes the shell has not logged yet
         self._saturation_due = 0.0  # wall-clock time of the next Saturation.tick
         self.alarms: frozenset[str] = frozenset()
         self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
@@ -102,10 +103,11 @@ class Broker:
         self.on_policies_changed: Callable[[], None] = lambda: None
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
+        self.users.on_definition = self._user_definition
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there
         self.user_deleted_hooks: list[Callable[[str], None]] = []
         # runtime and global parameters, vhost and user limits (durable, in the definitions)
-        self.parameters = RuntimeParameters(on_change=self.definitions_changed)
+        self.parameters = RuntimeParameters(on_change=self.definitions.changed)
 
     # ------------------------------------------------------------------ vhosts and users
     def add_vhost(self, name: str) -> VHost:
@@ -114,7 +116,7 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VHost(self, name)
-            self.definitions_changed()
+            self.definitions.changed("vhosts", (name,))
         return vhost
 
     def delete_vhost(self, name: str) -> bool:
@@ -132,7 +134,7 @@ class Broker:
         self.parameters.vhost_deleted(name)
         self.policies.drop_vhost(name)
         self.users.changed()
-        self.definitions_changed()
+        self.definitions.deleted("vhosts", (name,))  # with its permissions, parameters, policies
         return True
 
     @property
@@ -145,6 +147,9 @@ class Broker:
         revoked permission applies to their next operation."""
         for session in list(self.connections.values()):
             session.permissions_changed()
+
+    def _user_definition(self, section: str, key: tuple[str, ...], deleted: bool) -> None:
+        (self.definitions.deleted if deleted else self.definitions.changed)(section, key)
 
     def _user_deleted(self, name: str) -> None:
         """RabbitMQ closes a deleted user's connections with 320 CONNECTION_FORCED."""
@@ -195,7 +200,6 @@ class Broker:
         if user and user not in self.users.users:
             self.users.add_user(user, password, ("administrator",))
             self.users.set_permission(user, vhost, Permission())
-            self.definitions_changed()
 
     def set_policy(self, vhost: str, name: str, body: Any, now: float, *, operator: bool = False) -> Policy:
         """Add or replace a (operator) policy; it applies at once. ``PolicyError`` if refused."""
@@ -205,7 +209,7 @@ class Broker:
         policy = self.policies.set(vhost, name, body, operator=operator)
         apply_policies(target, now)
         self.on_policies_changed()
-        self.definitions_changed()
+        self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return policy
 
     def clear_policy(self, vhost: str, name: str, now: float, *, operator: bool = False) -> bool:
@@ -215,7 +219,7 @@ class Broker:
         if target is not None:
             apply_policies(target, now)
         self.on_policies_changed()
-        self.definitions_changed()
+        self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return True
 
     def check_limit(self, kind: str, vhost: VHost) -> None:
@@ -258,9 +262,6 @@ class Broker:
             return (f"number of channels opened for user '{user}' has reached the maximum allowed user "
                     f"limit ({limit})")
         return None
-
-    def definitions_changed(self) -> None:
-        self.on_definitions_changed()
 
     # ------------------------------------------------------------------ messages and outboxes
     def next_message_id(self) -> int:
@@ -400,8 +401,3 @@ class Broker:
 
     def queues(self) -> list[Queue]:
         return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]
-
-
-
-def _noop() -> None:
-    return None

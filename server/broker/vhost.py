@@ -25,6 +25,7 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
+from headrace.persistence.definitions_model import entry_key
 from headrace.queues import Queue, QueueArgumentError, QueueArgs
 
 from . import errors
@@ -131,7 +132,8 @@ class VHost:
         if type_ == DELAYED_TYPE:
             self.delayed_exchanges.add(name)
         if durable:
-            self.broker.definitions_changed()
+            self.broker.definitions.changed("exchanges", (self.name, name))
+            self.broker.definitions.changed("mirrors", (self.name, name))
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -151,8 +153,8 @@ class VHost:
         for other in list(self.exchanges.values()):
             if other.unbind_destination(name, EXCHANGE):
                 self._maybe_auto_delete_exchange(other)
-        if exchange.durable:
-            self.broker.definitions_changed()
+        if exchange.durable:  # with its bindings and mirror setting
+            self.broker.definitions.deleted("exchanges", (self.name, name))
 
     def set_mirror(self, name: str, enabled: bool, *, max_age_ms: int | None = None,
                    max_bytes: int | None = None) -> None:
@@ -166,7 +168,7 @@ class VHost:
         else:
             self.mirrored.discard(name)
             self.mirror_retention.pop(name, None)
-        self.broker.definitions_changed()
+        self.broker.definitions.changed("mirrors", (self.name, name))
 
     def _is_destination(self, name: str) -> bool:
         return any(b.destination == name and b.kind is EXCHANGE for ex in self.exchanges.values() for b in ex.bindings())
@@ -253,7 +255,7 @@ class VHost:
         queue.touch(now)
         self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:
-            self.broker.definitions_changed()
+            self.broker.definitions.changed("queues", (self.name, name))
         return queue
 
     def get_queue(self, name: str) -> Queue:
@@ -284,8 +286,8 @@ class VHost:
         for exchange in list(self.exchanges.values()):
             if exchange.unbind_destination(name, QUEUE):
                 self._maybe_auto_delete_exchange(exchange)
-        if queue.durable:
-            self.broker.definitions_changed()
+        if queue.durable:  # with its bindings
+            self.broker.definitions.deleted("queues", (self.name, name))
         return count
 
     def purge_queue(self, name: str, owner: object | None) -> int:
@@ -311,7 +313,7 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         if added and self._binding_durable(binding):
-            self.broker.definitions_changed()
+            self._binding_changed(binding, bound=True)
         return added
 
     def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
@@ -328,7 +330,7 @@ class VHost:
         removed = exchange.unbind(binding)
         if removed:
             if self._binding_durable(binding):
-                self.broker.definitions_changed()
+                self._binding_changed(binding, bound=False)
             self._maybe_auto_delete_exchange(exchange)
         return removed
 
@@ -349,6 +351,15 @@ class VHost:
         else:
             dest = self.exchanges.get(b.destination)
         return bool(source is not None and source.durable and dest is not None and dest.durable)
+
+    def binding_entry(self, b: Binding) -> dict[str, Any]:
+        """The binding as the definitions document lists it."""
+        return {"source": b.source, "vhost": self.name, "destination": b.destination,
+                "destination_type": b.kind.value, "routing_key": b.routing_key, "arguments": b.arguments_dict()}
+
+    def _binding_changed(self, b: Binding, *, bound: bool) -> None:
+        entry = self.binding_entry(b)
+        self.broker.definitions.changed("bindings", entry_key("bindings", entry), entry if bound else None)
 
     def bindings(self) -> list[Binding]:
         out: list[Binding] = []

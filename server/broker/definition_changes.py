@@ -1,0 +1,57 @@
+"""Which durable definitions changed since the shell last wrote them.
+
+Owner: the ``Broker`` holds one ``DefinitionChanges`` (``broker.definitions``). Whatever changes a
+durable object says which one, by its section of the definitions document and its key there
+(``("queues", (vhost, name))``, see persistence/definitions_model.py): vhosts and the broker for
+vhosts and policies, ``VHost`` for exchanges, queues, bindings and mirror settings, the user
+registry and ``RuntimeParameters`` through hooks the broker installs. After each batch the shell
+takes the changes, turns each into a log record with the object's state at that moment
+(definitions_io.change_records) and hands them to the flusher, so a change costs O(1) bytes.
+
+A change is kept once, at the place of its last touch, so records are in the order of the last
+change of each object; a deletion is kept apart from a later re-creation of the same object, so
+a vhost, queue, exchange or user deleted and declared again in one batch still drops (in the
+log, as in the broker) what hung off the old one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Change", "DefinitionChanges"]
+
+Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One durable object that changed: ``deleted`` if it was removed (with what hangs off it)."""
+    section: str
+    key: Key
+    deleted: bool = False
+
+
+@dataclass(slots=True)
+class DefinitionChanges:
+    # change -> the entry to log for it, when the caller had it at hand (a binding), else None
+    pending: dict[Change, dict[str, Any] | None] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def changed(self, section: str, key: Key, entry: dict[str, Any] | None = None) -> None:
+        self._touch(Change(section, key), entry)
+
+    def deleted(self, section: str, key: Key) -> None:
+        self._touch(Change(section, key, deleted=True), None)
+
+    def _touch(self, change: Change, entry: dict[str, Any] | None) -> None:
+        pending = self.pending
+        pending.pop(change, None)  # to the end: the order of last changes
+        pending[change] = entry
+
+    def take(self) -> list[tuple[Change, dict[str, Any] | None]]:
+        taken = list(self.pending.items())
+        self.pending.clear()
+        return taken
