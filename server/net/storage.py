@@ -58,7 +58,8 @@ class Storage:
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
         self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
         # the durable definitions: loaded and compacted by the app at start, then written by the flusher
-        self.definitions = DefinitionsWriter(DefinitionsLog(data_dir), self.disk, sync=settings.fsync != "off")
+        self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.definitions_log_min_bytes),
+                                             self.disk, sync=settings.fsync != "off")
         self.flusher.definitions = self.definitions
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
