@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["SECTIONS", "DefinitionsModel", "entry_key"]
+__all__ = ["SECTIONS", "DefinitionsModel", "binding_entry", "binding_key", "entry_key"]
 
 # Section -> the fields that name one entry (RabbitMQ's definitions format, plus headrace's mirrors).
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -50,6 +50,19 @@ def entry_key(section: str, entry: Any) -> tuple[Any, ...]:
             value = json.dumps(value or {}, sort_keys=True, default=str)
         key.append(value)
     return tuple(key)
+
+
+def binding_key(vhost: str, source: str, destination_type: str, destination: str, routing_key: str,
+                arguments: dict[str, Any]) -> tuple[Any, ...]:
+    return (vhost, source, destination_type, destination, routing_key,
+            json.dumps(arguments or {}, sort_keys=True, default=str))
+
+
+def binding_entry(key: tuple[Any, ...]) -> dict[str, Any]:
+    """The entry a binding's key names: a binding is nothing but its key."""
+    vhost, source, destination_type, destination, routing_key, arguments = key
+    return {"source": source, "vhost": vhost, "destination": destination, "destination_type": destination_type,
+            "routing_key": routing_key, "arguments": json.loads(arguments)}
 
 
 class DefinitionsModel:

@@ -131,14 +131,16 @@ class App:
     # ------------------------------------------------------------------ connections
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:
         try:
-            peer = _socket_of(stream).getpeername()[:2]
+            sock = _socket_of(stream)
+            peer = sock.getpeername()[:2]
+            local = sock.getsockname()[:2]
         except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
-                                        headrace.__version__, after_batch=self.after_batch,
+                                        headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))

@@ -180,6 +180,9 @@ class Broker:
         self.observers.discard(session)
         if self.connections.pop(session.id, None) is not None:
             self.churn("connection_closed")
+            # a vhost's traffic counts its closed connections too, as RabbitMQ's vhost recv_oct
+            session.vhost.octets_closed[0] += session.io.recv_oct
+            session.vhost.octets_closed[1] += session.io.send_oct
 
     def churn(self, event: str) -> None:
         """Count an object's creation or end (RabbitMQ's churn_rates in the overview)."""
@@ -207,7 +210,7 @@ class Broker:
         if target is None:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
-        apply_policies(target, now)
+        apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return policy
@@ -217,7 +220,7 @@ class Broker:
             return False
         target = self.vhosts.get(vhost)
         if target is not None:
-            apply_policies(target, now)
+            apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return True

@@ -34,24 +34,23 @@ class Change:
 
 @dataclass(slots=True)
 class DefinitionChanges:
-    # change -> the entry to log for it, when the caller had it at hand (a binding), else None
-    pending: dict[Change, dict[str, Any] | None] = field(default_factory=dict)
+    pending: dict[Change, None] = field(default_factory=dict)  # an ordered set
 
     def __bool__(self) -> bool:
         return bool(self.pending)
 
-    def changed(self, section: str, key: Key, entry: dict[str, Any] | None = None) -> None:
-        self._touch(Change(section, key), entry)
+    def changed(self, section: str, key: Key) -> None:
+        self._touch(Change(section, key))
 
     def deleted(self, section: str, key: Key) -> None:
-        self._touch(Change(section, key, deleted=True), None)
+        self._touch(Change(section, key, deleted=True))
 
-    def _touch(self, change: Change, entry: dict[str, Any] | None) -> None:
+    def _touch(self, change: Change) -> None:
         pending = self.pending
         pending.pop(change, None)  # to the end: the order of last changes
-        pending[change] = entry
+        pending[change] = None
 
-    def take(self) -> list[tuple[Change, dict[str, Any] | None]]:
-        taken = list(self.pending.items())
+    def take(self) -> list[Change]:
+        taken = list(self.pending)
         self.pending.clear()
         return taken

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from headrace.exchanges import DestinationKind
+from headrace.persistence.definitions_model import binding_entry
 from headrace.server.auth import Permission, TopicPermission
 
 from .core import Broker
@@ -58,15 +59,17 @@ def export_definitions(broker: Broker, *, version: str = "0") -> dict[str, Any]:
             for section, entry in _mirror_entries(vhost, ename):
                 if entry is not None:
                     out[section].append(entry)
-        out["bindings"].extend(vhost.binding_entry(b) for b in vhost.bindings() if vhost._binding_durable(b))
+        out["bindings"].extend({"source": b.source, "vhost": vname, "destination": b.destination,
+                                "destination_type": b.kind.value, "routing_key": b.routing_key,
+                                "arguments": b.arguments_dict()} for b in vhost.bindings() if vhost._binding_durable(b))
     return out
 
 
-def change_records(broker: Broker, changes: list[tuple[Change, dict[str, Any] | None]]) -> list[dict[str, Any]]:
+def change_records(broker: Broker, changes: list[Change]) -> list[dict[str, Any]]:
     """The definitions log's records for ``changes`` (DefinitionChanges.take): each changed object's
     entry as it is now, or its deletion. O(changes), whatever the number of objects."""
     records: list[dict[str, Any]] = []
-    for change, entry in changes:
+    for change in changes:
         section, key = change.section, change.key
         if change.deleted:
             records.append({"op": "del", "section": section, "key": list(key)})
@@ -75,8 +78,8 @@ def change_records(broker: Broker, changes: list[tuple[Change, dict[str, Any] | 
             vhost = broker.vhosts.get(key[0])
             found = _mirror_entries(vhost, key[1]) if vhost is not None else \
                 [("mirrors", None), ("mirrors_disabled", None)]
-        elif section == "bindings":
-            found = [(section, entry)]
+        elif section == "bindings":  # bound (unbinding is a deletion)
+            found = [(section, binding_entry(key))]
         else:
             found = [(section, _LOOKUP[section](broker, *key))]
         for name, current in found:
@@ -240,7 +243,7 @@ def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
         vhost.set_mirror(_field(mirror, "exchange"), False)
     for vhost_name in touched:  # queues and exchanges that existed before the import
-        apply_policies(broker.vhosts[vhost_name], now)
+        apply_policies(broker.policies, broker.delivery, broker.vhosts[vhost_name], now)
 
 
 def import_settings(broker: Broker, doc: dict[str, Any]) -> None:

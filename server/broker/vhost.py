@@ -12,9 +12,10 @@ HTTP API maps the same exceptions to status codes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -25,19 +26,18 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
-from headrace.persistence.definitions_model import entry_key
-from headrace.queues import Queue, QueueArgumentError, QueueArgs
+from headrace.persistence.definitions_model import binding_key
+from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
 
 from . import errors
+from .definition_changes import DefinitionChanges
 from .delayed import DELAYED_TYPE, DelayedMessages
-from .policies import apply_exchange_policy, apply_queue_dedup, queue_args
+from .delivery import Delivery
+from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
 
-if TYPE_CHECKING:
-    from .core import Broker
-
-__all__ = ["PREDECLARED", "VHost"]
+__all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
 PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.direct", "direct"),
@@ -64,8 +64,27 @@ class PermissionChecker(Protocol):
     def check_permission(self, kind: str, name: str) -> None: ...
 
 
+class VHostOwner(Protocol):
+    """What a vhost needs of the broker that holds it (``core.Broker``). The vhost names this
+    protocol rather than importing the broker, which sits above it and creates it."""
+
+    delivery: Delivery
+    policies: PolicyStore
+    definitions: DefinitionChanges
+    stream_data_dir: Path | None
+    resident_max_messages: int
+    resident_max_bytes: int
+
+    def check_limit(self, kind: str, vhost: VHost) -> None: ...
+
+
+    def churn(self, event: str) -> None: ...
+
+    def backing_factory(self, vhost: str, queue: str) -> Callable[[], Backing] | None: ...
+
+
 class VHost:
-    def __init__(self, broker: Broker, name: str) -> None:
+    def __init__(self, broker: VHostOwner, name: str) -> None:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}
@@ -78,6 +97,13 @@ class VHost:
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages()
+        # the management API's per-vhost message_stats that no queue or exchange holds: publishes
+        # routed nowhere (counted by the delivery owner), returned to a mandatory publisher and
+        # confirmed (counted by the channels, per batch)
+        self.unroutable = 0
+        self.unroutable_returned = 0
+        self.confirmed = 0
+        self.octets_closed = [0, 0]  # bytes received and sent by its connections now closed
 
     # ------------------------------------------------------------------ exchanges
     def declare_exchange(
@@ -122,7 +148,8 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
-        apply_exchange_policy(self, exchange)  # its alternate and dedup keys, if a policy applies
+        # its alternate and dedup keys, if a policy applies
+        apply_exchange_policy(self.broker.policies, self.broker.delivery.dedup, self.name, exchange)
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -194,6 +221,7 @@ class VHost:
             self.check_exclusive(queue, owner)
             queue.touch(now)  # a declare renews the x-expires lease, as in RabbitMQ
             return queue
+        self.broker.churn("queue_declared")  # every active declare, new queue or not (RabbitMQ's churn)
         existing = self.queues.get(name) if name else None
         if existing is None and name.startswith("amq."):
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -251,7 +279,7 @@ class VHost:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
         self.queues[name] = queue
-        apply_queue_dedup(self, name, arguments, kind)
+        apply_queue_dedup(self.broker.policies, self.broker.delivery.dedup, self.name, name, arguments, kind)
         queue.touch(now)
         self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:
@@ -352,14 +380,9 @@ class VHost:
             dest = self.exchanges.get(b.destination)
         return bool(source is not None and source.durable and dest is not None and dest.durable)
 
-    def binding_entry(self, b: Binding) -> dict[str, Any]:
-        """The binding as the definitions document lists it."""
-        return {"source": b.source, "vhost": self.name, "destination": b.destination,
-                "destination_type": b.kind.value, "routing_key": b.routing_key, "arguments": b.arguments_dict()}
-
     def _binding_changed(self, b: Binding, *, bound: bool) -> None:
-        entry = self.binding_entry(b)
-        self.broker.definitions.changed("bindings", entry_key("bindings", entry), entry if bound else None)
+        key = binding_key(self.name, b.source, b.kind.value, b.destination, b.routing_key, b.arguments_dict())
+        (self.broker.definitions.changed if bound else self.broker.definitions.deleted)("bindings", key)
 
     def bindings(self) -> list[Binding]:
         out: list[Binding] = []

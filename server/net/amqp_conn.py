@@ -71,7 +71,8 @@ async def _synced(ticket: int) -> None:
 
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
-                 peer: tuple[str, int], version: str, after_batch: Callable[[], int] = _no_definitions,
+                 peer: tuple[str, int], version: str, *, local: tuple[str, int] = ("127.0.0.1", 0),
+                 after_batch: Callable[[], int] = _no_definitions,
                  on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
                  definitions_synced: Callable[[int], Awaitable[None]] = _synced) -> None:
         self.stream = stream
@@ -94,7 +95,8 @@ class AMQPConnectionHandler:
         )
         self._wake_event = trio.Event()
         self._woken = False
-        self.session = Session(broker, self.conn, peer=peer, loopback_users=settings.loopback_users,
+        self.session = Session(broker, self.conn, peer=peer, local=local,
+                               ssl=isinstance(stream, trio.SSLStream), loopback_users=settings.loopback_users,
                                max_unconfirmed=settings.max_unconfirmed_per_connection, wake=self.wake)
         self.cancel_scope: trio.CancelScope | None = None
         self._closed = trio.Event()
@@ -135,6 +137,9 @@ class AMQPConnectionHandler:
         data = await self.stream.receive_some(READ_SIZE)
         if not data:
             self._stop_reading = True
+        io = self.session.io
+        io.recv_oct += len(data)
+        io.recv_cnt += 1
         return data
 
     async def _discard_until_eof(self) -> None:
@@ -227,6 +232,9 @@ class AMQPConnectionHandler:
                 data = conn.data_to_send()
                 if data:
                     await send_all(data)
+                    io = session.io
+                    io.send_oct += len(data)
+                    io.send_cnt += 1
                     if not conn.bytes_pending:
                         session.on_drain(time.time())
                 if session.closed and not conn.bytes_pending:

@@ -15,7 +15,6 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -24,9 +23,7 @@ from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
-
-if TYPE_CHECKING:
-    from .gate import Gate
+from .gate import Gate
 
 __all__ = ["MirrorWriter"]
 

@@ -132,3 +132,38 @@ def test_memory_alarm_blocks_publishers_until_consumers_drain(broker_factory):
     assert wait_for(lambda: cch.basic_get("alarmed", auto_ack=True)[2] == b"after the alarm", consumer, 5)
     consumer.close()
     publisher.close()
+
+
+def test_dot_names_are_accepted_over_amqp_and_survive_a_restart(broker_factory):
+    """RabbitMQ 3.10 accepts queues and exchanges named ``.`` and ``..`` over AMQP (only URLs
+    cannot address them, so the HTTP API refuses to create them): they are ordinary names here too,
+    durable ones included."""
+    proc = broker_factory()
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for name in (".", ".."):
+        assert ch.queue_declare(name, durable=True).method.queue == name
+        ch.exchange_declare(name, "fanout", durable=True)
+    ch.queue_bind(".", "..")
+    ch.queue_bind("..", ".")
+    ch.basic_publish("..", "", b"to-dot", pika.BasicProperties(delivery_mode=2))
+    ch.basic_publish(".", "", b"to-dotdot", pika.BasicProperties(delivery_mode=2))
+    ch.basic_publish("", ".", b"default", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    listed = httpx.get(f"{proc.http_url}/api/queues/%2F", auth=("guest", "guest"), timeout=10).json()
+    assert {".", ".."} <= {q["name"] for q in listed}
+    assert proc.stop() == 0
+    proc = broker_factory(data_dir=proc.data_dir)
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    ch.exchange_declare(".", "fanout", passive=True)
+    ch.exchange_declare("..", "fanout", passive=True)
+    assert [ch.basic_get(".", auto_ack=True)[2] for _ in range(2)] == [b"to-dot", b"default"]
+    assert ch.basic_get("..", auto_ack=True)[2] == b"to-dotdot"
+    ch.basic_publish("..", "", b"after")  # the bindings are back
+    assert ch.basic_get(".", auto_ack=True)[2] == b"after"
+    for name in (".", ".."):
+        ch.queue_delete(name)
+        ch.exchange_delete(name)
+    conn.close()
