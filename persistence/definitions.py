@@ -50,7 +50,7 @@ class DefinitionsStore:
 
     def save(self, definitions: dict[str, Any]) -> int:
         """Replace the file atomically and durably (tmp, fsync, rename, fsync dir); returns its size."""
-        data = json.dumps(definitions, indent=1, sort_keys=True).encode()
+        data = json.dumps(definitions, indent=1, sort_keys=True, default=str).encode()
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

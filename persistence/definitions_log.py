@@ -48,7 +48,7 @@ COMPACT_MIN_BYTES = 1 << 20
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
-    payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+    payload = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str).encode()
     return RECORD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
