@@ -22,7 +22,7 @@ import trio
 from headrace.persistence import FsyncMode, MessageStore
 from headrace.persistence.dedup_journal import DedupJournal
 from headrace.persistence.definitions_log import DefinitionsLog
-from headrace.persistence.spill import SpillStore
+from headrace.persistence.spill_store import SpillStore
 from headrace.queues.backing import Backing
 from headrace.server.broker import Broker
 from headrace.server.broker.policies import trim_recovered
