@@ -22,12 +22,12 @@ from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
 from headrace.queues import Queue
 from headrace.queues.backing import Backing
-from headrace.server.amqp.errors import ChannelException, ConnectionException
-from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
+from . import limits as limit_rules
 from .definition_changes import DefinitionChanges
 from .delivery import Delivery
+from .limits import Limits
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
 from .policies import Policy, PolicyStore, apply_policies
@@ -46,15 +46,6 @@ class BrokerObserver(Protocol):
 
     def store_synced(self, ticket: int) -> None: ...
     def alarms_changed(self, alarms: frozenset[str]) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_queues_per_vhost: int = 100_000
-    max_exchanges_per_vhost: int = 100_000
-    max_connections: int = 10_000
-    max_connections_per_user: int | None = None
-    max_tx_bytes: int = 64 << 20  # uncommitted publishes one transactional channel may hold
 
 
 @dataclass(slots=True)
@@ -137,11 +128,6 @@ class Broker:
         self.definitions.deleted("vhosts", (name,))  # with its permissions, parameters, policies
         return True
 
-    @property
-    def permissions_generation(self) -> int:
-        """Bumped on every user, permission or vhost change."""
-        return self.users.generation
-
     def _permissions_changed(self) -> None:
         """A user or permission changed: open connections forget the decisions they cached, so a
         revoked permission applies to their next operation."""
@@ -162,16 +148,8 @@ class Broker:
     def register_connection(self, session: Any, user: Any) -> None:
         """An AMQP connection opened its vhost: listed, told about syncs and alarms. 530
         NOT_ALLOWED at the broker's or the user's connection limit."""
-        limits = self.limits
         connections = self.connections
-        if len(connections) >= limits.max_connections:
-            raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - connection limit ({limits.max_connections}) is reached", 10, 40)
-        per_user = limits.max_connections_per_user
-        if per_user is not None and sum(1 for s in connections.values() if s.user is user) >= per_user:
-            raise ConnectionException(
-                ReplyCode.NOT_ALLOWED,
-                f"NOT_ALLOWED - connection limit ({per_user}) for user '{user.name}' is reached", 10, 40)
+        limit_rules.check_connection(self.limits, connections.values(), len(connections), user)
         connections[session.id] = session
         self.observers.add(session)
         self.churn("connection_created")
@@ -228,43 +206,13 @@ class Broker:
     def check_limit(self, kind: str, vhost: VHost) -> None:
         if kind == "queues":
             self.churn("queue_created")
-        limit = self.parameters.vhost_limit(vhost.name, "max-queues") if kind == "queues" else None
-        if limit is not None and len(vhost.queues) >= limit:  # RabbitMQ's set_vhost_limits max-queues
-            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - cannot declare queue: queue limit in vhost "
-                                   f"'{vhost.name}' ({limit}) is reached")
-        if kind == "queues" and len(vhost.queues) >= self.limits.max_queues_per_vhost:
-            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - queue limit in vhost '{vhost.name}' "
-                                   f"({self.limits.max_queues_per_vhost}) is reached")
-        if kind == "exchanges" and len(vhost.exchanges) >= self.limits.max_exchanges_per_vhost:
-            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - exchange limit in vhost '{vhost.name}' "
-                                   f"({self.limits.max_exchanges_per_vhost}) is reached")
+        limit_rules.check_declare(self.limits, self.parameters, kind, vhost)
 
     def connection_refused(self, vhost: str, user: str) -> str | None:
-        """Why one more connection of ``user`` to ``vhost`` would pass a vhost or user limit
-        (RabbitMQ's max-connections), or None."""
-        limit = self.parameters.vhost_limit(vhost, "max-connections")
-        if limit is not None and sum(1 for s in self.connections.values() if s.vhost.name == vhost) >= limit:
-            return f"access to vhost '{vhost}' refused for user '{user}': connection limit ({limit}) is reached"
-        limit = self.parameters.user_limit(user, "max-connections")
-        if limit is not None and sum(1 for s in self.connections.values() if s.user.name == user) >= limit:
-            return f"Connection refused for user '{user}': user connection limit ({limit}) is reached"
-        return None
+        return limit_rules.connection_refused(self.parameters, self.connections.values(), vhost, user)
 
     def channel_refused(self, user: str, opening: Any) -> str | None:
-        """Why one more channel of ``user`` would pass their max-channels limit, or None; the
-        connection ``opening`` it may not be listed yet."""
-        limit = self.parameters.user_limit(user, "max-channels")
-        if limit is None:
-            return None
-        sessions = {id(s): s for s in self.connections.values() if s.user is not None and s.user.name == user}
-        sessions[id(opening)] = opening
-        if sum(len(s.channels) for s in sessions.values()) >= limit:
-            return (f"number of channels opened for user '{user}' has reached the maximum allowed user "
-                    f"limit ({limit})")
-        return None
+        return limit_rules.channel_refused(self.parameters, self.connections.values(), user, opening)
 
     # ------------------------------------------------------------------ messages and outboxes
     def next_message_id(self) -> int:
