@@ -120,7 +120,7 @@ class Exchange(ABC):
         queues = self._walk(self, keys, headers, lookup, visited)
         if queues or self.alternate is None:
             return RouteResult(tuple(queues))
-        alternate = self.alternate
+        alternate: str | None = self.alternate
         while alternate is not None and alternate not in visited:
             visited.add(alternate)
             ex = lookup(alternate)

@@ -215,7 +215,7 @@ class _Recovering(Sequence[RecoveredMessage]):
     def __len__(self) -> int:
         return len(self._mids)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             return [self._store._load(mid, self._slot) for mid in self._mids[index]]
         return self._store._load(self._mids[index], self._slot)

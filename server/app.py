@@ -31,7 +31,7 @@ from headrace.server.broker.definitions_io import change_records, export_definit
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
-from headrace.server.net.alarms import run_alarms
+from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.startup import DataDirLock, StartupError
@@ -67,6 +67,8 @@ class App:
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
+        self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
+                                  settings.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
         self.clock = Clock()
         self.admission = Admission(settings.max_unauthenticated)
@@ -141,7 +143,7 @@ class App:
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
-                                        definitions_synced=self.definitions_synced,
+                                        definitions_synced=self.definitions_synced, on_read=self.memory.read,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
@@ -165,8 +167,7 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
-            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,
-                            s.memory_calculation_strategy)
+            root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:

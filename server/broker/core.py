@@ -120,8 +120,8 @@ class Broker:
             vhost.delete_queue(queue_name)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
-        for key in [k for k in self.users.topic_permissions if k[1] == name]:
-            del self.users.topic_permissions[key]
+        for topic_key in [k for k in self.users.topic_permissions if k[1] == name]:
+            del self.users.topic_permissions[topic_key]
         self.parameters.vhost_deleted(name)
         self.policies.drop_vhost(name)
         self.users.changed()

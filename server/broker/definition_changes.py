@@ -19,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.exchanges import Binding
+from headrace.persistence.definitions_model import binding_key
+
 __all__ = ["Change", "DefinitionChanges"]
 
 Key = tuple[Any, ...]
@@ -44,6 +47,11 @@ class DefinitionChanges:
 
     def deleted(self, section: str, key: Key) -> None:
         self._touch(Change(section, key, deleted=True))
+
+    def binding(self, vhost: str, b: Binding, *, bound: bool) -> None:
+        """A durable binding was added or removed (unbinding deletes it from the log)."""
+        key = binding_key(vhost, b.source, b.kind.value, b.destination, b.routing_key, b.arguments_dict())
+        self._touch(Change("bindings", key, deleted=not bound))
 
     def _touch(self, change: Change) -> None:
         pending = self.pending

@@ -74,10 +74,13 @@ def change_records(broker: Broker, changes: list[Change]) -> list[dict[str, Any]
         if change.deleted:
             records.append({"op": "del", "section": section, "key": list(key)})
             continue
-        if section == "mirrors":
+        found: list[tuple[str, dict[str, Any] | None]]
+        if section in ("mirrors", "exchanges"):  # an exchange's entry comes with its mirror setting
             vhost = broker.vhosts.get(key[0])
             found = _mirror_entries(vhost, key[1]) if vhost is not None else \
                 [("mirrors", None), ("mirrors_disabled", None)]
+            if section == "exchanges":
+                found.insert(0, (section, _LOOKUP[section](broker, *key)))
         elif section == "bindings":  # bound (unbinding is a deletion)
             found = [(section, binding_entry(key))]
         else:

@@ -268,13 +268,13 @@ class Delivery:
         if queue.has_exclusive_consumer or (exclusive and queue.consumer_count):
             raise errors.access_refused(f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use")
 
-    def prepare_consumer(self, queue: Queue, consumer: Consumer, arguments: Mapping[str, Any] | None,
+    def prepare_consumer(self, queue: Queue, consumer: Consumer[Any], arguments: Mapping[str, Any] | None,
                          now: float) -> None:
         """Before basic.consume-ok: a stream refuses what RabbitMQ refuses, and places the cursor."""
         if type(queue) is StreamQueue:
             queue.attach(consumer, arguments or {}, now)
 
-    def add_consumer(self, vhost: VHostView, queue: Queue, consumer: Consumer, now: float) -> None:
+    def add_consumer(self, vhost: VHostView, queue: Queue, consumer: Consumer[Any], now: float) -> None:
         self.check_consumer_allowed(vhost, queue, consumer.exclusive)
         queue.add_consumer(consumer)
         queue.touch(now)

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -26,7 +26,6 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
-from headrace.persistence.definitions_model import binding_key
 from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
 
 from . import errors
@@ -36,6 +35,9 @@ from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
+
+if TYPE_CHECKING:
+    from headrace.server.auth import UserRegistry
 
 __all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
@@ -71,12 +73,12 @@ class VHostOwner(Protocol):
     delivery: Delivery
     policies: PolicyStore
     definitions: DefinitionChanges
+    users: UserRegistry  # topic permissions (topic_auth.py)
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
-
 
     def churn(self, event: str) -> None: ...
 
@@ -123,10 +125,11 @@ class VHost:
         arguments = dict(arguments or {})
         routing_type = type_
         if type_ == DELAYED_TYPE:
-            routing_type = arguments.get("x-delayed-type")
-            if not isinstance(routing_type, str) or routing_type == DELAYED_TYPE:
+            delayed_type = arguments.get("x-delayed-type")
+            if not isinstance(delayed_type, str) or delayed_type == DELAYED_TYPE:
                 raise errors.precondition_failed(
                     "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+            routing_type = delayed_type
         if existing is not None:
             current = DELAYED_TYPE if name in self.delayed_exchanges else existing.TYPE
             if current != type_:
@@ -159,8 +162,7 @@ class VHost:
         if type_ == DELAYED_TYPE:
             self.delayed_exchanges.add(name)
         if durable:
-            self.broker.definitions.changed("exchanges", (self.name, name))
-            self.broker.definitions.changed("mirrors", (self.name, name))
+            self.broker.definitions.changed("exchanges", (self.name, name))  # with its mirror setting
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -274,7 +276,7 @@ class VHost:
         )
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
-            queue: Queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
+            queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
         else:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
@@ -341,7 +343,7 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         if added and self._binding_durable(binding):
-            self._binding_changed(binding, bound=True)
+            self.broker.definitions.binding(self.name, binding, bound=True)
         return added
 
     def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
@@ -358,7 +360,7 @@ class VHost:
         removed = exchange.unbind(binding)
         if removed:
             if self._binding_durable(binding):
-                self._binding_changed(binding, bound=False)
+                self.broker.definitions.binding(self.name, binding, bound=False)
             self._maybe_auto_delete_exchange(exchange)
         return removed
 
@@ -379,10 +381,6 @@ class VHost:
         else:
             dest = self.exchanges.get(b.destination)
         return bool(source is not None and source.durable and dest is not None and dest.durable)
-
-    def _binding_changed(self, b: Binding, *, bound: bool) -> None:
-        key = binding_key(self.name, b.source, b.kind.value, b.destination, b.routing_key, b.arguments_dict())
-        (self.broker.definitions.changed if bound else self.broker.definitions.deleted)("bindings", key)
 
     def bindings(self) -> list[Binding]:
         out: list[Binding] = []

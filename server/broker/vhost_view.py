@@ -27,6 +27,7 @@ class VHostView(Protocol):
     mirrored: set[str]
     delayed_exchanges: set[str]
     delayed: DelayedMessages
+    unroutable: int  # publishes routed to no queue, counted by the delivery owner
 
     def delete_queue(self, name: str, *, owner: object | None = None, if_unused: bool = False,
                      if_empty: bool = False) -> int:

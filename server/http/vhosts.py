@@ -21,8 +21,8 @@ def vhost_counts(v: VHost) -> tuple[int, ...]:
     """The vhost's ``VHOST_STATS`` counts: its queues' counters, publishes into its exchanges, and
     what the channels and the delivery owner count per vhost (confirms, unroutable)."""
     sums = [0] * len(QUEUE_STATS)
-    for q in v.queues.values():
-        for i, count in enumerate(queue_counts(q.stats)):
+    for queue in v.queues.values():
+        for i, count in enumerate(queue_counts(queue.stats)):
             sums[i] += count
     q = dict(zip(QUEUE_STATS, sums, strict=True))
     published = sum(ex.published_in for ex in v.exchanges.values())

@@ -117,8 +117,8 @@ class MirrorWriter:
             return
         retention: dict[Key, Retention] = {}
         for key in groups:
-            vhost = broker.vhosts.get(key[0])
-            age, size = vhost.mirror_retention.get(key[1], (None, None)) if vhost else (None, None)
+            owner = broker.vhosts.get(key[0])
+            age, size = owner.mirror_retention.get(key[1], (None, None)) if owner else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
         fsync = self.settings.fsync != "off"
         failed: dict[Key, tuple[list[MirrorRecord], OSError]] = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict, deque
-from typing import Protocol
+from typing import Any, Protocol
 
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
@@ -71,7 +71,7 @@ class ChannelSession:
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
         self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
-        self.consumers: dict[str, tuple[Queue, Consumer]] = {}
+        self.consumers: dict[str, tuple[Queue, Consumer[Any]]] = {}
         self.prefetch_count = 0  # per new consumer (global=False, RabbitMQ's meaning)
         self.global_prefetch = 0  # shared by the channel (global=True)
         self.active = True  # channel.flow from the client
@@ -100,7 +100,7 @@ class ChannelSession:
             return False
         return True
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
         msg = entry.message
@@ -143,7 +143,7 @@ class ChannelSession:
             times.popleft()
         return times[0][1] if times else None
 
-    def consumer_cancelled(self, consumer: Consumer) -> None:
+    def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue went away under the consumer: tell clients that asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
@@ -181,7 +181,9 @@ class ChannelSession:
         if not ok:
             self.perms.check("write", exchange)
         if self.session.broker.users.topic_permissions:
-            check_topic_write(self.vhost, self.session.user.name, exchange, method.routing_key)
+            user = self.session.user
+            assert user is not None  # a channel opens only after connection.open
+            check_topic_write(self.vhost, user.name, exchange, method.routing_key)
         props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)

@@ -136,6 +136,7 @@ class Session(SessionState):
                 elif kind is ChannelOpened:
                     if self.vhost is None:
                         raise ConnectionException(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - connection not open")
+                    assert self.user is not None  # set with the vhost, at connection.open
                     refused = self.broker.channel_refused(self.user.name, self)  # the user's max-channels
                     if refused is not None:
                         raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 20, 10)
