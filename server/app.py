@@ -3,7 +3,7 @@ and shuts down gracefully (hypercorn's shape).
 
 Task tree::
 
-    serve                 root nursery: clock, flusher, mirror writer, pager
+    serve                 root nursery: clock, stream pump, flusher, mirror writer, pager
       conns               handler nursery for every connection (AMQP and HTTP)
         listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
 
@@ -36,6 +36,7 @@ from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
+from headrace.server.net.stream_pump import StreamPump
 
 __all__ = ["StartupError", "serve", "run"]
 
@@ -167,6 +168,7 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
+            root.start_soon(StreamPump().run, self.broker)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 
 from .parameters import RuntimeParameters
-
-if TYPE_CHECKING:
-    from .vhost import VHost
+from .vhost import VHost
 
 __all__ = ["Limits", "channel_refused", "check_connection", "check_declare", "connection_refused"]
 

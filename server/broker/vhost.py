@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -27,6 +27,7 @@ from headrace.exchanges import (
     make_exchange,
 )
 from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
+from headrace.server.auth import UserRegistry
 
 from . import errors
 from .definition_changes import DefinitionChanges
@@ -35,9 +36,6 @@ from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
-
-if TYPE_CHECKING:
-    from headrace.server.auth import UserRegistry
 
 __all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 

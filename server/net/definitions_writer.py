@@ -7,9 +7,10 @@ the batch's records (``add``) and gets a ticket; the connection that made the ch
 replies until ``synced`` reaches that ticket, so a declare-ok or an HTTP 201 means the change is
 on disk, and every connection's changes waiting at that moment share one fsync.
 
-A failed write (disk full) keeps the records, raises the disk alarm and is tried again with the
-next group; the waiting replies go out meanwhile, as a failed save did before the log existed:
-the broker keeps serving, and the change is written as soon as there is room.
+A failed write (disk full) keeps the records, raises the disk alarm (logged once per failure
+streak) and is tried again with the next group, which the flusher runs every 0.5 s while records
+wait, with or without traffic. The waiting replies go out meanwhile, as RabbitMQ answers a declare
+on a full disk: the broker keeps serving, and the change is written as soon as there is room.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class DefinitionsWriter:
             self.disk.write_failed("definitions")
         else:
             self.disk.wrote(self.log.bytes_written - before)
-            self.disk.write_ok("definitions")
+            if "definitions" in self.disk.failures:
+                log.warning("definitions saved")
+                self.disk.write_ok("definitions")
         self.synced = max(self.synced, ticket)
 
     async def wait_synced(self, ticket: int, gate: Gate) -> None:
