@@ -268,8 +268,8 @@ def test_mirror_log_on_a_full_disk_keeps_every_record_once(small_tmpfs, broker_f
 
 
 def test_durable_declares_on_a_full_disk_are_saved_once_there_is_room(small_tmpfs, broker_factory):
-    """Definitions that cannot be saved keep the disk alarm up and are saved again on a timer, not
-    only when some client sends something: with nobody connected, room coming back is enough for
+    """Definitions that cannot be written keep the disk alarm up and are written again on a timer,
+    not only when some client sends something: with nobody connected, room coming back is enough for
     the exchange, queue and binding declared on the full disk to survive a kill -9."""
     fs = small_tmpfs("8m")
     proc = broker_factory(data_dir=fs.path / "data", env=NO_LIMIT)
@@ -277,7 +277,9 @@ def test_durable_declares_on_a_full_disk_are_saved_once_there_is_room(small_tmpf
     ch = conn.channel()
     ch.queue_declare("before-full", durable=True)
     filler = fs.fill(leave=0)
-    ch.exchange_declare("made-full", "topic", durable=True)
+    # a change is one record appended to the definitions log, which a small one may find room for
+    # in the log's last page; this one needs new pages, and those after it wait behind it
+    ch.exchange_declare("made-full", "topic", durable=True, arguments={"x-note": "n" * 20_000})
     ch.queue_declare("made-full", durable=True)
     ch.queue_bind("made-full", "made-full", "k.#")
     with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
