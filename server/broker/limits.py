@@ -81,5 +81,5 @@ def channel_refused(parameters: RuntimeParameters, sessions: Iterable[Any], user
     mine = {id(s): s for s in sessions if s.user is not None and s.user.name == user}
     mine[id(opening)] = opening
     if sum(len(s.channels) for s in mine.values()) >= limit:
-        return f"number of channels opened for user '{user}' has reached the maximum allowed user limit ({limit})"
+        return f"number of channels opened for user '{user}' has reached the maximum allowed user limit of ({limit})"
     return None
