@@ -29,7 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .definitions import DefinitionsStore
+from .definitions import DefinitionsError, DefinitionsStore
 from .definitions_model import DefinitionsModel
 from .fsync import fsync_dir
 
@@ -91,7 +91,7 @@ class DefinitionsLog:
             return 0  # torn while being created: compaction at start writes it again
         magic, log_gen = HEADER.unpack_from(data)
         if magic != MAGIC:
-            raise ValueError(f"{self.path}: not a headrace definitions log")
+            raise DefinitionsError(f"{self.path}: not a headrace definitions log")
         if log_gen != generation:
             return 0  # older than the snapshot, which already holds its records
         pos, count = HEADER.size, 0
