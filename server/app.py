@@ -3,7 +3,7 @@ and shuts down gracefully (hypercorn's shape).
 
 Task tree::
 
-    serve                 root nursery: clock, flusher, mirror writer, pager
+    serve                 root nursery: clock, stream pump, flusher, mirror writer, pager
       conns               handler nursery for every connection (AMQP and HTTP)
         listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
 
@@ -32,15 +32,19 @@ from headrace.server.broker.definitions_io import export_definitions, import_def
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
-from headrace.server.net.alarms import run_alarms
+from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
+from headrace.server.net.stream_pump import StreamPump
 
 __all__ = ["StartupError", "serve", "run"]
 
 log = logging.getLogger("headrace")
+
+# How soon a definitions save that failed (disk full) is tried again when no batch comes first.
+DEFINITIONS_RETRY = 0.5
 
 
 class App:
@@ -68,6 +72,8 @@ class App:
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
+        self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
+                                  settings.memory_calculation_strategy)
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
@@ -99,12 +105,23 @@ class App:
         self._definitions_dirty = True
 
     def save_definitions(self) -> None:
+        """Disk full: keep serving, with the disk alarm up, and save again after the next batch or
+        within ``DEFINITIONS_RETRY`` seconds (the clock), whichever comes first, so a change made
+        on a full disk reaches it once there is room even if no client sends anything more."""
         self._definitions_dirty = False
+        disk = self.storage.disk
         try:
             self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
-        except OSError as exc:  # disk full: keep serving, save again after the next batch
-            log.error("definitions not saved: %s", exc)
+        except OSError as exc:
+            if "definitions" not in disk.failures:
+                log.error("definitions not saved: %s (tried again until there is room)", exc.strerror or exc)
             self._definitions_dirty = True
+            disk.write_failed("definitions")
+            self.clock.wake()  # to re-arm with the retry deadline
+            return
+        if "definitions" in disk.failures:
+            log.warning("definitions saved")
+            disk.write_ok("definitions")
 
     def after_batch(self) -> None:
         """Called by connection tasks after each batch: durable definition changes go to disk before
@@ -133,19 +150,25 @@ class App:
                           if (since := channel.oldest_unacked_since(now)) is not None), default=now)
             due = oldest + limit
             deadline = due if deadline is None else min(deadline, due)
+        if self._definitions_dirty:  # a save failed: ``_tick`` tries again
+            due = now + DEFINITIONS_RETRY
+            deadline = due if deadline is None else min(deadline, due)
         return deadline
 
     # ------------------------------------------------------------------ connections
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:
         try:
-            peer = _socket_of(stream).getpeername()[:2]
+            sock = _socket_of(stream)
+            peer = sock.getpeername()[:2]
+            local = sock.getsockname()[:2]
         except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
-                                        headrace.__version__, after_batch=self.after_batch,
+                                        headrace.__version__, local=local, after_batch=self.after_batch,
+                                        on_read=self.memory.read,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
@@ -169,8 +192,8 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
-            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,
-                            s.memory_calculation_strategy)
+            root.start_soon(StreamPump().run, self.broker)
+            root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:
