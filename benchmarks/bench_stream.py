@@ -289,7 +289,9 @@ def run_one(kind: str, args: argparse.Namespace) -> None:
                 print(f"[{kind}] event loop while 10 consumers read: longest task step {steps['step_max_ms']:.1f} ms "
                       f"CPU ({steps['step_max_task']}), longest turn {steps['turn_max_ms']:.1f} ms CPU, "
                       f"steps over 5/20/50 ms: {steps['steps_over_ms']['5']}/{steps['steps_over_ms']['20']}/"
-                      f"{steps['steps_over_ms']['50']} of {steps['steps']:,}", flush=True)
+                      f"{steps['steps_over_ms']['50']} of {steps['steps']:,}; without garbage collections the "
+                      f"longest step {steps['step_max_without_gc_ms']:.1f} ms, longest collection "
+                      f"{steps['gc_max_ms']:.1f} ms", flush=True)
         finally:
             server.stop()
 
