@@ -216,6 +216,8 @@ class App:
                 raise StartupError(f"cannot listen for {name.upper()} on {host}:{port}: "
                                    f"{exc.strerror or exc}") from None
             self.bound[name] = bound[name][0].socket.getsockname()[:2]
+            if name.startswith("amqp"):
+                _bound_buffers(bound[name], s.amqp_rcvbuf, s.amqp_mss)
         return bound
 
     def _start_listeners(self, bound: dict[str, list[trio.SocketListener]], listeners: trio.Nursery,
@@ -277,6 +279,23 @@ def _http_available() -> bool:
 
 def _tls(listeners: list[trio.SocketListener], ctx: ssl.SSLContext) -> list[trio.SSLListener[trio.SocketStream]]:
     return [trio.SSLListener(listener, ctx, https_compatible=False) for listener in listeners]
+
+
+def _bound_buffers(listeners: list[trio.SocketListener], rcvbuf: int, mss: int) -> None:
+    """Every accepted AMQP socket inherits the listener's receive buffer and segment bound, so the
+    window and MSS offered in the SYN-ACK are small from the start: what a publisher the broker
+    stopped reading has in flight (its send buffer, which Linux sizes from its congestion window
+    times the segment size, plus our receive buffer) stays at tens of KiB instead of MiBs
+    (ARCHITECTURE.md, "Backpressure")."""
+    for listener in listeners:
+        sock = listener.socket
+        try:
+            if rcvbuf:
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
+            if mss:
+                sock.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_MAXSEG, mss)
+        except OSError as exc:  # a platform without TCP_MAXSEG on listeners: autotuned buffers
+            log.warning("cannot bound the AMQP socket buffers (amqp_rcvbuf, amqp_mss): %s", exc)
 
 
 def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -35,6 +35,19 @@ class Settings(BaseSettings):
     http_enabled: bool = True
     # where the port actually bound is written (useful with port 0); empty = not written
     ports_file: Path | None = None
+
+    # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
+    # "Backpressure"), set on the AMQP listeners so they apply from the SYN-ACK on: the receive buffer
+    # of every accepted socket (bytes, the kernel doubles it; 0 = Linux autotuning, up to tcp_rmem's
+    # max, MiBs) and the largest segment a client may send (bytes; 0 = the route's, 64 KiB on
+    # loopback, which makes a client's send buffer autotune to MiBs). A larger amqp_rcvbuf only pays
+    # for long fat links (a window of 2 x 8 KiB is 16 MB/s at 1 ms of round trip).
+    amqp_rcvbuf: int = Field(8192, ge=0)
+    amqp_mss: int = Field(1448, ge=0, le=32767)
+    # a queue with consumers holds its publishers at this many ready messages and releases them once
+    # it is down to saturation_resume_ready (broker/saturation.py: SATURATED_READY, RESUME_READY)
+    saturation_ready: int = Field(500, ge=1)
+    saturation_resume_ready: int = Field(150, ge=0)
 
     data_dir: Path = Path("headrace-data")
 
@@ -124,6 +137,20 @@ class Settings(BaseSettings):
     # shutdown
     shutdown_grace: float = Field(5.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("amqp_mss")
+    @classmethod
+    def _mss_in_range(cls, v: int) -> int:
+        if 0 < v < 88:
+            raise ValueError("amqp_mss must be 0 (the route's) or at least 88 (the kernel's minimum segment)")
+        return v
+
+    @model_validator(mode="after")
+    def _resume_below_bound(self) -> Settings:
+        if self.saturation_resume_ready >= self.saturation_ready:
+            raise ValueError(f"saturation_resume_ready ({self.saturation_resume_ready}) must be below "
+                             f"saturation_ready ({self.saturation_ready})")
+        return self
 
     @field_validator("default_vhost")
     @classmethod

@@ -1,6 +1,7 @@
 """Delivery's share of the loop: a publisher outrunning the consumers of a queue stops being read
 once that queue is saturated (server/broker/saturation.py); a queue without consumers, or whose
-consumers stopped taking, never holds its publishers.
+consumers stopped taking, never holds its publishers. What a held publisher has in flight in TCP is
+bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py).
 
 The publisher is a raw socket that writes a whole burst of pipelined publishes at once (from a
 thread: ``sendall`` blocks while the broker does not read), so the only thing that can keep the
@@ -17,6 +18,7 @@ from e2e_support import raw_open, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_content, encode_method_frame
 from headrace.server.broker.saturation import SATURATED_READY
+from headrace.server.config import Settings
 
 BURST = 15_000
 FED_BURST = 7_000  # to a queue with a consumer: consumed whole by the test, so kept shorter
@@ -25,6 +27,10 @@ BODY = b"s" * 200  # ~265 bytes a publish: a 256 KiB read applies ~1000 of them 
 # (one read), plus one more read per publisher that was already being applied. Without the gate the
 # whole burst lands in well under the time a one-by-one acking consumer needs to take it.
 HELD_DEPTH = SATURATED_READY + 3_000
+# The same with pika publishers on sockets of the default receive buffer (8 KiB, 16 KiB once the
+# kernel doubled it: ~60 publishes of BODY a read): the bound, plus one read per publisher, plus
+# slack. With Linux's autotuned buffers a read of a held publisher brings up to 256 KiB (~1000).
+PIKA_HELD_DEPTH = SATURATED_READY + 400
 
 
 def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.Thread]:
@@ -44,6 +50,20 @@ def _depth(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) ->
     return ch.queue_declare(queue, passive=True).method.message_count
 
 
+def _consume_one_by_one(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, prefetch: int) -> list[int]:
+    """A consumer on ``ch`` that acks each delivery on its own (slower than a pipelined publisher);
+    the returned one-item list counts the deliveries."""
+    got = [0]
+
+    def on_message(channel, method, props, body) -> None:
+        got[0] += 1
+        channel.basic_ack(method.delivery_tag)
+
+    ch.basic_qos(prefetch_count=prefetch)
+    ch.basic_consume(queue, on_message)
+    return got
+
+
 def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) -> None:
     queue = unique("sat-backlog")
     ch.queue_declare(queue)
@@ -60,15 +80,7 @@ def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) 
 def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
     queue = unique("sat-fed")
     ch.queue_declare(queue)
-    ch.basic_qos(prefetch_count=20)  # acked one by one from this process: slower than the burst
-    got = 0
-
-    def on_message(channel, method, props, body) -> None:
-        nonlocal got
-        got += 1
-        channel.basic_ack(method.delivery_tag)
-
-    ch.basic_consume(queue, on_message)
+    got = _consume_one_by_one(ch, queue, 20)
     watcher = conn.channel()
     sock, thread = _burst(broker.amqp_port, queue, FED_BURST)
     peak = 0
@@ -76,7 +88,7 @@ def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
         def all_consumed() -> bool:
             nonlocal peak
             peak = max(peak, _depth(watcher, queue))
-            return got == FED_BURST
+            return got[0] == FED_BURST
 
         assert wait_until(all_consumed, conn, timeout=90), (got, peak)
         thread.join(10)
@@ -99,4 +111,58 @@ def test_stalled_consumer_does_not_hold_the_publisher(broker, conn, ch) -> None:
         assert not thread.is_alive()
     finally:
         sock.close()
+        ch.queue_delete(queue)
+
+
+def test_clients_are_offered_small_segments(broker) -> None:
+    """The listener's segment bound reaches the client in the SYN-ACK: its segments, and so the send
+    buffer Linux sizes from them, stay small even on loopback (64 KiB segments otherwise)."""
+    bound = Settings.model_fields["amqp_mss"].default
+    sock = raw_open(broker.amqp_port)
+    try:
+        assert 0 < sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) <= bound
+    finally:
+        sock.close()
+
+
+def _pika_publisher(url: str, queue: str, count: int, failures: list[BaseException]) -> None:
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        for _ in range(count):
+            ch.basic_publish("", queue, BODY)  # blocks while the broker does not read us
+        conn.close()
+    except BaseException as exc:  # reported by the test thread
+        failures.append(exc)
+
+
+def test_pika_publishers_held_by_a_saturated_queue_stay_bounded_and_resume(broker, conn, ch) -> None:
+    """Two pika publishers at full speed into a queue one pika consumer takes one ack at a time:
+    the queue reaches the bound, never goes far past it (each read of a held publisher is one small
+    receive window), and the publishers are read again until every message got through."""
+    queue = unique("sat-pika")
+    per = 4_000
+    ch.queue_declare(queue)
+    got = _consume_one_by_one(ch, queue, 10)
+    watcher = conn.channel()
+    failures: list[BaseException] = []
+    threads = [threading.Thread(target=_pika_publisher, args=(broker.url, queue, per, failures), daemon=True)
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    peak = 0
+    try:
+        def all_consumed() -> bool:
+            nonlocal peak
+            peak = max(peak, _depth(watcher, queue))
+            return got[0] == 2 * per or bool(failures)
+
+        assert wait_until(all_consumed, conn, timeout=120), (got, peak)
+        assert not failures, failures
+        for thread in threads:
+            thread.join(10)
+            assert not thread.is_alive()
+        assert got[0] == 2 * per
+        assert SATURATED_READY <= peak <= PIKA_HELD_DEPTH, peak
+    finally:
         ch.queue_delete(queue)
