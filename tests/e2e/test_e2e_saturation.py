@@ -41,6 +41,9 @@ def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.
     one = (encode_method_frame(1, m.BasicPublish(exchange="", routing_key=queue))
            + encode_content(1, 60, b"\x00\x00", BODY, 131072))
     data = one * count
+    # sendall's timeout bounds the whole burst, and a held publisher now waits for the consumers
+    # instead of having its burst swallowed by MiBs of socket buffers
+    sock.settimeout(120)
     thread = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
     thread.start()
     return sock, thread
