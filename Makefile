@@ -28,14 +28,18 @@ $(VENV)/.spark: pyproject.toml $(VENV)/.core
 run: $(VENV)/.core
 	$(VENV)/bin/headrace serve
 
-# import-linter reads the package tree from one directory, so it checks a copy laid out the way the
-# wheel is (headrace/<folder>); the editable install maps the folders instead.
+# import-linter and mypy read the package tree from one directory, so they check a copy laid out the
+# way the wheel is (headrace/<folder>); the editable install maps the folders instead.
 LINT_TREE := build/lint
 lint: $(VENV)/.dev
 	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/headrace
 	cp -r headrace/. $(LINT_TREE)/headrace/
 	for d in exchanges queues server persistence cli spark_bridge; do cp -r $$d $(LINT_TREE)/headrace/$$d; done
 	cd $(LINT_TREE) && PYTHONPATH=. ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
+	cd $(LINT_TREE) && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml --cache-dir ../mypy-cache -p headrace
+	@# a type an annotation needs is imported plainly (ARCHITECTURE.md, "Layers"): an import under
+	@# TYPE_CHECKING would hide a dependency the contracts above are there to see
+	@! grep -rn --include='*.py' 'TYPE_CHECKING' $(LINT_TREE)/headrace || (echo "import it plainly instead (ARCHITECTURE.md, Layers)"; false)
 
 # the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
 NODE_DIR := tests/node

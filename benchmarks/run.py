@@ -86,12 +86,14 @@ def free_port_pair(low: int = 25000, high: int = 40000) -> int:
 class RabbitMQ:
     name = "rabbitmq"
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, plugins: str = "[].", config: str = "") -> None:
+        """``plugins``: the enabled_plugins term; ``config``: rabbitmq.conf lines (none by default)."""
         self.port = free_port_pair()
         base = tmp / "rabbitmq"
         (base / "mnesia").mkdir(parents=True)
         (base / "log").mkdir()
-        (base / "enabled_plugins").write_text("[].\n")
+        (base / "enabled_plugins").write_text(plugins + "\n")
+        (base / "rabbitmq.conf").write_text(config)
         if os.geteuid() == 0:  # Debian's rabbitmq-server drops to the rabbitmq user
             os.chmod(tmp, 0o755)
             for path in [base, *base.rglob("*")]:
@@ -100,7 +102,7 @@ class RabbitMQ:
                "RABBITMQ_MNESIA_BASE": str(base / "mnesia"), "RABBITMQ_LOG_BASE": str(base / "log"),
                "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
                "RABBITMQ_FEATURE_FLAGS_FILE": str(base / "feature_flags"),
-               "HOME": str(base)}
+               "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"), "HOME": str(base)}
         self.proc = subprocess.Popen(["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         wait_port(self.port, 90)

@@ -14,14 +14,13 @@ import click
 from .admin_commands import connections, definitions, mirror, permissions, user, vhost
 from .client import Client, add_connection_options, fail, pass_client
 from .message_commands import consume, get, publish
+from .policy_commands import policy
 from .topology_commands import bind, exchange, overview, queue, unbind
 
 __all__ = ["Client", "fail", "pass_client", "register"]
 
 
 def register(cli: click.Group) -> None:
-    from .policy_commands import policy
-
     for command in (overview, exchange, queue, bind, unbind, publish, get, consume, definitions, connections, user,
                     vhost, permissions, mirror, policy):
         add_connection_options(command)

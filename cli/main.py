@@ -3,7 +3,6 @@ over its HTTP API (see ``commands``) or run Spark jobs (``spark_commands``, opti
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -73,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -9,10 +9,9 @@ replay target exchange on the broker), each failure one line and exit code 1, be
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -167,8 +166,11 @@ def _source(data_dir: str, exchange: str | None, stream: str | None) -> tuple[st
     return (data_dir, exchange) if stream is None else (str(Path(data_dir) / "streams"), stream)  # type: ignore[return-value]
 
 
-def _with(options: list[Any]) -> Any:
-    def decorate(f: Any) -> Any:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _with(options: list[Any]) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
         for option in reversed(options):
             f = option(f)
         return f

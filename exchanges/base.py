@@ -59,6 +59,10 @@ class Exchange(ABC):
         self._exchange_destinations = 0  # bindings to exchanges: route() only walks when > 0
         self.cache_hits = 0
         self.cache_misses = 0
+        # the management API's publish_in / publish_out: messages published to this exchange, and
+        # the copies of them it routed into queues (counted by the broker's delivery owner)
+        self.published_in = 0
+        self.published_out = 0
 
     # ------------------------------------------------------------------ bindings
     def bind(self, b: Binding) -> bool:
@@ -116,7 +120,7 @@ class Exchange(ABC):
         queues = self._walk(self, keys, headers, lookup, visited)
         if queues or self.alternate is None:
             return RouteResult(tuple(queues))
-        alternate = self.alternate
+        alternate: str | None = self.alternate
         while alternate is not None and alternate not in visited:
             visited.add(alternate)
             ex = lookup(alternate)

@@ -38,7 +38,7 @@ class DirectExchange(Exchange):
                 del self._routes[b.routing_key]
 
     def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
-        return self._routes.get(routing_key, ())  # type: ignore[return-value]
+        return self._routes.get(routing_key, ())
 
 
 class FanoutExchange(Exchange):
@@ -61,7 +61,7 @@ class FanoutExchange(Exchange):
             self._dests.pop(key, None)
 
     def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
-        return self._dests  # type: ignore[return-value]
+        return self._dests
 
 
 class DefaultExchange(DirectExchange):

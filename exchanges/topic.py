@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, cast
 
 from .base import Destination, Exchange
 from .binding import Binding
@@ -49,7 +49,8 @@ class TopicExchange(Exchange):
             self.cache_hits += 1
             return cached
         self.cache_misses += 1
-        found = tuple(self._trie.match(routing_key))  # type: ignore[arg-type]
+        # the trie holds what ``_add`` put in: destinations
+        found = cast(tuple[Destination, ...], tuple(self._trie.match(routing_key)))
         if len(self._cache) >= ROUTE_CACHE_MAX:
             self._cache.clear()
         self._cache[routing_key] = found

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from .fsync import FsyncMode, fsync_dir
 from .segments import WRITE_BUFFER_BYTES, SegmentWriter
 from .store_compaction import LIVE_RATIO_LOW, MAX_REWRITES_PER_CALL, StoreCompaction
 from .store_index import (
+    DEAD,
+    MULTI,
     REC_ACK,
     REC_DELAY,
     REC_DELIVER,
@@ -49,12 +52,8 @@ from .store_index import (
     REC_PUBLISH,
     REC_PURGE,
     REC_UNDELAY,
-    SEG,
-    SIZE,
-    Entry,
     Segment,
     StoreNotOpenError,
-    find_queue,
 )
 from .store_ops import (
     Ack,
@@ -63,7 +62,6 @@ from .store_ops import (
     DropQueue,
     Publish,
     PurgeQueue,
-    QKey,
     StoreOp,
     Undelay,
     delay_parts,
@@ -106,12 +104,8 @@ class MessageStore(StoreRecovery, StoreCompaction):
         self._segments: dict[int, Segment] = {}  # in log order (insertion order)
         self._writer: SegmentWriter | None = None
         self._current: Segment | None = None
-        self._live: dict[int, Entry] = {}
-        self._delayed: dict[int, list[int]] = {}  # id -> [segment seq, record bytes]
-        self._queue_live: dict[QKey, int] = {}  # live messages per queue
-        self._qkeys: dict[QKey, QKey] = {}  # one shared key object per queue, for the index
+        self._init_index()  # the live index: store_index.py
         self._disk_bytes = 0
-        self._live_bytes = 0
         self._dir_dirty = False  # a segment was created since the last directory sync
         # the last write error while records are still pending (disk full): None once written
         self.failing: OSError | None = None
@@ -200,11 +194,13 @@ class MessageStore(StoreRecovery, StoreCompaction):
         if self._writer is not None:
             self._flush_writer()
 
-    def _append(self, kind: int, parts: Sequence[bytes]) -> tuple[Segment, int]:
+    def _append(self, kind: int, parts: Sequence[bytes]) -> tuple[Segment, int, int]:
+        """(segment, offset, bytes) of the record appended."""
         w = self._writer
         assert w is not None and self._current is not None
         if w.size >= self._max and self.failing is None:
             w = self._roll()
+        off = w.size
         n = w.append(kind, parts)
         if w.pending >= WRITE_BUFFER_BYTES and self.failing is None:
             try:
@@ -214,7 +210,7 @@ class MessageStore(StoreRecovery, StoreCompaction):
         seg = self._current
         seg.size += n
         self._disk_bytes += n
-        return seg, n
+        return seg, off, n
 
     def _roll(self) -> SegmentWriter:
         """The next segment; on a write error the current one grows on (its size limit is soft)
@@ -245,76 +241,95 @@ class MessageStore(StoreRecovery, StoreCompaction):
     # -- op handlers: write the record only if it changes something, then update the index -----
 
     def _on_publish(self, op: Publish) -> None:
-        if not op.queues:
+        queues = op.queues
+        if not queues:
             return
-        seg, n = self._append(REC_PUBLISH, publish_parts(
-            op.message_id, op.timestamp_ms, op.vhost, op.queues, None, op.exchange,
+        seg, off, n = self._append(REC_PUBLISH, publish_parts(
+            op.message_id, op.timestamp_ms, op.vhost, queues, None, op.exchange,
             op.routing_key, op.props_raw, op.body))
         vhost = op.vhost
-        if len(op.queues) == 1:
-            # built whole: ``+=`` over-allocates the list (120 bytes instead of 88 per message)
-            entry: Entry = [seg.seq, n, self._qkey((vhost, op.queues[0])), 0]
+        if len(queues) == 1:
+            self._put(op.message_id, seg.seq, off, n, self._slot((vhost, queues[0])), 0)
         else:
-            entry = [seg.seq, n]
             # Recovery keeps each queue once, so the index does too.
-            for name in dict.fromkeys(op.queues):
-                entry += (self._qkey((vhost, name)), 0)
-        old = self._live.get(op.message_id)
-        if old is not None:
-            self._forget(op.message_id, old)
-        self._live[op.message_id] = entry
-        self._count_live(seg, n)
+            self._put_held(op.message_id, seg.seq, off, n,
+                           {self._slot((vhost, name)): 0 for name in dict.fromkeys(queues)})
 
     def _on_ack(self, op: Ack) -> None:
-        entry = self._live.get(op.message_id)
-        if entry is None:
+        # ``_holds`` and ``_remove_queue`` inlined for the one-queue message: acks are the other
+        # half of every persistent message's work
+        mid = op.message_id
+        slot = self._slots.get((op.vhost, op.queue))
+        if slot is None:
             return
-        i = find_queue(entry, (op.vhost, op.queue))
-        if i < 0:
+        k = bisect_right(self._firsts, mid) - 1
+        if k < 0:
             return
-        self._append(REC_ACK, ref_parts(op.message_id, op.vhost, op.queue))
-        self._remove_queue(op.message_id, entry, i)
+        c = self._chunks[k]
+        ids = c.ids
+        i = mid - ids[0]  # as in ``_find``
+        if not (0 <= i < len(ids) and ids[i] == mid):
+            i = bisect_left(ids, mid)
+            if i == len(ids) or ids[i] != mid:
+                return
+        q = c.q[i]
+        if q != slot and (q != MULTI or slot not in self._multi[mid]):
+            return  # DEAD, or another queue's
+        self._append(REC_ACK, ref_parts(mid, op.vhost, op.queue))
+        if q == MULTI:
+            self._remove_queue(mid, c, i, slot)
+            return
+        size = c.size[i]
+        seg = self._segments[c.seg[i]]
+        seg.live_count -= 1
+        seg.live_bytes -= size
+        self._live_bytes -= size
+        c.q[i] = DEAD
+        c.live -= 1
+        self._entries -= 1
+        if c.live * 4 < len(ids):
+            self._tidy(c)
+        left = self._slot_live[slot] - 1
+        if left:
+            self._slot_live[slot] = left
+        else:
+            self._release(slot)
 
     def _on_deliver(self, op: Deliver) -> None:
-        entry = self._live.get(op.message_id)
-        if entry is None:
+        slot = self._slots.get((op.vhost, op.queue))
+        if slot is None:
             return
-        i = find_queue(entry, (op.vhost, op.queue))
-        if i < 0:
+        loc = self._holds(op.message_id, slot)
+        if loc is None:
             return
         self._append(REC_DELIVER, ref_parts(op.message_id, op.vhost, op.queue))
-        entry[i + 1] += 1
+        self._count_delivery(op.message_id, loc[0], loc[1], slot)
 
     def _on_drop_queue(self, op: DropQueue) -> None:
         key = (op.vhost, op.queue)
-        if key not in self._queue_live:
+        if key not in self._slots:
             return
         self._append(REC_DROP_QUEUE, queue_parts(op.vhost, op.queue))
         self._kill_queue(key, frozenset())
 
     def _on_purge(self, op: PurgeQueue) -> None:
         key = (op.vhost, op.queue)
-        live = self._queue_live.get(key, 0)
-        if live == 0 or live <= len(op.keep) and all(
-                find_queue(self._live.get(mid, ()), key) >= 0 for mid in op.keep):
+        slot = self._slots.get(key)
+        if slot is None or self._slot_live[slot] <= len(op.keep) and all(
+                self._holds(mid, slot) is not None for mid in op.keep):
             return  # nothing but kept messages: the record would change nothing
         self._append(REC_PURGE, purge_parts(op))
         self._kill_queue(key, frozenset(op.keep))
 
     def _on_delay(self, op: Delay) -> None:
-        seg, n = self._append(REC_DELAY, delay_parts(op))
-        old = self._delayed.pop(op.message_id, None)
-        if old is not None:
-            self._uncount_live(self._segments[old[SEG]], old[SIZE])
-        self._delayed[op.message_id] = [seg.seq, n]
-        self._count_live(seg, n)
+        seg, _, n = self._append(REC_DELAY, delay_parts(op))
+        self._index_delay(op.message_id, seg.seq, n)
 
     def _on_undelay(self, op: Undelay) -> None:
-        old = self._delayed.pop(op.message_id, None)
-        if old is None:
+        if op.message_id not in self._delayed:
             return
         self._append(REC_UNDELAY, undelay_parts(op.message_id))
-        self._uncount_live(self._segments[old[SEG]], old[SIZE])
+        self._index_undelay(op.message_id)
 
     # -- figures and shutdown -------------------------------------------------------------------
 

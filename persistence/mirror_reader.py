@@ -161,9 +161,9 @@ class SpanScan:
     ``bounds`` holds, per record, the positions of its frame, routing key, meta, properties and
     body (five int32), then one closing position; the i-th field of record r is
     ``data[bounds[5r + i]:bounds[5r + i + 1]]``."""
-    offsets: array  # int64 per record
-    timestamps: array  # int64 ms per record
-    bounds: array  # int32, 5 per record + 1
+    offsets: array[int]  # int64 per record
+    timestamps: array[int]  # int64 ms per record
+    bounds: array[int]  # int32, 5 per record + 1
     has_meta: bool
     end: int  # where the scan stopped: the next record, or the torn/corrupt tail
     torn: bool  # stopped at a torn or corrupt record (nothing after it is readable)

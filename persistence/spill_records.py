@@ -79,13 +79,13 @@ def _decode(buf: bytes, start: int, end: int) -> QueueEntry:
                       expires_at if flags & _HAS_EXPIRES_AT else None)
 
 
-def _body_size(buf: bytes, start: int, end: int) -> int:
+def _body_size(buf: bytes | bytearray, start: int, end: int) -> int:
     """Body bytes of the record in ``buf[start:end]`` per its fields, clamped to the record."""
     size = end - start - _ENTRY.size
     if size < 0:
         return 0
     *_, n_ex, n_rk, n_props = _ENTRY.unpack_from(buf, start)
-    return max(0, min(size - n_ex - n_rk - n_props, size))
+    return max(0, min(size - int(n_ex) - int(n_rk) - int(n_props), size))
 
 
 def count_records(buf: bytes | bytearray) -> tuple[int, int]:

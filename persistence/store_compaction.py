@@ -11,7 +11,7 @@ import os
 
 from .fsync import FsyncMode, fsync_dir
 from .records import iter_file_records
-from .store_index import FIRST_Q, REC_DELAY, REC_PUBLISH, SEG, SIZE, Segment, StoreIndex
+from .store_index import REC_DELAY, REC_PUBLISH, SEG, SIZE, Segment, StoreIndex
 from .store_ops import Kind, decode_publish, message_id_of, publish_parts
 
 __all__ = ["LIVE_RATIO_LOW", "MAX_REWRITES_PER_CALL", "StoreCompaction"]
@@ -60,26 +60,33 @@ class StoreCompaction(StoreIndex):
     def _rewrite_forward(self, head: Segment) -> int:
         """Copy the head's live records to the current segment and make the copies durable."""
         copied = 0
+        keys = self._keys
         for rec in iter_file_records(head.path):
             if rec.kind == Kind.PUBLISH:
-                entry = self._live.get(message_id_of(rec.payload))
-                if entry is None or entry[SEG] != head.seq:
+                mid = message_id_of(rec.payload)
+                loc = self._find(mid)
+                if loc is None:
                     continue
+                c, i = loc
+                if c.seg[i] != head.seq or c.off[i] != rec.offset:
+                    continue  # an older copy
                 pub = decode_publish(rec.payload)
-                names = [entry[i][1] for i in range(FIRST_Q, len(entry), 2)]
-                counts = [entry[i + 1] for i in range(FIRST_Q, len(entry), 2)]
-                seg, n = self._append(REC_PUBLISH, publish_parts(
-                    pub.mid, pub.ts, pub.vhost, names, counts, pub.exchange, pub.routing_key,
-                    pub.props, pub.body))
+                held = self._queues_of(mid, c, i)
+                names = [keys[slot][1] for slot in held]  # type: ignore[index]
+                seg, off, n = self._append(REC_PUBLISH, publish_parts(
+                    pub.mid, pub.ts, pub.vhost, names, list(held.values()), pub.exchange,
+                    pub.routing_key, pub.props, pub.body))
+                self._uncount_live(head, c.size[i])
+                c.seg[i], c.off[i], c.size[i] = seg.seq, off, n
             elif rec.kind == Kind.DELAY:
                 entry = self._delayed.get(message_id_of(rec.payload))
                 if entry is None or entry[SEG] != head.seq:
                     continue
-                seg, n = self._append(REC_DELAY, (rec.payload,))
+                seg, _, n = self._append(REC_DELAY, (rec.payload,))
+                self._uncount_live(head, entry[SIZE])
+                entry[SEG], entry[SIZE] = seg.seq, n
             else:
                 continue
-            self._uncount_live(head, entry[SIZE])
-            entry[SEG], entry[SIZE] = seg.seq, n
             self._count_live(seg, n)
             copied += n
         self.sync()

@@ -1,14 +1,40 @@
-"""The message store's live index: which segment holds each live message, and for which queues.
+"""The message store's live index: where each live message's latest record is, and for which queues.
 
 Owner: ``MessageStore`` (``message_store.py``) through this base class; the index is only changed by
-its op handlers, recovery (``store_recovery.py``) and compaction (``store_compaction.py``). The
-bookkeeping here keeps the per-segment and per-queue live counts that compaction decides on.
+its op handlers, recovery (``store_recovery.py``, which replays the log through the same methods)
+and compaction (``store_compaction.py``, which moves entries). The bookkeeping here keeps the
+per-segment and per-queue live counts that compaction decides on.
+
+Layout (why: a persistent backlog of ten million messages must fit in a few hundred MB, so there is
+no Python object per message). Entries live in ``_Chunk``s: parallel typed arrays, one slot per
+message, sorted by message id, about 29 bytes a message in all:
+
+- ``ids`` (u64), ``seg`` (u32, segment seq), ``off`` (u32, record offset in its segment),
+  ``size`` (u32, record bytes), ``q`` (u32, the queue's slot number, ``DEAD`` or ``MULTI``),
+  ``cnt`` (u32, delivery count).
+- A queue is a small slot number (``_slots`` / ``_keys``), so a key costs nothing per message.
+- A message held by two or more queues has ``q == MULTI`` and its queues and counts in ``_multi``
+  (id -> {slot: count}); fanout of one persistent message to several durable queues is the rare
+  case, and a message falls back to a plain slot as soon as one queue is left.
+- ``_firsts[k]`` is the lowest id chunk ``k`` may hold: chunk ``k`` holds ids in
+  ``[_firsts[k], _firsts[k+1])``, so a lookup is two C bisects. Ids grow with publish order, so
+  publishing appends to the last chunk; an older id (a compaction copy replayed at recovery, a
+  transaction committed late) is inserted in place, and a chunk over ``2 * CHUNK`` is split.
+- An acked message is marked ``DEAD`` in place. A chunk with no live entry is dropped; one under a
+  quarter live is rewritten with its live entries only and merged with a small neighbour, so dead
+  slots never cost more than about three times the live ones, and usually nothing: a drained backlog
+  frees whole chunks.
+
+Delayed messages (x-delay) keep a dict entry each (``_delayed``): they are few and short-lived.
 """
 
 from __future__ import annotations
 
 import mmap
+from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +43,7 @@ from .segments import SegmentWriter
 from .store_ops import Kind, QKey
 
 __all__ = [
-    "FIRST_Q", "SEG", "SIZE", "Entry", "Segment", "StoreIndex", "StoreNotOpenError", "find_queue",
+    "CHUNK", "DEAD", "MULTI", "SEG", "SIZE", "Segment", "StoreIndex", "StoreNotOpenError",
 ]
 
 
@@ -39,18 +65,46 @@ REC_PUBLISH, REC_ACK, REC_DELIVER = int(Kind.PUBLISH), int(Kind.ACK), int(Kind.D
 REC_DROP_QUEUE, REC_DELAY, REC_UNDELAY = int(Kind.DROP_QUEUE), int(Kind.DELAY), int(Kind.UNDELAY)
 REC_PURGE = int(Kind.PURGE)
 
-# Index entry of a live message, a flat list to keep per-message memory small (one list instead of
-# an object plus a dict): [segment seq, record bytes, qkey0, count0, qkey1, count1, ...].
-Entry = list[Any]
-SEG, SIZE, FIRST_Q = 0, 1, 2
+# Entries a chunk takes by appending before a new one starts; inserts may grow it to twice that.
+CHUNK = 4096
+DEAD = 0  # ``q`` of an entry no queue holds any more (slot 0 is never a queue)
+MULTI = 0xFFFFFFFF  # ``q`` of an entry held by several queues: see ``_multi``
+# A delayed message's index entry: [segment seq, record bytes].
+SEG, SIZE = 0, 1
+_FIELDS = (("ids", "Q"), ("seg", "I"), ("off", "I"), ("size", "I"), ("q", "I"), ("cnt", "I"))
+assert array("I").itemsize == 4 and array("Q").itemsize == 8
 
 
-def find_queue(entry: Entry, key: QKey) -> int:
-    """Position of ``key`` in an index entry, or -1 (ints in the entry never equal a tuple)."""
-    try:
-        return entry.index(key, FIRST_Q)
-    except ValueError:
-        return -1
+class _Chunk:
+    """Entries of a run of message ids, sorted by id (see the module docstring)."""
+
+    __slots__ = ("cnt", "ids", "live", "off", "q", "seg", "size")
+
+    def __init__(self) -> None:
+        self.ids = array("Q")
+        self.seg = array("I")
+        self.off = array("I")
+        self.size = array("I")
+        self.q = array("I")
+        self.cnt = array("I")
+        self.live = 0  # entries whose q is not DEAD
+
+    def keep_live(self) -> None:
+        """Rewrite the arrays with the live entries only."""
+        dead = len(self.ids) - self.live
+        if not self.q[dead:].count(DEAD):
+            # the live entries are the tail (a queue drained in order): slices, no ints made
+            for name, _ in _FIELDS:
+                setattr(self, name, getattr(self, name)[dead:])
+            return
+        mask = self.q
+        for name, code in _FIELDS:
+            setattr(self, name, array(code, compress(getattr(self, name), mask)))
+
+    def take_tail(self, other: _Chunk) -> None:
+        for name, _ in _FIELDS:
+            getattr(self, name).extend(getattr(other, name))
+        self.live += other.live
 
 
 class StoreIndex:
@@ -62,10 +116,15 @@ class StoreIndex:
     _segments: dict[int, Segment]  # in log order (insertion order)
     _writer: SegmentWriter | None
     _current: Segment | None
-    _live: dict[int, Entry]
+    _chunks: list[_Chunk]
+    _firsts: list[int]  # lowest id each chunk may hold
+    _multi: dict[int, dict[int, int]]  # id -> {queue slot: delivery count}, 2+ queues
+    _entries: int  # live messages in the chunks
+    _slots: dict[QKey, int]  # queue -> slot, for queues holding live messages
+    _keys: list[QKey | None]  # slot -> queue (None: free)
+    _slot_live: list[int]  # slot -> live messages
+    _free_slots: list[int]
     _delayed: dict[int, list[int]]  # id -> [segment seq, record bytes]
-    _queue_live: dict[QKey, int]  # live messages per queue
-    _qkeys: dict[QKey, QKey]  # one shared key object per queue, for the index
     _disk_bytes: int
     _live_bytes: int
     _dir_dirty: bool
@@ -73,8 +132,20 @@ class StoreIndex:
     _recovered: bool
     _maps: dict[int, mmap.mmap]
 
+    def _init_index(self) -> None:
+        self._chunks = []
+        self._firsts = []
+        self._multi = {}
+        self._entries = 0
+        self._slots = {}
+        self._keys = [None]  # slot 0 is DEAD
+        self._slot_live = [0]
+        self._free_slots = []
+        self._delayed = {}
+        self._live_bytes = 0
+
     # The segment writing, provided by ``MessageStore``.
-    def _append(self, kind: int, parts: Any) -> tuple[Segment, int]:
+    def _append(self, kind: int, parts: Any) -> tuple[Segment, int, int]:
         raise NotImplementedError
 
     def _open_segment(self, seq: int, w: SegmentWriter | None = None) -> SegmentWriter:
@@ -83,59 +154,232 @@ class StoreIndex:
     def sync(self) -> None:
         raise NotImplementedError
 
-    def _kill_queue(self, key: QKey, keep: frozenset[int]) -> None:
-        """Remove ``key`` from every live message but ``keep``: ``_remove_queue`` inlined, since a
-        purge or delete of a long queue walks the whole index."""
-        live = self._live
-        segments = self._segments
-        hits = [mid for mid, entry in live.items() if key in entry and mid not in keep]
-        single = FIRST_Q + 2
-        freed = 0
-        for mid in hits:
-            entry = live[mid]
-            if len(entry) == single:
-                del live[mid]
-                seg = segments[entry[SEG]]
-                size = entry[SIZE]
-                seg.live_count -= 1
-                seg.live_bytes -= size
-                freed += size
+    # -- queue slots ----------------------------------------------------------------------------
+
+    def _slot(self, key: QKey) -> int:
+        """The slot of ``key`` (a new one if it holds nothing yet); counts one more message."""
+        slot = self._slots.get(key)
+        if slot is None:
+            if self._free_slots:
+                slot = self._free_slots.pop()
+                self._keys[slot] = key
             else:
-                i = entry.index(key, FIRST_Q)
-                del entry[i : i + 2]
-        self._live_bytes -= freed
-        left = self._queue_live[key] - len(hits)
-        if left:
-            self._queue_live[key] = left
+                slot = len(self._keys)
+                self._keys.append(key)
+                self._slot_live.append(0)
+            self._slots[key] = slot
+        self._slot_live[slot] += 1
+        return slot
+
+    def _release(self, slot: int, n: int = 1) -> None:
+        left = self._slot_live[slot] - n
+        self._slot_live[slot] = left
+        if not left:
+            key = self._keys[slot]
+            assert key is not None
+            del self._slots[key]
+            self._keys[slot] = None
+            self._free_slots.append(slot)
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def _find(self, mid: int) -> tuple[_Chunk, int] | None:
+        """The chunk and position of live message ``mid``, or None."""
+        k = bisect_right(self._firsts, mid) - 1
+        if k < 0:
+            return None
+        c = self._chunks[k]
+        ids = c.ids
+        i = mid - ids[0]  # right when the chunk's ids are consecutive (no transient ones between)
+        if not (0 <= i < len(ids) and ids[i] == mid):
+            i = bisect_left(ids, mid)
+        if i < len(ids) and ids[i] == mid and c.q[i]:
+            return c, i
+        return None
+
+    def _holds(self, mid: int, slot: int) -> tuple[_Chunk, int] | None:
+        """Where ``mid`` is, if queue ``slot`` holds it."""
+        loc = self._find(mid)
+        if loc is None:
+            return None
+        q = loc[0].q[loc[1]]
+        if q == slot or q == MULTI and slot in self._multi[mid]:
+            return loc
+        return None
+
+    def _queues_of(self, mid: int, c: _Chunk, i: int) -> dict[int, int]:
+        """{slot: delivery count} of a live entry."""
+        q = c.q[i]
+        return self._multi[mid] if q == MULTI else {q: c.cnt[i]}
+
+    # -- adding ---------------------------------------------------------------------------------
+
+    def _put_held(self, mid: int, seq: int, off: int, size: int, held: dict[int, int]) -> None:
+        """``_put`` with the queues as {slot: delivery count}."""
+        if len(held) == 1:
+            ((q, cnt),) = held.items()
+            self._put(mid, seq, off, size, q, cnt)
         else:
-            del self._queue_live[key]
-            del self._qkeys[key]
+            self._put(mid, seq, off, size, MULTI, 0)
+            self._multi[mid] = held
 
-    # -- index bookkeeping ----------------------------------------------------------------------
-
-    def _qkey(self, key: QKey) -> QKey:
-        qkey = self._qkeys.setdefault(key, key)
-        self._queue_live[qkey] = self._queue_live.get(qkey, 0) + 1
-        return qkey
-
-    def _release_qkey(self, key: QKey) -> None:
-        left = self._queue_live[key] - 1
-        if left:
-            self._queue_live[key] = left
+    def _put(self, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
+        """Index ``mid``'s latest record (its queues already counted by ``_slot``; for ``MULTI``
+        the caller fills ``_multi`` after), replacing an older entry for the same id; counts the
+        record live in its segment."""
+        chunks = self._chunks
+        c = chunks[-1] if chunks else None
+        if c is None or mid > c.ids[-1]:
+            if c is None or len(c.ids) >= CHUNK:
+                c = _Chunk()
+                chunks.append(c)
+                self._firsts.append(mid)
+            c.ids.append(mid)
+            c.seg.append(seq)
+            c.off.append(off)
+            c.size.append(size)
+            c.q.append(q)
+            c.cnt.append(cnt)
+            c.live += 1
         else:
-            del self._queue_live[key]
-            del self._qkeys[key]
+            self._put_inside(mid, seq, off, size, q, cnt)
+        self._entries += 1
+        seg = self._segments[seq]
+        seg.live_count += 1
+        seg.live_bytes += size
+        self._live_bytes += size
 
-    def _remove_queue(self, mid: int, entry: Entry, i: int) -> None:
-        self._release_qkey(entry[i])
-        del entry[i : i + 2]
-        if len(entry) == FIRST_Q:
-            del self._live[mid]
-            self._uncount_live(self._segments[entry[SEG]], entry[SIZE])
+    def _put_inside(self, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
+        """An id at or below the last indexed one: replace its entry, or insert it in order."""
+        firsts = self._firsts
+        k = bisect_right(firsts, mid) - 1
+        if k < 0:
+            k = 0
+            firsts[0] = mid
+        c = self._chunks[k]
+        i = bisect_left(c.ids, mid)
+        if i < len(c.ids) and c.ids[i] == mid:
+            if c.q[i]:
+                self._forget(mid, c, i)
+            c.seg[i], c.off[i], c.size[i], c.q[i], c.cnt[i] = seq, off, size, q, cnt
+            c.live += 1
+            return
+        for (name, _), value in zip(_FIELDS, (mid, seq, off, size, q, cnt), strict=True):
+            getattr(c, name).insert(i, value)
+        c.live += 1
+        if len(c.ids) > 2 * CHUNK:
+            half = len(c.ids) // 2
+            tail = _Chunk()
+            for name, _ in _FIELDS:
+                whole = getattr(c, name)
+                setattr(tail, name, whole[half:])
+                setattr(c, name, whole[:half])
+            tail.live = len(tail.q) - tail.q.count(DEAD)
+            c.live -= tail.live
+            self._chunks.insert(k + 1, tail)
+            firsts.insert(k + 1, tail.ids[0])
 
-    def _forget(self, mid: int, entry: Entry) -> None:
-        while len(entry) > FIRST_Q:
-            self._remove_queue(mid, entry, len(entry) - 2)
+    def _forget(self, mid: int, c: _Chunk, i: int) -> None:
+        """Drop a live entry that a newer record of the same id replaces (slot kept, refilled)."""
+        q = c.q[i]
+        if q == MULTI:
+            for slot in self._multi.pop(mid):
+                self._release(slot)
+        else:
+            self._release(q)
+        self._uncount(c, i)
+
+    # -- removing -------------------------------------------------------------------------------
+
+    def _uncount(self, c: _Chunk, i: int) -> None:
+        size = c.size[i]
+        seg = self._segments[c.seg[i]]
+        seg.live_count -= 1
+        seg.live_bytes -= size
+        self._live_bytes -= size
+        c.q[i] = DEAD
+        c.live -= 1
+        self._entries -= 1
+
+    def _remove_queue(self, mid: int, c: _Chunk, i: int, slot: int) -> None:
+        """Queue ``slot`` no longer holds ``mid``; the entry dies with its last queue."""
+        self._unhold(mid, c, i, slot)
+        self._release(slot)
+
+    def _unhold(self, mid: int, c: _Chunk, i: int, slot: int) -> None:
+        """``_remove_queue`` without the slot count (``_kill_queue`` releases them at once)."""
+        if c.q[i] == MULTI:
+            queues = self._multi[mid]
+            del queues[slot]
+            if len(queues) == 1:
+                ((c.q[i], c.cnt[i]),) = queues.items()
+                del self._multi[mid]
+        else:
+            self._uncount(c, i)
+            self._tidy(c)
+
+    def _count_delivery(self, mid: int, c: _Chunk, i: int, slot: int) -> None:
+        if c.q[i] == MULTI:
+            self._multi[mid][slot] += 1
+        else:
+            c.cnt[i] += 1
+
+    def _kill_queue(self, key: QKey, keep: frozenset[int]) -> None:
+        """Remove ``key`` from every live message but ``keep`` (DropQueue, PurgeQueue): one scan
+        of the queue slots in C per chunk, then Python work per message removed only."""
+        slot = self._slots.get(key)
+        if slot is None:
+            return
+        removed = 0
+        for mid in [m for m, qs in self._multi.items() if slot in qs and m not in keep]:
+            loc = self._find(mid)
+            assert loc is not None
+            self._unhold(mid, loc[0], loc[1], slot)  # one queue of several: the entry stays
+            removed += 1
+        touched = []
+        for c in self._chunks:
+            q = c.q
+            if slot not in q:
+                continue
+            ids = c.ids
+            i = -1
+            try:
+                while True:
+                    i = q.index(slot, i + 1)
+                    if keep and ids[i] in keep:
+                        continue
+                    self._uncount(c, i)
+                    removed += 1
+            except ValueError:
+                pass
+            touched.append(c)
+        for c in touched:
+            self._tidy(c)
+        if removed:
+            self._release(slot, removed)
+
+    def _tidy(self, c: _Chunk) -> None:
+        """Drop a chunk with nothing live; rewrite one under a quarter live with its live entries
+        and merge it with a neighbour that fits (see the module docstring)."""
+        n = len(c.ids)
+        if c.live * 4 >= n:
+            return
+        chunks, firsts = self._chunks, self._firsts
+        k = bisect_right(firsts, c.ids[0]) - 1
+        if k < 0 or chunks[k] is not c:
+            return  # already merged into a neighbour
+        if not c.live:
+            del chunks[k], firsts[k]
+            return
+        c.keep_live()
+        if k + 1 < len(chunks) and len(c.ids) + len(chunks[k + 1].ids) <= CHUNK:
+            c.take_tail(chunks[k + 1])
+            del chunks[k + 1], firsts[k + 1]
+        if k > 0 and len(chunks[k - 1].ids) + len(c.ids) <= CHUNK:
+            chunks[k - 1].take_tail(c)
+            del chunks[k], firsts[k]
+
+    # -- delayed messages -----------------------------------------------------------------------
 
     def _count_live(self, seg: Segment, size: int) -> None:
         seg.live_count += 1
@@ -146,6 +390,20 @@ class StoreIndex:
         seg.live_count -= 1
         seg.live_bytes -= size
         self._live_bytes -= size
+
+    def _index_delay(self, mid: int, seq: int, size: int) -> None:
+        old = self._delayed.pop(mid, None)
+        if old is not None:
+            self._uncount_live(self._segments[old[SEG]], old[SIZE])
+        self._delayed[mid] = [seq, size]
+        self._count_live(self._segments[seq], size)
+
+    def _index_undelay(self, mid: int) -> bool:
+        old = self._delayed.pop(mid, None)
+        if old is None:
+            return False
+        self._uncount_live(self._segments[old[SEG]], old[SIZE])
+        return True
 
     # -- figures and shutdown -------------------------------------------------------------------
 
@@ -160,4 +418,5 @@ class StoreIndex:
 
     def live_messages(self) -> int:
         """Messages some queue still holds, plus delayed messages not yet released."""
-        return len(self._live) + len(self._delayed)
+        return self._entries + len(self._delayed)
+

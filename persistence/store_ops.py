@@ -1,5 +1,5 @@
-"""What the message store writes: the operations, their record payloads, how recovery replays
-them, and what it returns.
+"""What the message store writes: the operations, their record payloads, and what
+recovery returns.
 
 Payloads are big-endian; strings are UTF-8 whose u16 lengths sit in a fixed head, so a decode is
 one ``unpack_from`` and a few slices. A Publish payload ends with the property bytes and then the
@@ -10,13 +10,11 @@ the rest of the record.
 from __future__ import annotations
 
 import functools
-import logging
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 
-from .records import HEADER_SIZE, Record
 
 __all__ = [
     "DECODE_ERRORS",
@@ -31,8 +29,6 @@ __all__ = [
     "QKey",
     "Recovered",
     "RecoveredMessage",
-    "Replay",
-    "ScannedMessage",
     "StoreOp",
     "Undelay",
     "decode_delay",
@@ -46,13 +42,10 @@ __all__ = [
     "decode_purge",
     "publish_parts",
     "purge_parts",
-    "purged",
     "queue_parts",
     "ref_parts",
     "undelay_parts",
 ]
-
-log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Publish:
@@ -294,17 +287,6 @@ def decode_purge(p: bytes) -> tuple[QKey, frozenset[int]]:
     return key, frozenset(struct.unpack_from(f">{n}Q", p, end + _COUNT.size))
 
 
-def purged(purges: list[tuple[int, frozenset[int]]], pos: int, mid: int) -> bool:
-    """Whether a PurgeQueue record after log position ``pos`` killed message ``mid`` (``purges``
-    in log order; only those after the message's latest Publish apply)."""
-    for at, keep in reversed(purges):
-        if at <= pos:
-            return False
-        if mid not in keep:
-            return True
-    return False
-
-
 def ref_parts(mid: int, vhost: str, queue: str) -> tuple[bytes, bytes]:
     """Payload of an Ack or Deliver record."""
     return (_ID.pack(mid), _queue_bytes(vhost, queue))
@@ -322,77 +304,3 @@ def undelay_parts(mid: int) -> tuple[bytes]:
 def message_id_of(p: bytes) -> int:
     """The id that starts every Publish, Delay, Ack, Deliver and Undelay payload."""
     return int(_ID.unpack_from(p, 0)[0])
-
-
-@dataclass(slots=True)
-class ScannedMessage:
-    """A message as recovery sees it while reading the log: where its record is, not its payload
-    (most messages in a log are dead by the end of it, and the live ones are read back one by one
-    as their queues load, so a large backlog never sits in memory whole)."""
-
-    seg: int
-    size: int
-    pos: int  # ordinal of its latest Publish record, to apply DropQueue records after the fact
-    offset: int  # of the record in its segment file
-    ts: int
-    tail: int  # offset of the exchange in ``payload``
-    queues: dict[QKey, int]  # live queue -> delivery count
-
-
-@dataclass(slots=True)
-class Replay:
-    """Recovery state: applies records in log order, as the ``message_store`` docstring says."""
-
-    messages: dict[int, ScannedMessage]
-    delayed: dict[int, tuple[Delay, int, int]]  # id -> (record, segment, record bytes)
-    drop_pos: dict[QKey, int]  # queue -> ordinal of its last DropQueue record
-    # queue -> (ordinal, kept ids) of its PurgeQueue records, in log order
-    purges: dict[QKey, list[tuple[int, frozenset[int]]]] = field(default_factory=dict)
-    pos: int = 0
-    max_id: int = 0
-    # one key object per queue, shared by every message (not two new strings per record)
-    keys: dict[QKey, QKey] = field(default_factory=dict)
-
-    def apply(self, rec: Record, seg: int) -> None:
-        self.pos += 1
-        kind = rec.kind
-        p = rec.payload
-        size = HEADER_SIZE + len(p)
-        if kind == Kind.PUBLISH:
-            mid, ts, vhost, names, tail = decode_publish_head(p)
-            keys = self.keys
-            queues = {keys.setdefault((vhost, name), (vhost, name)): count for name, count in names}
-            self.messages[mid] = ScannedMessage(seg, size, self.pos, rec.offset, ts, tail, queues)
-            self._saw(mid)
-        elif kind == Kind.ACK or kind == Kind.DELIVER:
-            mid, vhost, queue = decode_ref(p)
-            self._saw(mid)
-            msg = self.messages.get(mid)
-            key = (vhost, queue)
-            if msg is None or key not in msg.queues:
-                return
-            if kind == Kind.DELIVER:
-                msg.queues[key] += 1
-                return
-            del msg.queues[key]
-            if not msg.queues:
-                del self.messages[mid]
-        elif kind == Kind.DROP_QUEUE:
-            self.drop_pos[decode_queue(p)] = self.pos
-        elif kind == Kind.PURGE:
-            key, keep = decode_purge(p)
-            self.purges.setdefault(key, []).append((self.pos, keep))
-        elif kind == Kind.DELAY:
-            delay = decode_delay(p)
-            self.delayed[delay.message_id] = (delay, seg, size)
-            self._saw(delay.message_id)
-        elif kind == Kind.UNDELAY:
-            mid = message_id_of(p)
-            self.delayed.pop(mid, None)
-            self._saw(mid)
-        else:
-            log.warning("skipping record of unknown kind %d in segment %d", kind, seg)
-
-    def _saw(self, mid: int) -> None:
-        if mid > self.max_id:
-            self.max_id = mid

@@ -21,6 +21,8 @@ class Backing(Protocol):
     thread (a pure read of bytes that are never written again) and applies the result with
     ``finish_read``."""
 
+    generation: int  # bumped whenever an outstanding read plan becomes stale (purge, drop)
+
     def append(self, entries: Sequence[QueueEntry]) -> None:
         """Add entries at the tail, in order."""
 

@@ -2,37 +2,42 @@
 
 The sink is the consumer's side of the hand-over (an AMQP channel's outgoing buffer, an HTTP
 stream): the queue hands an entry down into it during dispatch and learns nothing back but
-``has_capacity``, so no delivery climbs back up into the broker."""
+``has_capacity``, so no delivery climbs back up into the broker.
+
+Rule: this module sits below ``queue.py``, which holds the consumers. A sink is told which queue a
+delivery came from (the AMQP channel keeps it with the delivery tag, to settle it there later), so
+the sink protocol is generic in that queue type (``ConsumerSink[Queue]``) rather than importing the
+queue: the queue depends on its consumers, never the other way."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .message import QueueEntry
 
-if TYPE_CHECKING:
-    from .queue import Queue
-
 __all__ = ["Consumer", "ConsumerSink"]
 
+Q = TypeVar("Q")  # the queue a consumer takes from (``queue.Queue`` and its subclasses)
+Q_contra = TypeVar("Q_contra", contravariant=True)
 
-class ConsumerSink(Protocol):
+
+class ConsumerSink(Protocol[Q_contra]):
     """Where a consumer's deliveries go (an AMQP channel, an HTTP stream). ``deliver`` must not
     call back into the queue's dispatch."""
 
     def has_capacity(self) -> bool: ...
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None: ...
+    def deliver(self, consumer: Consumer[Any], queue: Q_contra, entry: QueueEntry) -> None: ...
 
-    def consumer_cancelled(self, consumer: Consumer) -> None:
+    def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue was deleted under the consumer."""
 
 
 @dataclass(slots=True, eq=False)
-class Consumer:
+class Consumer(Generic[Q]):
     tag: str
-    sink: ConsumerSink
+    sink: ConsumerSink[Q]
     no_ack: bool = False
     prefetch: int = 0  # 0 = unlimited
     exclusive: bool = False

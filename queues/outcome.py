@@ -33,7 +33,7 @@ _new = tuple.__new__  # NamedTuple's own __new__ costs ~4x this on the no-ack de
 
 
 def left_entry(entry: QueueEntry, reason: str | None, held: bool = True) -> Left:
-    return _new(Left, (entry, reason, held))  # type: ignore[no-any-return]
+    return _new(Left, (entry, reason, held))
 
 
 class EnqueueOutcome(Enum):
@@ -43,8 +43,15 @@ class EnqueueOutcome(Enum):
 
 @dataclass(slots=True)
 class QueueStats:
+    """Counters since the queue was created (the management API's message_stats). ``delivered``
+    counts every delivery and get (RabbitMQ's deliver_get); the ``got*`` and ``delivered_no_ack``
+    ones split it as RabbitMQ does, the rest being deliveries to consumers that ack."""
     published: int = 0
     delivered: int = 0
+    got: int = 0  # basic.get with ack
+    got_no_ack: int = 0
+    get_empty: int = 0
+    delivered_no_ack: int = 0  # to consumers without ack
     acked: int = 0
     redelivered: int = 0
     expired: int = 0

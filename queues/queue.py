@@ -56,7 +56,7 @@ class Queue(QueueUpkeep):
         self._ready = ReadyList(self.args.max_priority)
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
-        self._consumers: list[Consumer] = []
+        self._consumers: list[Consumer[Queue]] = []
         self._rr = 0
         self._seq = 0
         self._last_used = 0.0
@@ -103,8 +103,12 @@ class Queue(QueueUpkeep):
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self._consumers)
 
-    def consumers(self) -> list[Consumer]:
+    def consumers(self) -> list[Consumer[Queue]]:
         return list(self._consumers)
+
+    def head(self) -> QueueEntry | None:
+        """The next resident entry to go out (None when empty or when only spilled ones are left)."""
+        return self._ready.peek()
 
     # ------------------------------------------------------------------ publish
     def _new_entry(self, message: Message, now: float) -> QueueEntry:
@@ -244,13 +248,14 @@ class Queue(QueueUpkeep):
             ordered.sort(key=lambda c: -c.priority)
         return count
 
-    def _hand_over(self, consumer: Consumer, entry: QueueEntry, left: list[Left] | None,
+    def _hand_over(self, consumer: Consumer[Queue], entry: QueueEntry, left: list[Left] | None,
                    delivered: list[QueueEntry] | None) -> None:
         entry.owner = consumer
         self.stats.delivered += 1
         if entry.redelivered:
             self.stats.redelivered += 1
         if consumer.no_ack:
+            self.stats.delivered_no_ack += 1
             consumer.sink.deliver(consumer, self, entry)
             if left is not None:
                 left.append(left_entry(entry, None))
@@ -273,15 +278,19 @@ class Queue(QueueUpkeep):
                 break
             self._ready.extend(batch)
             entry = self._pop_live(now, left)
+        stats = self.stats
         if entry is None:
+            stats.get_empty += 1
             return None
         entry.owner = owner
-        self.stats.delivered += 1
+        stats.delivered += 1
         if entry.redelivered:
-            self.stats.redelivered += 1
+            stats.redelivered += 1
         if no_ack:
+            stats.got_no_ack += 1
             self._gone(left, entry, None)
         else:
+            stats.got += 1
             self._unacked[entry.seq] = entry
             self._unacked_bytes += len(entry.message.body)
         return entry
@@ -326,11 +335,11 @@ class Queue(QueueUpkeep):
             left.append(left_entry(entry, reason, held))
 
     # ------------------------------------------------------------------ consumers
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: Consumer[Queue]) -> None:
         self._consumers.append(consumer)
         self.had_consumer = True  # auto-delete applies only after the first consumer left
 
-    def remove_consumer(self, tag: str) -> Consumer | None:
+    def remove_consumer(self, tag: str) -> Consumer[Queue] | None:
         for i, consumer in enumerate(self._consumers):
             if consumer.tag == tag:
                 del self._consumers[i]

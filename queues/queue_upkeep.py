@@ -7,6 +7,8 @@ each is synchronous and takes ``now`` from the caller.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .args import QueueArgs
 from .backing import Backing
 from .consumer import Consumer
@@ -31,7 +33,7 @@ class QueueUpkeep:
     _ready: ReadyList
     _unacked: dict[int, QueueEntry]
     _unacked_bytes: int
-    _consumers: list[Consumer]
+    _consumers: list[Consumer[Any]]
     _last_used: float
 
     # provided by ``Queue``
@@ -97,7 +99,7 @@ class QueueUpkeep:
         expires = self.args.expires_ms
         return expires is not None and not self._consumers and now - self._last_used > expires / 1000
 
-    def delete(self) -> list[Consumer]:
+    def delete(self) -> list[Consumer[Any]]:
         """Everything goes (the broker records the store side as one DropQueue)."""
         consumers, self._consumers = self._consumers, []
         self._ready.clear()

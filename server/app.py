@@ -32,7 +32,7 @@ from headrace.server.broker.definitions_io import export_definitions, import_def
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
-from headrace.server.net.alarms import run_alarms
+from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.startup import DataDirLock, StartupError
@@ -68,6 +68,8 @@ class App:
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
+        self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
+                                  settings.memory_calculation_strategy)
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
         self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
@@ -138,14 +140,17 @@ class App:
     # ------------------------------------------------------------------ connections
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:
         try:
-            peer = _socket_of(stream).getpeername()[:2]
+            sock = _socket_of(stream)
+            peer = sock.getpeername()[:2]
+            local = sock.getsockname()[:2]
         except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
-                                        headrace.__version__, after_batch=self.after_batch,
+                                        headrace.__version__, local=local, after_batch=self.after_batch,
+                                        on_read=self.memory.read,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
@@ -169,8 +174,7 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
-            root.start_soon(run_alarms, self.broker, self.gate, s.memory_limit_bytes, self.storage.disk,
-                            s.memory_calculation_strategy)
+            root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:

@@ -189,8 +189,8 @@ class UserRegistry:
         self._verified.pop(name, None)
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
-        for key in [k for k in self.topic_permissions if k[0] == name]:
-            del self.topic_permissions[key]
+        for topic_key in [k for k in self.topic_permissions if k[0] == name]:
+            del self.topic_permissions[topic_key]
         existed = self.users.pop(name, None) is not None
         if existed:
             self.changed()

@@ -73,7 +73,7 @@ def timestamp_ms(value: Any, *, ceil: bool) -> int:
     up or down so that comparing ms stamps stays exact."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
-    micros = (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+    micros: int = (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
     return -(-micros // 1000) if ceil else micros // 1000
 
 

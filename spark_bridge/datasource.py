@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -90,7 +90,7 @@ class _Options:
     partition_bytes: int
 
     @classmethod
-    def parse(cls, options: dict[str, str]) -> _Options:
+    def parse(cls, options: Mapping[str, str]) -> _Options:
         path, exchange, stream = options.get("path"), options.get("exchange"), options.get("stream")
         if stream is not None and path:
             if exchange is not None:
@@ -126,14 +126,14 @@ def _read(partition: RangePartition) -> Iterator[Any]:
 
 
 class HeadraceReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.o = _Options.parse(options)
         self.bounds = self.o.bounds
 
     def partitions(self) -> list[InputPartition]:
         return self.o.partitions(self.bounds) or [InputPartition(None)]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition, RangePartition):
             yield from _read(partition)
 
@@ -178,8 +178,8 @@ class PushdownReader(HeadraceReader):
         self.bounds = b
 
 
-class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    def __init__(self, options: dict[str, str]) -> None:
+class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.o = _Options.parse(options)
         self._target: int | None = None
 
@@ -204,7 +204,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         return self.o.partitions(Bounds(lo, hi))
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         yield from _read(partition)  # type: ignore[arg-type]
 
     def commit(self, end: dict[str, int]) -> None:

@@ -23,7 +23,7 @@ def split_bytes(spark: Any, data_dir: str, vhost: str, exchange: str) -> int:
     under openCostInBytes' 4 MiB."""
     total = sum(s.size for s in list_segments(Path(data_dir), vhost, exchange))
     max_bytes = _bytes(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
-    cores = max(1, spark.sparkContext.defaultParallelism)
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
     return min(max_bytes, max(MIN_PARTITION_BYTES, -(-total // (cores * RANGES_PER_CORE))))
 
 

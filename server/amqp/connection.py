@@ -188,8 +188,7 @@ class AMQPConnection:
                 payload = bytes(buf[pos + 7:frame_end])
                 pos = frame_end + 1
                 if self.state is ConnectionState.CLOSING:
-                    self._closing_frame(frame_type, channel, payload, events)
-                    if self.state is ConnectionState.CLOSED:
+                    if self._closing_frame(frame_type, channel, payload, events):
                         break
                     continue
                 if frame_type == _METHOD:
@@ -227,18 +226,21 @@ class AMQPConnection:
         self.close(exc)
         events.append(ConnectionClosed(exc.reply_code, exc.reply_text, False))
 
-    def _closing_frame(self, frame_type: int, channel: int, payload: bytes, events: list[Any]) -> None:
-        """After our connection.close only close/close-ok matter."""
+    def _closing_frame(self, frame_type: int, channel: int, payload: bytes, events: list[Any]) -> bool:
+        """After our connection.close only close/close-ok matter; True once one closed the connection."""
         if frame_type != _METHOD or channel != 0 or len(payload) < 4:
-            return
+            return False
         ids = (payload[0] << 8 | payload[1], payload[2] << 8 | payload[3])
         if ids == _CLOSE_OK:
             self.state = ConnectionState.CLOSED
             events.append(ConnectionCloseOk())
-        elif ids == _CLOSE:
+            return True
+        if ids == _CLOSE:
             self.send_method(0, m.ConnectionCloseOk())
             self.state = ConnectionState.CLOSED
             events.append(ConnectionCloseOk())
+            return True
+        return False
 
     def _method_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
         if len(payload) < 4:

@@ -59,7 +59,7 @@ class Plan:
 def _runs(kinds: Sequence[str]) -> list[tuple[str, int, str, tuple[int, ...]]]:
     """(kind or "fixed", first field, struct format, fields per struct slot): a run of fixed-size
     kinds is one struct whose slots are one field each, or up to 8 bits packed in an octet."""
-    runs = []
+    runs: list[tuple[str, int, str, tuple[int, ...]]] = []
     i = 0
     while i < len(kinds):
         if kinds[i] not in _FORMAT:

@@ -47,6 +47,8 @@ def amqp_method(class_id: int, method_id: int, name: str, *, content: bool = Fal
     """Register a frozen, slotted dataclass as the method ``name`` with these ids."""
 
     def register(cls: M) -> M:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{name}: {cls.__name__} is not a dataclass")
         hints = typing.get_type_hints(cls, include_extras=True)
         fields = []
         for f in dataclasses.fields(cls):
@@ -70,7 +72,8 @@ def amqp_method(class_id: int, method_id: int, name: str, *, content: bool = Fal
 
 def encode_method(method: Any) -> bytes:
     """Method frame payload: class id, method id, arguments."""
-    return method.PLAN.encode(method)
+    encoded: bytes = method.PLAN.encode(method)
+    return encoded
 
 
 def decode_method(payload: bytes | memoryview) -> Any:

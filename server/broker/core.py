@@ -127,8 +127,8 @@ class Broker:
             vhost.delete_queue(queue_name)
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
-        for key in [k for k in self.users.topic_permissions if k[1] == name]:
-            del self.users.topic_permissions[key]
+        for topic_key in [k for k in self.users.topic_permissions if k[1] == name]:
+            del self.users.topic_permissions[topic_key]
         self.parameters.vhost_deleted(name)
         self.policies.drop_vhost(name)
         self.users.changed()
@@ -175,6 +175,9 @@ class Broker:
         self.observers.discard(session)
         if self.connections.pop(session.id, None) is not None:
             self.churn("connection_closed")
+            # a vhost's traffic counts its closed connections too, as RabbitMQ's vhost recv_oct
+            session.vhost.octets_closed[0] += session.io.recv_oct
+            session.vhost.octets_closed[1] += session.io.send_oct
 
     def churn(self, event: str) -> None:
         """Count an object's creation or end (RabbitMQ's churn_rates in the overview)."""
@@ -203,7 +206,7 @@ class Broker:
         if target is None:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
-        apply_policies(target, now)
+        apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions_changed()
         return policy
@@ -213,7 +216,7 @@ class Broker:
             return False
         target = self.vhosts.get(vhost)
         if target is not None:
-            apply_policies(target, now)
+            apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
         self.definitions_changed()
         return True

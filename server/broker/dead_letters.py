@@ -19,6 +19,7 @@ __all__ = ["dead_letter_message", "with_delivery_count"]
 def dead_letter_message(letter: Left, queue: Queue, now: float) -> tuple[str, bytes]:
     """The routing key and properties of ``letter``'s copy for the dead-letter exchange."""
     message = letter.entry.message
+    assert letter.reason is not None, "only a dead letter (a message with a reason) is republished"
     props = decode_properties(message.props_raw)
     headers = x_death_headers(
         props.headers, queue=queue.name, reason=letter.reason, exchange=message.exchange,

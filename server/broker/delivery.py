@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.persistence.store_ops import Ack, Delay, Deliver, DropQueue, Publish, PurgeQueue, Undelay
 from headrace.persistence.stream_log import StreamAppend, StreamTrack
@@ -38,9 +38,7 @@ from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
 from .saturation import Saturation
 from .stream_queue import StreamQueue
-
-if TYPE_CHECKING:
-    from .vhost import VHost
+from .vhost_view import VHostView
 
 __all__ = ["Delivery", "PublishResult", "Settle"]
 
@@ -78,13 +76,16 @@ class Delivery:
         self._next_id = max(self._next_id, value)
 
     # ------------------------------------------------------------------ publish
-    def publish(self, vhost: VHost, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
+    def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
                 now: float, *, check_internal: bool = True, cycle_guard: str | None = None,
                 delayed: bool = True) -> PublishResult:
         """Route, enqueue in every target queue, record the Publish once for all durable ones,
         then settle what the bounds dropped and dispatch."""
         if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
-            return PublishResult(self.replies.deliver(routing_key, props_raw, body))
+            # delivered to its consumer or dropped, and in both cases routed to no queue: as
+            # RabbitMQ 3.10 does, a mandatory reply is returned (312 NO_ROUTE) even when delivered
+            self.replies.deliver(routing_key, props_raw, body)
+            return PublishResult(False)
         exchange = vhost.exchanges.get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, vhost.name)
@@ -108,6 +109,7 @@ class Delivery:
                 # across a restart, so only there are they written to the store
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
                                   delivery_mode == 2 and exchange.durable)
+        exchange.published_in += 1
         result = exchange.route(routing_key, headers, vhost.exchanges.get)
         targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
                                     props_raw, headers, now)
@@ -121,6 +123,7 @@ class Delivery:
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
         if not targets:
+            vhost.unroutable += 1
             return PublishResult(False)
         rejected = False
         durable: list[str] = []
@@ -154,6 +157,7 @@ class Delivery:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
                 message.props_raw, message.body, int(now * 1000)))
+        exchange.published_out += len(accepted) + (record is not None)
         for queue, gone in dropped:
             self._settled(vhost, queue, gone, now)
         touched = self.saturation.touched
@@ -162,7 +166,7 @@ class Delivery:
             touched[queue] = None
         return PublishResult(True, rejected, ticket)
 
-    def _hold(self, vhost: VHost, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
+    def _hold(self, vhost: VHostView, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
               due: float, persistent: bool) -> PublishResult:
         message_id = self.next_message_id() if persistent else 0
         ticket = 0
@@ -173,7 +177,7 @@ class Delivery:
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
         return PublishResult(True, False, ticket)
 
-    def exchange_deleted(self, vhost: VHost, name: str) -> None:
+    def exchange_deleted(self, vhost: VHostView, name: str) -> None:
         """A delayed exchange went: the messages it held go with it."""
         for item in vhost.delayed.drop_exchange(name):
             self._undelay(item.message_id)
@@ -183,7 +187,7 @@ class Delivery:
             self.store.add(Undelay(message_id))
 
     # ------------------------------------------------------------------ dispatch and settle
-    def _dispatch(self, vhost: VHost, queue: Queue, now: float) -> None:
+    def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
         store = self.store
         left: list[Left] | None = [] if _wants_left(queue, store) else None
         if queue.durable and store.enabled:
@@ -198,7 +202,7 @@ class Delivery:
             self._settled(vhost, queue, left, now)
         self.arm(vhost, queue)
 
-    def _settled(self, vhost: VHost, queue: Queue, left: list[Left], now: float) -> None:
+    def _settled(self, vhost: VHostView, queue: Queue, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's
         dead-letter exchange first, then the store's Ack of the original follows."""
         dlx = queue.args.dead_letter_exchange
@@ -216,7 +220,7 @@ class Delivery:
                 if record and item.held and message.persistent:
                     self.store.add(Ack(message.id, queue.vhost, queue.name))
 
-    def consumer_ready(self, vhost: VHost, queues: Iterable[Queue], now: float) -> None:
+    def consumer_ready(self, vhost: VHostView, queues: Iterable[Queue], now: float) -> None:
         """Consumers of these queues may take more (credit, flow, a drained outbox): dispatch."""
         saturation = self.saturation
         for queue in queues:
@@ -225,7 +229,7 @@ class Delivery:
                 if saturation.saturated or saturation.stalled:
                     saturation.drained(queue)
 
-    def settle(self, vhost: VHost, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
+    def settle(self, vhost: VHostView, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
                ready: Iterable[Queue] = ()) -> None:
         """ack / requeue / reject deliveries, then dispatch their queues and the ``ready`` ones."""
         touched: dict[Queue, list[Left]] = {}
@@ -246,7 +250,7 @@ class Delivery:
                 self.store.add(StreamTrack(queue.vhost, queue.name))  # the flusher writes the offsets
         self.consumer_ready(vhost, touched.keys() | set(ready), now)
 
-    def get(self, vhost: VHost, queue: Queue, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
+    def get(self, vhost: VHostView, queue: Queue, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
         """basic.get: the next message, held unacked by ``owner`` unless ``no_ack``."""
         store = self.store
         left: list[Left] = []
@@ -259,24 +263,24 @@ class Delivery:
         return entry
 
     # ------------------------------------------------------------------ consumers
-    def check_consumer_allowed(self, vhost: VHost, queue: Queue, exclusive: bool) -> None:
+    def check_consumer_allowed(self, vhost: VHostView, queue: Queue, exclusive: bool) -> None:
         """403 while the queue has an exclusive consumer, or for an exclusive one on a used queue."""
         if queue.has_exclusive_consumer or (exclusive and queue.consumer_count):
             raise errors.access_refused(f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use")
 
-    def prepare_consumer(self, queue: Queue, consumer: Consumer, arguments: Mapping[str, Any] | None,
+    def prepare_consumer(self, queue: Queue, consumer: Consumer[Any], arguments: Mapping[str, Any] | None,
                          now: float) -> None:
         """Before basic.consume-ok: a stream refuses what RabbitMQ refuses, and places the cursor."""
         if type(queue) is StreamQueue:
             queue.attach(consumer, arguments or {}, now)
 
-    def add_consumer(self, vhost: VHost, queue: Queue, consumer: Consumer, now: float) -> None:
+    def add_consumer(self, vhost: VHostView, queue: Queue, consumer: Consumer[Any], now: float) -> None:
         self.check_consumer_allowed(vhost, queue, consumer.exclusive)
         queue.add_consumer(consumer)
         queue.touch(now)
         self._dispatch(vhost, queue, now)
 
-    def remove_consumer(self, vhost: VHost, queue: Queue, tag: str, now: float) -> None:
+    def remove_consumer(self, vhost: VHostView, queue: Queue, tag: str, now: float) -> None:
         """Cancel a consumer; an auto-delete queue goes when its last consumer has."""
         if queue.deleted:
             return
@@ -287,7 +291,7 @@ class Delivery:
         else:
             self.arm(vhost, queue)
 
-    def stream_appended(self, vhost: VHost, queue: StreamQueue, end: int, last_ts: int | None, first: int,
+    def stream_appended(self, vhost: VHostView, queue: StreamQueue, end: int, last_ts: int | None, first: int,
                         now: float) -> None:
         """The flusher made the stream's log durable up to ``end``: its consumers read on."""
         queue.appended(end, last_ts, first)
@@ -313,7 +317,7 @@ class Delivery:
         for consumer in consumers:
             consumer.sink.consumer_cancelled(consumer)
 
-    def page_in(self, vhost: VHost, queue: Queue, entries: list[QueueEntry], generation: int, now: float) -> None:
+    def page_in(self, vhost: VHostView, queue: Queue, entries: list[QueueEntry], generation: int, now: float) -> None:
         """Spilled entries read back by the pager join the ready list (unless a purge or delete
         came first), then the queue's consumers get them."""
         left: list[Left] = []
@@ -323,7 +327,7 @@ class Delivery:
         if not queue.deleted:
             self._dispatch(vhost, queue, now)
 
-    def apply_args(self, vhost: VHost, queue: Queue, args: QueueArgs, now: float) -> None:
+    def apply_args(self, vhost: VHostView, queue: Queue, args: QueueArgs, now: float) -> None:
         """A policy changed the queue's effective arguments: what a lower limit drops now is
         dead-lettered and acknowledged like any other drop."""
         left: list[Left] = []
@@ -337,7 +341,7 @@ class Delivery:
         queue.add_recovered(message, redelivered=redelivered, delivery_count=delivery_count)
 
     # ------------------------------------------------------------------ time
-    def arm(self, vhost: VHost, queue: Queue) -> None:
+    def arm(self, vhost: VHostView, queue: Queue) -> None:
         """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease."""
         if queue.deleted:
             return
@@ -347,13 +351,13 @@ class Delivery:
             when = idle
         self.deadlines.arm((vhost.name, queue.name), when)
 
-    def arm_all(self, vhost: VHost) -> None:
+    def arm_all(self, vhost: VHostView) -> None:
         """At start (after recovery) and when a vhost's contents were rebuilt wholesale."""
         for queue in vhost.queues.values():
             self.arm(vhost, queue)
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
 
-    def tick(self, vhosts: Mapping[str, VHost], now: float) -> None:
+    def tick(self, vhosts: Mapping[str, VHostView], now: float) -> None:
         """Due delayed messages are published, expired heads leave, idle x-expires queues go: only
         for the keys whose deadline has come."""
         for vhost_name, queue_name in self.deadlines.pop_due(now):

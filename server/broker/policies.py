@@ -28,15 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.exchanges import Exchange
 from headrace.queues import QueueArgs, QueueArgumentError
 
-from .dedup import window_id
-
-if TYPE_CHECKING:
-    from .vhost import VHost
+from .dedup import Dedup, window_id
+from .delivery import Delivery
+from .vhost_view import VHostView
 
 __all__ = [
     "Applied", "Policy", "apply_queue_dedup", "PolicyError", "PolicyStore", "apply_exchange_policy", "apply_policies", "dedup_arguments", "effective_alternate",
@@ -297,40 +296,39 @@ def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str
         return own
 
 
-def apply_policies(vhost: VHost, now: float) -> None:
+def apply_policies(store: PolicyStore, delivery: Delivery, vhost: VHostView, now: float) -> None:
     """A policy changed: every queue and exchange of ``vhost`` takes its effective arguments now
     (a lower max-length drops or refuses at once per the overflow mode; a new DLX takes the next
     dead letter; an alternate exchange takes the next unroutable message)."""
-    store = vhost.broker.policies
     for queue in list(vhost.queues.values()):
         args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name),
                           queue.queue_type)
         if args != queue.args:
-            vhost.broker.delivery.apply_args(vhost, queue, args, now)
-        apply_queue_dedup(vhost, queue.name, queue.arguments, queue.queue_type)
+            delivery.apply_args(vhost, queue, args, now)
+        apply_queue_dedup(store, delivery.dedup, vhost.name, queue.name, queue.arguments, queue.queue_type)
     for exchange in vhost.exchanges.values():
         if exchange.name:
-            apply_exchange_policy(vhost, exchange)
+            apply_exchange_policy(store, delivery.dedup, vhost.name, exchange)
 
 
-def trim_recovered(vhost: VHost, now: float) -> None:
+def trim_recovered(delivery: Delivery, vhost: VHostView, now: float) -> None:
     """At start, after the store's messages are back: a queue over its limit (a policy lowered
     it while the broker was down, or came with the definitions) is trimmed now, as a changed
     policy would trim it, not at its next publish."""
     for queue in list(vhost.queues.values()):
         if queue.args.max_length is not None or queue.args.max_length_bytes is not None:
-            vhost.broker.delivery.apply_args(vhost, queue, queue.args, now)
+            delivery.apply_args(vhost, queue, queue.args, now)
 
 
-def apply_exchange_policy(vhost: VHost, exchange: Exchange) -> None:
-    definition = vhost.broker.policies.applied(vhost.name, "exchange", exchange.name).definition
+def apply_exchange_policy(store: PolicyStore, dedup: Dedup, vhost: str, exchange: Exchange) -> None:
+    definition = store.applied(vhost, "exchange", exchange.name).definition
     exchange.alternate = effective_alternate(exchange.arguments, definition)
-    vhost.broker.delivery.dedup.set_policy_arguments(window_id("exchange", vhost.name, exchange.name),
-                                                     dedup_arguments(exchange.arguments, definition))
+    dedup.set_policy_arguments(window_id("exchange", vhost, exchange.name),
+                               dedup_arguments(exchange.arguments, definition))
 
 
-def apply_queue_dedup(vhost: VHost, name: str, arguments: Mapping[str, Any], queue_type: str) -> None:
+def apply_queue_dedup(store: PolicyStore, dedup: Dedup, vhost: str, name: str, arguments: Mapping[str, Any],
+                      queue_type: str) -> None:
     """A policy's dedup keys for a queue (at declare, and when a policy changes)."""
-    definition = vhost.broker.policies.applied(vhost.name, "queue", name, queue_type).definition
-    vhost.broker.delivery.dedup.set_policy_arguments(window_id("queue", vhost.name, name),
-                                                     dedup_arguments(arguments, definition))
+    definition = store.applied(vhost, "queue", name, queue_type).definition
+    dedup.set_policy_arguments(window_id("queue", vhost, name), dedup_arguments(arguments, definition))

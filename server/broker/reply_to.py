@@ -4,7 +4,8 @@ An RPC client consumes from ``amq.rabbitmq.reply-to`` (no-ack, nothing declared)
 requests with ``reply_to: amq.rabbitmq.reply-to`` on that same channel; the broker rewrites that
 ``reply_to`` to ``amq.rabbitmq.reply-to.<token>``. A reply published to the default exchange with
 that routing key goes straight to the consumer: no queue, no store, no ack. A reply whose consumer
-is gone is dropped (returned when mandatory).
+is gone is dropped. A reply reaches no queue either way, so a mandatory one is also returned
+(``basic.return`` 312 NO_ROUTE) when it was delivered, as RabbitMQ 3.10 does.
 
 Rule 1: the ``ReplyRegistry`` (one per broker, as RabbitMQ's reply names work across vhosts) owns
 the token -> consumer map; a channel registers on consume and unregisters on cancel or close.

@@ -19,10 +19,8 @@ again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from headrace.queues import Queue
+from headrace.queues import Queue
 
 __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS", "Saturation"]
 

@@ -38,7 +38,7 @@ AUTO_TRACK_ARG = "x-stream-automatic-offset-tracking"
 
 @dataclass(slots=True, eq=False)
 class StreamReader:
-    consumer: Consumer
+    consumer: Consumer[Any]
     cursor: StreamCursor
     name: str | None  # tracked offsets are kept under this name
 
@@ -100,7 +100,7 @@ class StreamQueue(Queue):
         return f"queue '{self.name}' in vhost '{self.vhost}'"
 
     # ------------------------------------------------------------------ consumers
-    def attach(self, consumer: Consumer, arguments: Mapping[str, Any], now: float) -> None:
+    def attach(self, consumer: Consumer[Any], arguments: Mapping[str, Any], now: float) -> None:
         """Check a new consumer as RabbitMQ does and place its cursor (before ``add_consumer``)."""
         if consumer.no_ack:
             raise ChannelException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic acknowledgement "
@@ -143,7 +143,7 @@ class StreamQueue(Queue):
     def _at_time(self, timestamp_ms: int) -> int:
         return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end)
 
-    def remove_consumer(self, tag: str) -> Consumer | None:
+    def remove_consumer(self, tag: str) -> Consumer[Any] | None:
         reader = self.readers.pop(tag, None)
         if reader is not None:
             reader.cursor.close()
@@ -222,7 +222,7 @@ class StreamQueue(Queue):
     def page_in_wanted(self) -> bool:
         return False
 
-    def delete(self) -> list[Consumer]:
+    def delete(self) -> list[Consumer[Any]]:
         for reader in self.readers.values():
             reader.cursor.close()
         self.readers.clear()

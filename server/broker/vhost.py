@@ -12,9 +12,10 @@ HTTP API maps the same exceptions to status codes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from headrace.exchanges import (
     ArgumentError,
@@ -25,18 +26,17 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
-from headrace.queues import Queue, QueueArgumentError, QueueArgs
+from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
+from headrace.server.auth import UserRegistry
 
 from . import errors
 from .delayed import DELAYED_TYPE, DelayedMessages
-from .policies import apply_exchange_policy, apply_queue_dedup, queue_args
+from .delivery import Delivery
+from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
 
-if TYPE_CHECKING:
-    from .core import Broker
-
-__all__ = ["PREDECLARED", "VHost"]
+__all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
 PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.direct", "direct"),
@@ -63,8 +63,28 @@ class PermissionChecker(Protocol):
     def check_permission(self, kind: str, name: str) -> None: ...
 
 
+class VHostOwner(Protocol):
+    """What a vhost needs of the broker that holds it (``core.Broker``). The vhost names this
+    protocol rather than importing the broker, which sits above it and creates it."""
+
+    delivery: Delivery
+    policies: PolicyStore
+    users: UserRegistry  # topic permissions (topic_auth.py)
+    stream_data_dir: Path | None
+    resident_max_messages: int
+    resident_max_bytes: int
+
+    def check_limit(self, kind: str, vhost: VHost) -> None: ...
+
+    def definitions_changed(self) -> None: ...
+
+    def churn(self, event: str) -> None: ...
+
+    def backing_factory(self, vhost: str, queue: str) -> Callable[[], Backing] | None: ...
+
+
 class VHost:
-    def __init__(self, broker: Broker, name: str) -> None:
+    def __init__(self, broker: VHostOwner, name: str) -> None:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}
@@ -77,6 +97,13 @@ class VHost:
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages()
+        # the management API's per-vhost message_stats that no queue or exchange holds: publishes
+        # routed nowhere (counted by the delivery owner), returned to a mandatory publisher and
+        # confirmed (counted by the channels, per batch)
+        self.unroutable = 0
+        self.unroutable_returned = 0
+        self.confirmed = 0
+        self.octets_closed = [0, 0]  # bytes received and sent by its connections now closed
 
     # ------------------------------------------------------------------ exchanges
     def declare_exchange(
@@ -96,10 +123,11 @@ class VHost:
         arguments = dict(arguments or {})
         routing_type = type_
         if type_ == DELAYED_TYPE:
-            routing_type = arguments.get("x-delayed-type")
-            if not isinstance(routing_type, str) or routing_type == DELAYED_TYPE:
+            delayed_type = arguments.get("x-delayed-type")
+            if not isinstance(delayed_type, str) or delayed_type == DELAYED_TYPE:
                 raise errors.precondition_failed(
                     "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+            routing_type = delayed_type
         if existing is not None:
             current = DELAYED_TYPE if name in self.delayed_exchanges else existing.TYPE
             if current != type_:
@@ -121,7 +149,8 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         self.broker.check_limit("exchanges", self)
-        apply_exchange_policy(self, exchange)  # its alternate and dedup keys, if a policy applies
+        # its alternate and dedup keys, if a policy applies
+        apply_exchange_policy(self.broker.policies, self.broker.delivery.dedup, self.name, exchange)
         self.exchanges[name] = exchange
         if arguments.get("x-mirror"):
             self.mirrored.add(name)
@@ -192,6 +221,7 @@ class VHost:
             self.check_exclusive(queue, owner)
             queue.touch(now)  # a declare renews the x-expires lease, as in RabbitMQ
             return queue
+        self.broker.churn("queue_declared")  # every active declare, new queue or not (RabbitMQ's churn)
         existing = self.queues.get(name) if name else None
         if existing is None and name.startswith("amq."):
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -244,12 +274,12 @@ class VHost:
         )
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
-            queue: Queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
+            queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
         else:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
         self.queues[name] = queue
-        apply_queue_dedup(self, name, arguments, kind)
+        apply_queue_dedup(self.broker.policies, self.broker.delivery.dedup, self.name, name, arguments, kind)
         queue.touch(now)
         self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:

@@ -18,6 +18,7 @@ routes = Routes()
 
 @routes.get("/api/connections")
 def list_connections(ctx: Context, req: Request) -> Response:
+    ctx.rates.forget("connection", {("connection", i) for i in ctx.broker.connections})
     return page(req, [connection_json(ctx, s) for s in visible_sessions(ctx, req)])
 
 

@@ -47,7 +47,7 @@ class HTTPConsumer:
     def has_capacity(self) -> bool:
         return not self.closed and len(self.unacked) < self.prefetch
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry) -> None:
         delivery_id = self._next
         self._next += 1
         self.unacked[delivery_id] = entry
@@ -64,7 +64,7 @@ class HTTPConsumer:
         self.lines.append(json.dumps(event, default=str).encode() + b"\n")
         self.wake()
 
-    def consumer_cancelled(self, consumer: Consumer) -> None:
+    def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue was deleted: the stream ends with a line saying so (like basic.cancel over AMQP)."""
         if self.closed:
             return

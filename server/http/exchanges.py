@@ -6,7 +6,7 @@ from typing import Any
 
 from headrace.server.broker import VHost
 
-from .listing import page, visible_vhosts
+from .listing import page, rated, visible_vhosts
 from .models import ExchangeBody, check_object_name
 from .routes import Context, Request, Response, Routes, json_response
 
@@ -15,11 +15,13 @@ __all__ = ["routes"]
 routes = Routes()
 
 
-def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
+def _exchange_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
     ex = vhost.exchanges[name]
+    stats = rated(ctx, ("exchange", vhost.name, name), ex, ("publish_in", "publish_out"),
+                  (ex.published_in, ex.published_out))
     out = {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
-           "mirrored": name in vhost.mirrored, "user_who_performed_action": "", "message_stats": {}}
+           "mirrored": name in vhost.mirrored, "user_who_performed_action": "", "message_stats": stats}
     policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
     if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
         out["policy"] = policy.name
@@ -30,14 +32,15 @@ def _exchange_json(vhost: VHost, name: str) -> dict[str, Any]:
 @routes.get("/api/exchanges/{vhost}")
 def list_exchanges(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
     vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
-    return page(req, [_exchange_json(v, n) for v in vhosts for n in sorted(v.exchanges)])
+    ctx.rates.forget("exchange", {("exchange", n, x) for n, v in ctx.broker.vhosts.items() for x in v.exchanges})
+    return page(req, [_exchange_json(ctx, v, n) for v in vhosts for n in sorted(v.exchanges)])
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")
 def get_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     vhost.get_exchange(name)
-    # per-exchange publish breakdowns: headrace counts per queue only, so these lists are empty
-    return json_response(200, {**_exchange_json(vhost, name), "incoming": [], "outgoing": []})
+    # the per-channel and per-queue breakdowns: empty, as RabbitMQ's in its default (basic) rates mode
+    return json_response(200, {**_exchange_json(ctx, vhost, name), "incoming": [], "outgoing": []})
 
 
 @routes.put("/api/exchanges/{vhost}/{name}", perms=[("configure", "name")])

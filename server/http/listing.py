@@ -9,10 +9,10 @@ from typing import Any
 from headrace.server.broker import VHost
 
 from .list_query import MAX_PAGE_SIZE, apply_query
-from .rates import FIELDS
+from .rates import Key, with_rates
 from .routes import Context, Request, Response, json_response, user_of
 
-__all__ = ["MAX_PAGE_SIZE", "message_stats", "page", "visible_vhosts"]
+__all__ = ["MAX_PAGE_SIZE", "page", "rated", "visible_vhosts"]
 
 
 def visible_vhosts(ctx: Context, req: Request) -> list[VHost]:
@@ -28,11 +28,8 @@ def page(req: Request, items: list[Any], expand: Callable[[Any], Any] | None = N
     return json_response(200, apply_query(req, items, expand))
 
 
-def message_stats(ctx: Context, key: tuple[str, str], owner: object, counts: tuple[int, ...]) -> dict[str, Any]:
-    """Counters with their rates, in RabbitMQ's shape: ``publish`` and ``publish_details: {"rate"}``."""
-    rates = ctx.rates.sample(key, owner, counts, ctx.now)
-    out: dict[str, Any] = {}
-    for (_, name), count in zip(FIELDS, counts, strict=True):
-        out[name] = count
-        out[name + "_details"] = {"rate": rates[name]}
-    return out
+def rated(ctx: Context, key: Key, owner: object, names: tuple[str, ...], counts: tuple[int, ...], *,
+          signed: bool = False) -> dict[str, Any]:
+    """Counters (or gauges, ``signed``) with their rates, in RabbitMQ's shape: ``publish`` and
+    ``publish_details: {"rate"}`` (``rates.py``)."""
+    return with_rates(names, counts, ctx.rates.sample(key, owner, counts, ctx.now, signed=signed))

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .rates import CHURN
+
 __all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "NODE_NAME", "RABBITMQ_API_VERSION", "Listener", "NodeFacts",
-           "churn_rates", "cluster_name", "contexts_json", "listeners_json", "node_json"]
+           "churn_counts", "cluster_name", "contexts_json", "listeners_json", "node_json"]
 
 NODE_NAME = "headrace@localhost"
 RABBITMQ_API_VERSION = "3.10.0"  # the RabbitMQ release whose management API this one follows
-CHURN = ("connection_created", "connection_closed", "channel_created", "channel_closed", "queue_declared",
-         "queue_created", "queue_deleted")
 # protocol names as RabbitMQ lists its listeners
 PROTOCOLS = {"amqp": "amqp", "amqps": "amqp/ssl", "http": "http", "https": "https"}
 EXCHANGE_TYPES = [
@@ -71,15 +71,10 @@ def cluster_name(global_parameters: dict[str, Any]) -> str:
     return name if isinstance(name, str) and name else NODE_NAME
 
 
-def churn_rates(counters: Any) -> dict[str, Any]:
-    """Objects created and closed since the start (``broker.churn``); a queue's declare is counted
-    when it creates the queue. Their rates are not sampled (0.0)."""
+def churn_counts(counters: Any) -> tuple[int, ...]:
+    """Objects created and closed since the start (``broker.churn``), in ``rates.CHURN`` order."""
     extra = counters.extra
-    out: dict[str, Any] = {}
-    for name in CHURN:
-        out[name] = extra.get("queue_created" if name == "queue_declared" else name, 0)
-        out[name + "_details"] = {"rate": 0.0}
-    return out
+    return tuple(extra.get(name, 0) for name in CHURN)
 
 
 def listeners_json(facts: NodeFacts) -> list[dict[str, Any]]:

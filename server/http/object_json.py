@@ -16,20 +16,26 @@ from headrace.exchanges import Binding
 from headrace.queues import Consumer, Queue
 from headrace.server.broker import VHost
 
-from .listing import message_stats
+from headrace.server.amqp.properties import decode_properties
+
+from .listing import rated
 from .node_facts import NODE_NAME
-from .rates import FIELDS
+from .rates import QUEUE_STATS, queue_counts
 from .routes import Context, Request, user_of
 
 __all__ = ["binding_json", "channel_json", "connection_json", "connection_name", "consumer_json",
-           "queue_detail_json", "queue_stats_json", "rabbit_time", "visible_sessions"]
+           "head_timestamp", "queue_detail_json", "queue_stats_json", "rabbit_time",
+           "visible_sessions"]
 
-ZERO_RATE = {"rate": 0.0}
+DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
+TIMESTAMP_FLAG = 1 << 6  # the timestamp property's bit, in the low byte of the first flag word
 
 
 def rabbit_time(seconds: float) -> str:
-    """RabbitMQ's timestamp format for ``idle_since`` and the like (UTC here)."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+    """RabbitMQ 3.10's timestamp format for ``idle_since`` and the like: RFC 3339 with
+    milliseconds, in UTC (``2026-11-24T13:35:39.003+00:00``)."""
+    millis = int(seconds * 1000) % 1000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}+00:00"
 
 
 def _safe(value: Any) -> Any:
@@ -57,16 +63,18 @@ def connection_name(s: Any) -> str:
 def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
     props = _safe(s.client_properties)
     conn = s.conn
+    io = s.io
+    octets = rated(ctx, ("connection", s.id), s, ("recv_oct", "send_oct"), (io.recv_oct, io.send_oct))
     return {
         "name": connection_name(s), "id": s.id, "node": NODE_NAME, "type": "network", "state": "running",
         "protocol": "AMQP 0-9-1", "user": s.user.name, "vhost": s.vhost.name, "auth_mechanism": "PLAIN",
-        "host": "", "port": 0, "peer_host": s.peer[0], "peer_port": s.peer[1], "ssl": False,
+        "host": s.local[0], "port": s.local[1], "peer_host": s.peer[0], "peer_port": s.peer[1], "ssl": s.ssl,
         "channels": len(s.channels), "channel_max": getattr(conn, "channel_max", 0),
         "frame_max": getattr(conn, "frame_max", 0), "timeout": getattr(conn, "heartbeat", 0),
         "client_properties": props, "user_provided_name": props.get("connection_name"),
         "connected_at": int(s.connected_at * 1000),
-        "recv_oct": 0, "recv_oct_details": ZERO_RATE, "send_oct": 0, "send_oct_details": ZERO_RATE,
-        "recv_cnt": 0, "send_cnt": 0, "send_pend": 0, "reductions": 0, "garbage_collection": {},
+        **octets, "recv_cnt": io.recv_cnt, "send_cnt": io.send_cnt, "send_pend": conn.bytes_pending,
+        "reductions": 0, "garbage_collection": {},
     }
 
 
@@ -98,7 +106,7 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
     return out
 
 
-def consumer_json(vhost: VHost, queue: str, c: Consumer) -> dict[str, Any]:
+def consumer_json(vhost: VHost, queue: str, c: Consumer[Any]) -> dict[str, Any]:
     sink = c.sink
     session = getattr(sink, "session", None)
     details: dict[str, Any] = (channel_details(session, sink) if session is not None and session.user is not None
@@ -122,20 +130,20 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
     consumers = q.consumers()
     exclusive = next((c.tag for c in consumers if c.exclusive), None)
     ready, unacked = q.messages_ready, q.messages_unacked
+    depth = rated(ctx, ("queue-depth", vhost.name, q.name), q, DEPTH, (ready + unacked, ready, unacked), signed=True)
     out = {
         "consumers": len(consumers), "consumer_capacity": 1.0 if consumers else 0.0,
         "consumer_utilisation": 1.0 if consumers else 0.0, "exclusive_consumer_tag": exclusive,
         "single_active_consumer_tag": None, "memory": q.memory,
-        "messages_details": ZERO_RATE, "messages_ready_details": ZERO_RATE,
-        "messages_unacknowledged_details": ZERO_RATE,
+        **{name: value for name, value in depth.items() if name.endswith("_details")},
         "message_bytes": q.message_bytes_ready + q.message_bytes_unacked,
         "message_bytes_ready": q.message_bytes_ready, "message_bytes_unacknowledged": q.message_bytes_unacked,
         "message_bytes_persistent": 0, "message_bytes_ram": q.message_bytes_ready + q.message_bytes_unacked,
         "messages_persistent": 0, "messages_ram": ready + unacked - q.spilled_count(),
         "messages_ready_ram": ready - q.spilled_count(), "messages_unacknowledged_ram": unacked,
         "messages_paged_out": q.spilled_count(), "message_bytes_paged_out": 0, "spilled": q.spilled_count(),
-        "head_message_timestamp": None,
-        "message_stats": message_stats(ctx, (vhost.name, q.name), q, tuple(getattr(s, f) for f, _ in FIELDS)),
+        "head_message_timestamp": head_timestamp(q),
+        "message_stats": rated(ctx, ("queue", vhost.name, q.name), q, QUEUE_STATS, queue_counts(s)),
         "backing_queue_status": {"mode": "default", "len": ready, "q1": 0, "q2": 0, "q3": 0, "q4": ready,
                                  "delta": ["delta", "undefined", q.spilled_count(), 0, "undefined"],
                                  "version": 1},
@@ -146,8 +154,22 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
     return out
 
 
+def head_timestamp(q: Queue) -> int | None:
+    """The ``timestamp`` property of the message at the queue's head (RabbitMQ's
+    ``head_message_timestamp``): None when the queue is empty or that message has none. Only
+    the head's properties are decoded, once per rendering."""
+    head = q.head()  # a stream queue holds no ready entries: None
+    if head is None:
+        return None
+    raw = head.message.props_raw
+    if len(raw) < 2 or not raw[1] & TIMESTAMP_FLAG:  # no timestamp: nothing to decode
+        return None
+    return decode_properties(raw).timestamp
+
+
 def queue_detail_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
     """What a single queue's GET (and ``/api/queues/detailed``) adds: its consumers, and the
-    per-exchange and per-channel breakdowns (empty: headrace keeps the totals only)."""
+    per-exchange and per-channel breakdowns, empty as RabbitMQ's are in its default (basic)
+    rates mode, where only per-object totals are kept."""
     return {"consumer_details": [consumer_json(vhost, q.name, c) for c in q.consumers()],
             "incoming": [], "deliveries": []}

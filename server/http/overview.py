@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from .listing import message_stats, visible_vhosts
-from .node_facts import EXCHANGE_TYPES, NODE_NAME, RABBITMQ_API_VERSION, churn_rates, cluster_name, contexts_json, \
+from .listing import rated, visible_vhosts
+from .node_facts import EXCHANGE_TYPES, NODE_NAME, RABBITMQ_API_VERSION, churn_counts, cluster_name, contexts_json, \
     listeners_json
-from .rates import FIELDS
+from .rates import CHURN, VHOST_STATS
 from .routes import Context, Request, Response, Routes, json_response, user_of
+from .vhosts import vhost_counts
 
 __all__ = ["routes"]
 
@@ -23,7 +24,11 @@ def overview(ctx: Context, req: Request) -> Response:
     queues = [q for v in vhosts for q in v.queues.values()]
     sessions = [s for s in b.connections.values() if s.user is not None and s.vhost.name in names
                 and (user.can_monitor or s.user.name == user.name)]
-    rate_key = ("", "") if user.is_administrator else ("", "user:" + user.name)
+    rate_key = ("overview", "") if user.is_administrator else ("overview", "user:" + user.name)
+    counts = [0] * len(VHOST_STATS)
+    for v in vhosts:
+        for i, count in enumerate(vhost_counts(v)):
+            counts[i] += count
     facts = ctx.node_facts()
     return json_response(200, {
         "product_name": "headrace", "product_version": ctx.version, "management_version": ctx.version,
@@ -32,7 +37,8 @@ def overview(ctx: Context, req: Request) -> Response:
         "rates_mode": "basic", "disable_stats": False, "enable_queue_totals": False,
         "node": NODE_NAME, "cluster_name": cluster_name(b.parameters.global_parameters),
         "listeners": listeners_json(facts), "contexts": contexts_json(facts), "exchange_types": EXCHANGE_TYPES,
-        "churn_rates": churn_rates(b.counters), "statistics_db_event_queue": 0,
+        "churn_rates": rated(ctx, ("churn",), b.counters, CHURN, churn_counts(b.counters)),
+        "statistics_db_event_queue": 0,
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400], "basic": [600, 3600],
                                       "detailed": [600]},
         "object_totals": {"connections": len(sessions), "channels": sum(len(s.channels) for s in sessions),
@@ -41,8 +47,7 @@ def overview(ctx: Context, req: Request) -> Response:
         "queue_totals": {"messages": sum(q.messages_ready + q.messages_unacked for q in queues),
                          "messages_ready": sum(q.messages_ready for q in queues),
                          "messages_unacknowledged": sum(q.messages_unacked for q in queues)},
-        "message_stats": message_stats(ctx, rate_key, ctx.rates,
-                                       tuple(sum(getattr(q.stats, f) for q in queues) for f, _ in FIELDS)),
+        "message_stats": rated(ctx, rate_key, ctx.rates, VHOST_STATS, tuple(counts)),
         "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
         "disk_free": b.disk_free,
     })

@@ -1,53 +1,89 @@
-"""Message rates for the management API (RabbitMQ's ``*_details: {"rate": msg/s}``).
+"""Rates for the management API (RabbitMQ's ``*_details: {"rate": per second}``).
 
-Rates come from the queues' counters, sampled whenever the API renders them, with the time the
-shell stamped on the request (``ctx.now``): no clock reads here. Each rate is a decaying average
-of the rates between samples, weighted by elapsed time (about ``HALF_LIFE`` seconds of memory), so
-a burst shows right away and fades once traffic stops.
+Rates come from counters the broker keeps anyway (a queue's, an exchange's, a connection's socket
+counters, the churn counters), sampled whenever the API renders them, with the time the shell
+stamped on the request (``ctx.now``): no clock reads here, and nothing added to the message path.
+Each rate is a decaying average of the rates between samples, weighted by elapsed time (about
+``HALF_LIFE`` seconds of memory), so a burst shows right away and fades once traffic stops.
+
+A key names what was sampled: its first element is the kind (``"queue"``, ``"exchange"``,
+``"vhost"``, ``"connection"``, ...), so a listing can ``forget`` the samples of its kind's objects
+that are gone. Counters only go up (a drop means the object was replaced: no traffic); gauges such
+as a queue's depth are sampled ``signed`` and their rate may be negative, as RabbitMQ's
+``messages_details``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["FIELDS", "RateTracker"]
+__all__ = ["CHURN", "QUEUE_STATS", "VHOST_STATS", "Key", "RateTracker", "queue_counts", "with_rates"]
 
-# counter name on QueueStats -> RabbitMQ's message_stats key
-FIELDS = (("published", "publish"), ("delivered", "deliver_get"), ("acked", "ack"), ("redelivered", "redeliver"))
+# RabbitMQ's message_stats keys of a queue, in the order ``queue_counts`` gives them
+QUEUE_STATS = ("publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver", "deliver_no_ack",
+               "get_empty")
+# and of a vhost (and the overview): the queues' plus what only channels and exchanges see
+VHOST_STATS = ("publish", "confirm", "return_unroutable", "drop_unroutable", "get", "get_no_ack", "deliver",
+               "deliver_no_ack", "redeliver", "ack", "deliver_get", "get_empty")
+CHURN = ("connection_created", "connection_closed", "channel_created", "channel_closed", "queue_declared",
+         "queue_created", "queue_deleted")
 HALF_LIFE = 5.0  # seconds
-MAX_TRACKED = 100_000  # bound on remembered samples (queues come and go)
+MAX_TRACKED = 100_000  # bound on remembered samples (objects come and go)
+
+Key = tuple[Any, ...]  # (kind, ...names)
+
+
+def queue_counts(s: Any) -> tuple[int, ...]:
+    """A queue's ``QueueStats`` as the ``QUEUE_STATS`` counts: ``delivered`` is every delivery and
+    get; what is neither a get nor a no-ack delivery went to a consumer that acks."""
+    deliver = s.delivered - s.got - s.got_no_ack - s.delivered_no_ack
+    return (s.published, s.delivered, s.acked, s.redelivered, s.got, s.got_no_ack, deliver, s.delivered_no_ack,
+            s.get_empty)
+
+
+def with_rates(names: Sequence[str], counts: Sequence[int], rates: Sequence[float]) -> dict[str, Any]:
+    """``{name: count, name_details: {"rate": r}}`` for each name, RabbitMQ's shape."""
+    out: dict[str, Any] = {}
+    for name, count, rate in zip(names, counts, rates, strict=True):
+        out[name] = count
+        out[name + "_details"] = {"rate": rate}
+    return out
 
 
 @dataclass(slots=True)
 class _Sample:
-    owner: object  # the queue sampled (a new queue of the same name starts afresh)
+    owner: object  # the object sampled (a new one under the same key starts afresh)
     at: float
     counts: tuple[int, ...]
-    rates: list[float] = field(default_factory=lambda: [0.0] * len(FIELDS))
+    rates: list[float] = field(default_factory=list)
 
 
 class RateTracker:
     def __init__(self) -> None:
-        self._samples: dict[tuple[str, str], _Sample] = {}
+        self._samples: dict[Key, _Sample] = {}
 
-    def sample(self, key: tuple[str, str], owner: object, counts: tuple[int, ...], now: float) -> dict[str, float]:
-        """Record ``counts`` at ``now``; the rates (msg/s) per message_stats key."""
+    def sample(self, key: Key, owner: object, counts: tuple[int, ...], now: float, *,
+               signed: bool = False) -> tuple[float, ...]:
+        """Record ``counts`` at ``now``; the rate of each (per second)."""
         last = self._samples.get(key)
-        if last is None or last.owner is not owner:
+        if last is None or last.owner is not owner or len(last.counts) != len(counts):
             if len(self._samples) >= MAX_TRACKED:
                 self._samples.clear()
-            self._samples[key] = last = _Sample(owner, now, counts)
+            self._samples[key] = last = _Sample(owner, now, counts, [0.0] * len(counts))
         elif now > last.at:
             dt = now - last.at
             keep = math.exp(-dt * math.log(2) / HALF_LIFE)
+            rates = last.rates
             for i, (old, new) in enumerate(zip(last.counts, counts, strict=True)):
-                instant = max(0, new - old) / dt  # a counter that went down (queue deleted) is no traffic
-                last.rates[i] = keep * last.rates[i] + (1 - keep) * instant
+                change = new - old if signed else max(0, new - old)  # a counter that went down: no traffic
+                rates[i] = keep * rates[i] + (1 - keep) * change / dt
             last.at, last.counts = now, counts
-        return {name: round(rate, 3) for (_, name), rate in zip(FIELDS, last.rates, strict=True)}
+        return tuple(round(rate, 3) for rate in last.rates)
 
-    def forget(self, keep: set[tuple[str, str]]) -> None:
-        """Drop samples of queues no longer there."""
-        for key in [k for k in self._samples if k not in keep and k[0] != ""]:
+    def forget(self, kind: str, keep: set[Key]) -> None:
+        """Drop the samples of ``kind`` whose objects are no longer there (not in ``keep``)."""
+        for key in [k for k in self._samples if k[0] == kind and k not in keep]:
             del self._samples[key]

@@ -13,7 +13,7 @@ from headrace.exchanges import DestinationKind
 from headrace.server.broker import VHost
 
 from .listing import page
-from .object_json import binding_json, channel_json, connection_json, visible_sessions
+from .object_json import binding_json, channel_json, connection_json, connection_name, visible_sessions
 from .parameters import topic_permissions_json
 from .routes import Context, HTTPError, Request, Response, Routes, json_response
 
@@ -150,7 +150,7 @@ def _between(vhost: VHost, source: str, dest: str, kind: DestinationKind) -> lis
 # ---------------------------------------------------------------------- one connection or channel
 def _session(ctx: Context, req: Request, name: str) -> Any:
     for s in visible_sessions(ctx, req):
-        if name in (str(s.id), connection_json(ctx, s)["name"]):
+        if name in (str(s.id), connection_name(s)):
             return s
     raise HTTPError(404, "not_found", f"connection '{name}' not found")
 

@@ -7,38 +7,62 @@ from typing import Any
 from headrace.server.auth import Permission
 from headrace.server.broker import VHost
 
-from .listing import page, visible_vhosts
+from .listing import page, rated, visible_vhosts
 from .node_facts import NODE_NAME
-from .rates import FIELDS
+from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
-__all__ = ["routes"]
+__all__ = ["routes", "vhost_counts"]
 
 routes = Routes()
 
 
-def _vhost_json(v: VHost) -> dict[str, Any]:
+def vhost_counts(v: VHost) -> tuple[int, ...]:
+    """The vhost's ``VHOST_STATS`` counts: its queues' counters, publishes into its exchanges, and
+    what the channels and the delivery owner count per vhost (confirms, unroutable)."""
+    sums = [0] * len(QUEUE_STATS)
+    for queue in v.queues.values():
+        for i, count in enumerate(queue_counts(queue.stats)):
+            sums[i] += count
+    q = dict(zip(QUEUE_STATS, sums, strict=True))
+    published = sum(ex.published_in for ex in v.exchanges.values())
+    return (published, v.confirmed, v.unroutable_returned, v.unroutable - v.unroutable_returned,
+            q["get"], q["get_no_ack"], q["deliver"], q["deliver_no_ack"], q["redeliver"], q["ack"], q["deliver_get"],
+            q["get_empty"])
+
+
+def vhost_octets(ctx: Context, v: VHost) -> tuple[int, int]:
+    """Bytes received and sent by the vhost's connections, closed ones included."""
+    recv, send = v.octets_closed
+    for s in ctx.broker.connections.values():
+        if s.vhost is v:
+            recv += s.io.recv_oct
+            send += s.io.send_oct
+    return recv, send
+
+
+def _vhost_json(ctx: Context, v: VHost) -> dict[str, Any]:
     ready = sum(q.messages_ready for q in v.queues.values())
     unacked = sum(q.messages_unacked for q in v.queues.values())
-    counts = {name: sum(getattr(q.stats, f) for q in v.queues.values()) for f, name in FIELDS}
-    rate = {"rate": 0.0}  # per-vhost rates are not sampled (the overview and queues carry them)
     return {"name": v.name, "description": "", "tags": [], "metadata": {"description": "", "tags": []},
             "tracing": False, "default_queue_type": "classic", "cluster_state": {NODE_NAME: "running"},
-            "messages": ready + unacked, "messages_details": rate, "messages_ready": ready,
-            "messages_ready_details": rate, "messages_unacknowledged": unacked,
-            "messages_unacknowledged_details": rate,
-            "message_stats": {**counts, **{name + "_details": rate for name in counts}},
-            "recv_oct": 0, "recv_oct_details": rate, "send_oct": 0, "send_oct_details": rate}
+            **rated(ctx, ("vhost-depth", v.name), v, ("messages", "messages_ready", "messages_unacknowledged"),
+                    (ready + unacked, ready, unacked), signed=True),
+            "message_stats": rated(ctx, ("vhost", v.name), v, VHOST_STATS, vhost_counts(v)),
+            **rated(ctx, ("vhost-octets", v.name), v, ("recv_oct", "send_oct"), vhost_octets(ctx, v))}
 
 
 @routes.get("/api/vhosts")
 def list_vhosts(ctx: Context, req: Request) -> Response:
-    return page(req, [_vhost_json(v) for v in visible_vhosts(ctx, req)])
+    vhosts = visible_vhosts(ctx, req)
+    for kind in ("vhost", "vhost-depth", "vhost-octets"):
+        ctx.rates.forget(kind, {(kind, n) for n in ctx.broker.vhosts})
+    return page(req, [_vhost_json(ctx, v) for v in vhosts])
 
 
 @routes.get("/api/vhosts/{name}", vhost="name")
 def get_vhost(ctx: Context, req: Request, name: VHost) -> Response:
-    return json_response(200, _vhost_json(name))
+    return json_response(200, _vhost_json(ctx, name))
 
 
 @routes.put("/api/vhosts/{name}", admin=True)

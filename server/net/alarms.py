@@ -7,7 +7,10 @@ bytes they write and their write errors to it; it checks free space again as soo
 have been written or its estimate (free at the last check minus bytes written since) falls under
 the limit, so the limit holds at any write rate, not only at the sampling period. A write that
 failed (ENOSPC) keeps the alarm up until that writer reports a good write again.
-``run_alarms`` owns the memory alarm.
+``MemoryWatch`` owns the memory alarm. Connections report the bytes they read from clients (one call
+per read, not per message); it samples memory again as soon as ``check_every`` bytes came in, so a
+fast publisher passes the watermark by at most that much (plus the read each publishing connection
+is applying when the alarm goes up), not by what it can send in a sampling period.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from headrace.server.broker import Broker
 
 from .gate import Gate
 
-__all__ = ["ALARM_INTERVAL", "DiskWatch", "held_memory", "read_rss", "run_alarms"]
+__all__ = ["ALARM_INTERVAL", "DiskWatch", "MemoryWatch", "held_memory", "read_rss", "run_alarms"]
 
 log = logging.getLogger("headrace.alarms")
 
@@ -34,6 +37,11 @@ ALARM_INTERVAL = 0.5
 MEMORY_CLEAR_RATIO = 0.9
 # Free space is checked again after this many bytes written (a statvfs costs a few microseconds).
 DISK_CHECK_BYTES = 1 << 20
+# Memory is sampled again after this many bytes read from clients, or an eighth of the watermark
+# when that is less (a low watermark is not overshot by a multiple of itself). The held figure
+# walks every queue, binding and connection, so it is not sampled on every read.
+MEMORY_CHECK_BYTES = 4 << 20
+MEMORY_CHECK_MIN = 64 << 10
 # RAM each object costs besides the messages it holds, measured on a running broker
 # (benchmarks/alarm_costs.py): a queue with its stats, ready list and exchange index entries; a
 # binding in an exchange's tables; a connection with its parser, writer buffers, socket and task;
@@ -125,24 +133,53 @@ class DiskWatch:
             self.gate.notify()
 
 
-async def run_alarms(broker: Broker, gate: Gate, memory_limit: int, disk: DiskWatch,
-                     strategy: str = "held") -> None:
-    what = "held memory" if strategy == "held" else "RSS"
-    disk.broker, disk.gate = broker, gate
-    while True:
+@dataclass(slots=True)
+class MemoryWatch:
+    """The memory alarm and its inputs (see the module docstring)."""
+
+    broker: Broker
+    gate: Gate
+    limit: int
+    strategy: str = "held"  # or "rss"
+    check_every: int = 0  # 0: MEMORY_CHECK_BYTES, or an eighth of ``limit`` when that is less
+    received: int = 0  # bytes read from clients since the last sample
+
+    def __post_init__(self) -> None:
+        if not self.check_every:
+            self.check_every = max(MEMORY_CHECK_MIN, min(MEMORY_CHECK_BYTES, self.limit // 8))
+
+    def read(self, nbytes: int) -> None:
+        """A connection read ``nbytes`` from its client and applied them (called on the event loop)."""
+        self.received += nbytes
+        if self.received >= self.check_every:
+            self.check()
+
+    def check(self) -> None:
+        """Sample memory now and raise or clear the alarm."""
+        self.received = 0
+        broker = self.broker
         rss = read_rss()
-        used = held_memory(broker) if strategy == "held" else rss
+        used = held_memory(broker) if self.strategy == "held" else rss
         broker.memory_rss = rss
         broker.memory_used = used
         memory_on = "memory" in broker.alarms
-        if used > memory_limit and not memory_on:
+        what = "held memory" if self.strategy == "held" else "RSS"
+        if used > self.limit and not memory_on:
             log.warning("memory alarm: %s %.1f MiB above the watermark %.1f MiB", what, used / 2**20,
-                        memory_limit / 2**20)
+                        self.limit / 2**20)
             broker.set_alarm("memory", True)
-            gate.notify()
-        elif memory_on and used < memory_limit * MEMORY_CLEAR_RATIO:
+            self.gate.notify()
+        elif memory_on and used < self.limit * MEMORY_CLEAR_RATIO:
             log.warning("memory alarm cleared: %s %.1f MiB", what, used / 2**20)
             broker.set_alarm("memory", False)
-            gate.notify()
+            self.gate.notify()
+
+
+async def run_alarms(memory: MemoryWatch, disk: DiskWatch) -> None:
+    """Sample both every ``ALARM_INTERVAL``, whatever the traffic: an alarm clears as consumers
+    drain or space is freed without any client sending anything."""
+    disk.broker, disk.gate = memory.broker, memory.gate
+    while True:
+        memory.check()
         disk.check()
         await trio.sleep(ALARM_INTERVAL)

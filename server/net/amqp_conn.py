@@ -4,7 +4,12 @@ Rule 1: only the writer calls ``send_all`` (trio's one-sender rule); everything 
 ``AMQPConnection`` buffer and calls ``wake``.
 Rule 2: the reader reads again only after the previous batch was fully applied, and not at all
 while the session says ``read_paused`` (alarm, too many unconfirmed publishes, a saturated queue
-it publishes into: ``broker/saturation.py``): TCP then slows the publisher. Handling is synchronous, so one read -> one atomic batch of broker work.
+it publishes into: ``broker/saturation.py``): TCP then slows the publisher. Handling is
+synchronous, so one read -> one atomic batch of broker work.
+Rule 3: every close ends in bounded time. After a connection.close we sent (from a batch, the
+management API or shutdown) the reader waits ``CLOSE_TIMEOUT`` for close-ok; after the peer's, it
+waits as long for the peer to hang up first. The heartbeat task runs only for a connection that
+negotiated heartbeats, from connection.open-ok on.
 """
 
 from __future__ import annotations
@@ -61,12 +66,19 @@ def _nothing() -> None:
     pass
 
 
+def _ignore(nbytes: int) -> None:
+    pass
+
+
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
-                 peer: tuple[str, int], version: str, after_batch: Callable[[], None] = _nothing,
-                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing) -> None:
+                 peer: tuple[str, int], version: str, *, local: tuple[str, int] = ("127.0.0.1", 0),
+                 after_batch: Callable[[], None] = _nothing,
+                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
+                 on_read: Callable[[int], None] = _ignore) -> None:
         self.stream = stream
         self.after_batch = after_batch
+        self.on_read = on_read  # bytes applied after the handshake, for the memory alarm (alarms.py)
         self.on_header = on_header
         self.on_authenticated = on_authenticated
         self.broker = broker
@@ -81,11 +93,14 @@ class AMQPConnectionHandler:
         )
         self._wake_event = trio.Event()
         self._woken = False
-        self.session = Session(broker, self.conn, peer=peer, loopback_users=settings.loopback_users,
+        self.session = Session(broker, self.conn, peer=peer, local=local,
+                               ssl=isinstance(stream, trio.SSLStream), loopback_users=settings.loopback_users,
                                max_unconfirmed=settings.max_unconfirmed_per_connection, wake=self.wake)
         self.cancel_scope: trio.CancelScope | None = None
         self._closed = trio.Event()
         self._stop_reading = False  # EOF read, or the peer is not worth waiting for any more
+        self._open_reads: trio.CancelScope | None = None  # the reader's loop while the connection is open
+        self._tasks: trio.Nursery | None = None  # the connection's tasks (``run``)
 
     def wake(self) -> None:
         if not self._woken:
@@ -96,8 +111,8 @@ class AMQPConnectionHandler:
         try:
             async with trio.open_nursery() as nursery:
                 self.cancel_scope = nursery.cancel_scope
+                self._tasks = nursery
                 nursery.start_soon(self._writer)
-                nursery.start_soon(self._heartbeat)
                 await self._reader()
                 # over for the broker: exclusive queues and unacked deliveries are released now, not
                 # when the socket is gone (a client reconnecting at once must find them free)
@@ -119,9 +134,12 @@ class AMQPConnectionHandler:
                     await self.stream.aclose()
 
     async def _receive(self) -> bytes:
-        data = await self.stream.receive_some(READ_SIZE)
+        data = bytes(await self.stream.receive_some(READ_SIZE))  # bytes already (sockets, TLS): no copy
         if not data:
             self._stop_reading = True
+        io = self.session.io
+        io.recv_oct += len(data)
+        io.recv_cnt += 1
         return data
 
     async def _discard_until_eof(self) -> None:
@@ -153,15 +171,22 @@ class AMQPConnectionHandler:
             session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - handshake timeout"))
             self._stop_reading = True  # not worth waiting for: the socket goes once the writer flushed
             return
-        while session.reading:
-            if session.read_paused:
-                await self._wait_unpaused()
-                continue
-            data = await receive()
-            if not data:
-                return
-            session.handle(conn.receive_data(data), time.time())
-            self.after_batch()
+        if session.state is Lifecycle.OPEN and conn.heartbeat and self._tasks is not None:
+            self._tasks.start_soon(self._heartbeat)  # as negotiated in tune-ok: 0 means no timer at all
+        # a close made elsewhere (the management API, shutdown) ends a read or a paused wait at once:
+        # the writer cancels this scope when it finds the session no longer reading
+        with trio.CancelScope() as self._open_reads:
+            while session.reading:
+                if session.read_paused:
+                    await self._wait_unpaused()
+                    continue
+                data = await receive()
+                if not data:
+                    return
+                session.handle(conn.receive_data(data), time.time())
+                self.after_batch()
+                self.on_read(len(data))
+        self._open_reads = None
         if session.closed:
             return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
         # we sent connection.close: read until close-ok (the codec discards every other frame), for a
@@ -187,7 +212,7 @@ class AMQPConnectionHandler:
             self.after_batch()
 
     async def _wait_unpaused(self) -> None:
-        while self.session.read_paused and not self.session.closed:
+        while self.session.read_paused and self.session.reading:
             await self.gate.wait_changed()
 
     async def _writer(self) -> None:
@@ -204,24 +229,26 @@ class AMQPConnectionHandler:
                 data = conn.data_to_send()
                 if data:
                     await send_all(data)
+                    io = session.io
+                    io.send_oct += len(data)
+                    io.send_cnt += 1
                     if not conn.bytes_pending:
                         session.on_drain(time.time())
                 if session.closed and not conn.bytes_pending:
                     return
+                if self._open_reads is not None and not session.reading:
+                    self._open_reads.cancel()  # we sent connection.close: the reader waits for close-ok now
         finally:
             self._closed.set()
 
     async def _heartbeat(self) -> None:
-        while self.conn.heartbeat == 0 or self.session.vhost is None:
-            await trio.sleep(1)
-            if self.session.closed:
-                return
+        """From connection.open-ok, for a connection that negotiated heartbeats."""
         interval = max(self.conn.heartbeat / 2, 0.5)
         while not self.session.closed:
             await trio.sleep(interval)
             if self.session.read_paused:
                 self.conn.peer_alive()  # we are not reading: its heartbeats wait in the socket
-            if not self.conn.tick(time.monotonic()):
+            if not self.conn.tick(trio.current_time()):  # trio's clock: monotonic, and mockable
                 log.info("missed heartbeats from %s, closing", self.session.peer)
                 self.session.connection_lost(time.time())
                 if self.cancel_scope is not None:

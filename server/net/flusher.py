@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -25,10 +24,8 @@ from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
+from .gate import Gate
 from .stream_writer import STREAM_OPS, StreamWriter
-
-if TYPE_CHECKING:
-    from .gate import Gate
 
 __all__ = ["Flusher"]
 

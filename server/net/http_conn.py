@@ -114,6 +114,8 @@ class HTTPServer:
                 if head_only:  # GET without the body (RFC 9110 9.3.2), as RabbitMQ's cowboy does
                     request.method = "GET"
                 response = self._respond(request, _peer_host(stream))
+                if request.body:  # a publish's bodies count towards the memory alarm's next sample
+                    self.app.memory.read(len(request.body))
                 if response.stream is not None and head_only:
                     response.stream.close()
                     response = error_response(HTTPError(405, "method_not_allowed", "HEAD on a stream"))
@@ -153,7 +155,7 @@ class HTTPServer:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await stream.receive_some(READ_SIZE)
+                data = bytes(await stream.receive_some(READ_SIZE))  # bytes already: no copy
                 conn.receive_data(data)
                 if not data and conn.their_state is not h11.DONE:
                     return None

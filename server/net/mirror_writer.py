@@ -15,7 +15,6 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -24,9 +23,7 @@ from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
-
-if TYPE_CHECKING:
-    from .gate import Gate
+from .gate import Gate
 
 __all__ = ["MirrorWriter"]
 
@@ -120,8 +117,8 @@ class MirrorWriter:
             return
         retention: dict[Key, Retention] = {}
         for key in groups:
-            vhost = broker.vhosts.get(key[0])
-            age, size = vhost.mirror_retention.get(key[1], (None, None)) if vhost else (None, None)
+            owner = broker.vhosts.get(key[0])
+            age, size = owner.mirror_retention.get(key[1], (None, None)) if owner else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
         fsync = self.settings.fsync != "off"
         failed: dict[Key, tuple[list[MirrorRecord], OSError]] = {}

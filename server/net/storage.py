@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,13 +28,11 @@ from headrace.server.config import Settings
 
 from .alarms import DiskWatch
 from .flusher import Flusher
+from .gate import Gate
 from .mirror_writer import MirrorWriter
 from .pager import Pager
 from .recovery import recover
 from .stream_writer import StreamWriter
-
-if TYPE_CHECKING:
-    from .gate import Gate
 
 __all__ = ["Storage"]
 
@@ -61,7 +58,7 @@ class Storage:
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)
         for vhost in broker.vhosts.values():
-            trim_recovered(vhost, time.time())  # a lower limit applies at once (policies.py)
+            trim_recovered(broker.delivery, vhost, time.time())  # a lower limit applies at once (policies.py)
         broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
         self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
         self.streams.recover(broker)

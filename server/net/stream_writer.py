@@ -139,9 +139,9 @@ class StreamWriter:
         for key, offsets in tracks.items():
             write_offsets(stream_dir(self.data_dir, *key), offsets)
         for key in drops:
-            log_ = self.logs.pop(key, None)
-            if log_ is not None:
-                log_.close()
+            dropped = self.logs.pop(key, None)
+            if dropped is not None:
+                dropped.close()
             remove_stream(self.data_dir, *key)
         return written
 
@@ -167,7 +167,7 @@ class StreamWriter:
                 out.append(Written(key, log_.next_offset, None, segs[0].base_offset if segs else log_.next_offset))
         return out
 
-    async def write_group(self, broker: Broker, ops: list) -> None:
+    async def write_group(self, broker: Broker, ops: Sequence[object]) -> None:
         """The stream ops of one flusher group, written (and synced) before the group's confirms
         go out; then the streams' consumers are told of the new ends."""
         appends, tracks, drops = self.plan(broker, ops)

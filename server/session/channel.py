@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
@@ -25,12 +25,11 @@ from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
 from headrace.server.broker.topic_auth import check_topic_write
 
+from .permissions import Permissions
+from .state import SessionState
 from .tx import Transaction
 
-if TYPE_CHECKING:
-    from .session import Session
-
-__all__ = ["ChannelSession", "OUTBOX_HIGH_WATER"]
+__all__ = ["ChannelSession", "ConfirmWaiter", "OUTBOX_HIGH_WATER"]
 
 # Deliveries stop being encoded for a connection once this many bytes wait for its socket; the
 # writer sends them in one call, and when it has drained the consumers are dispatched again. 1 MiB
@@ -43,25 +42,36 @@ OUTBOX_HIGH_WATER = 1 << 20
 UNSTAMPED_CHECK = 4096
 
 
+class ConfirmWaiter(Protocol):
+    """Who releases a channel's confirms after the store syncs (``ConfirmsAndTx``, which sits
+    above the channel and handles confirm.select/tx.* on it): the channel only reports in."""
+
+    def confirming(self, ch: ChannelSession) -> None: ...
+
+    def channel_closed(self, ch: ChannelSession) -> None: ...
+
+
 class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "delivered_at", "unstamped", "last_ticket",
-        "delivery", "perms", "reply",
+        "delivery", "perms", "confirms", "reply",
     )
 
-    def __init__(self, session: Session, channel_id: int) -> None:
+    def __init__(self, session: SessionState, channel_id: int, perms: Permissions,
+                 confirms: ConfirmWaiter) -> None:
         self.session = session
         self.conn = session.conn
         self.id = channel_id
         self.vhost = session.vhost
         self.delivery = session.broker.delivery
-        self.perms = session.perms
+        self.perms = perms
+        self.confirms = confirms
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
         self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
-        self.consumers: dict[str, tuple[Queue, Consumer]] = {}
+        self.consumers: dict[str, tuple[Queue, Consumer[Any]]] = {}
         self.prefetch_count = 0  # per new consumer (global=False, RabbitMQ's meaning)
         self.global_prefetch = 0  # shared by the channel (global=True)
         self.active = True  # channel.flow from the client
@@ -90,7 +100,7 @@ class ChannelSession:
             return False
         return True
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
         msg = entry.message
@@ -133,7 +143,7 @@ class ChannelSession:
             times.popleft()
         return times[0][1] if times else None
 
-    def consumer_cancelled(self, consumer: Consumer) -> None:
+    def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue went away under the consumer: tell clients that asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
@@ -171,7 +181,9 @@ class ChannelSession:
         if not ok:
             self.perms.check("write", exchange)
         if self.session.broker.users.topic_permissions:
-            check_topic_write(self.vhost, self.session.user.name, exchange, method.routing_key)
+            user = self.session.user
+            assert user is not None  # a channel opens only after connection.open
+            check_topic_write(self.vhost, user.name, exchange, method.routing_key)
         props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
         if self.tx:
             self._tx_buffer(event)
@@ -185,20 +197,21 @@ class ChannelSession:
         if session.broker.alarms and not session.blocked_sent:
             session.alarms_changed(session.broker.alarms)
         if not result.routed and method.mandatory:
+            self.vhost.unroutable_returned += 1
             self.conn.send_content(self.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
                                    exchange=exchange, routing_key=method.routing_key),
                                    event.props_raw, event.body)
         if self.confirm:
             self.publish_seq += 1
             self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
-            session.confirms.confirming(self)
+            self.confirms.confirming(self)
 
     def flush_confirms(self, synced: int) -> int:
         """Send acks for every confirm whose store ticket is synced, as few frames as possible
         (``multiple=True`` covers a run). Returns how many still wait for the store."""
         pending = self.pending_confirms
         last_ack = 0
-        count = 0
+        count = confirmed = 0
         send = self.conn.send_method
         # tickets the store failed to write (disk full) are nacked, not confirmed
         failed_lo, failed_hi = self.session.broker.failing or (0, 0)
@@ -212,8 +225,10 @@ class ChannelSession:
             else:
                 last_ack = seq
                 count += 1
+                confirmed += 1
         if last_ack:
             send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
+        self.vhost.confirmed += confirmed
         return len(pending)
 
     # ------------------------------------------------------------------ settle
@@ -281,7 +296,7 @@ class ChannelSession:
             if not method.nowait:
                 self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
             return
-        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
         if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
             raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                       f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
@@ -314,7 +329,7 @@ class ChannelSession:
             self.reply = None
 
     def get(self, method: m.BasicGet) -> None:
-        queue = self._queue_for(method.queue or self.session.declares.last_queue, "read")
+        queue = self._queue_for(method.queue or self.session.last_queue, "read")
         entry = self.delivery.get(self.vhost, queue, self.session.now, no_ack=method.no_ack, owner=self)
         if entry is None:
             self.conn.send_method(self.id, m.BasicGetEmpty())
@@ -387,6 +402,6 @@ class ChannelSession:
         self.consumers.clear()
         self.requeue_all()
         self.pending_confirms.clear()
-        self.session.confirms.channel_closed(self)
+        self.confirms.channel_closed(self)
         self.tx_rollback()
 

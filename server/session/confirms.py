@@ -11,16 +11,15 @@ the store failed to write is answered with a failure (nack, or a 541 channel clo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import errors
 
-if TYPE_CHECKING:
-    from .channel import ChannelSession
-    from .session import Session
+from .channel import ChannelSession
+from .state import SessionState
 
 __all__ = ["ConfirmsAndTx"]
 
@@ -29,8 +28,10 @@ NO_STORE_SYNCED = 1 << 62
 
 
 class ConfirmsAndTx:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionState,
+                 close_channel: Callable[[int, ChannelException], None]) -> None:
         self.session = session
+        self.close_channel = close_channel  # the session's: it owns the channels
         self.channels: set[ChannelSession] = set()  # channels with confirms not yet sent
         self.unconfirmed = 0  # publishes waiting for the store before their confirm
         # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
@@ -103,7 +104,7 @@ class ConfirmsAndTx:
                 elif failing is not None and failing[0] < needed:
                     # the store could not write it: the change is not durable, say so (RabbitMQ
                     # closes the channel when its queue cannot take the write)
-                    session.close_channel(channel_id, ChannelException(
+                    self.close_channel(channel_id, ChannelException(
                         ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - the message store could not write to disk"))
                 else:
                     session.conn.send_method(channel_id, reply)

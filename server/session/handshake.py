@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from ipaddress import ip_address
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ConnectionException
@@ -21,9 +21,7 @@ from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import LoginThrottled
 
 from .lifecycle import Lifecycle
-
-if TYPE_CHECKING:
-    from .session import Session
+from .state import SessionState
 
 __all__ = ["Handshake"]
 
@@ -31,8 +29,9 @@ log = logging.getLogger("headrace.session")
 
 
 class Handshake:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionState, opened: Callable[[], None]) -> None:
         self.session = session
+        self.opened = opened  # the session's: the connection is OPEN (its lifecycle's one writer)
 
     def connection_handlers(self) -> dict[type, Callable[[Any], None]]:
         return {
@@ -92,7 +91,7 @@ class Handshake:
             raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 10, 40)
         s.broker.register_connection(s, s.user)  # raises 530 NOT_ALLOWED at a connection limit
         s.vhost = vhost
-        s.opened()
+        self.opened()
         s.conn.send_method(0, m.ConnectionOpenOk())
 
     def update_secret(self, method: m.ConnectionUpdateSecret) -> None:

@@ -9,12 +9,9 @@ cost is one lookup; a miss goes through ``check``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from headrace.server.broker import errors
 
-if TYPE_CHECKING:
-    from .session import Session
+from .state import SessionState
 
 __all__ = ["PERMISSION_CACHE_MAX", "Permissions"]
 
@@ -26,7 +23,7 @@ PERMISSION_CACHE_MAX = 4096
 class Permissions:
     __slots__ = ("session", "_cache", "write_ok")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionState) -> None:
         self.session = session
         self._cache: dict[tuple[str, str], bool] = {}
         self.write_ok: dict[str, bool] = {}  # exchange -> may publish (read by channels, written here)

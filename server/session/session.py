@@ -1,11 +1,13 @@
 """One AMQP connection as the broker sees it: applies protocol events to the broker.
 
-Rule 1: the ``Session`` owns the connection's identity (user, vhost, client capabilities), its
-channels, its lifecycle (``Lifecycle``, written only by ``_enter``) and its list of parts, each a
-small module for one concern: ``Handshake`` (login, tune, open), ``Permissions`` (one cached
-check), ``Declarations`` (declare, bind, purge, delete) and ``ConfirmsAndTx`` (replies that wait
-for the store). The network shell owns the socket and calls ``handle``, ``on_drain``,
-``connection_lost`` and ``close``, and reads ``state``.
+Rule 1: the ``Session`` owns the connection's identity (user, vhost, client capabilities: the
+``SessionState`` it is, ``state.py``), its channels, its lifecycle (``Lifecycle``, written only by
+``_enter``) and its list of parts, each a small module for one concern: ``Handshake`` (login,
+tune, open), ``Permissions`` (one cached check), ``Declarations`` (declare, bind, purge, delete)
+and ``ConfirmsAndTx`` (replies that wait for the store). The parts and the channels import none of
+this module: each takes the ``SessionState`` and, from here, the siblings it calls. The network
+shell owns the socket and calls ``handle``, ``on_drain``, ``connection_lost`` and ``close``, and
+reads ``state``.
 Rule 2: everything here is synchronous: a batch of events is applied atomically at the ``now`` the
 shell passes and leaves its replies in the ``AMQPConnection`` buffer for the writer.
 Rule 3: the session asks the broker to change what the broker owns (``register_connection``,
@@ -14,12 +16,10 @@ Rule 3: the session asks the broker to change what the broker owns (``register_c
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from headrace.queues import Queue
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.errors import AMQPError, ChannelException, ConnectionException
 from headrace.server.amqp.events import (
@@ -33,8 +33,7 @@ from headrace.server.amqp.events import (
 )
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.auth import User
-from headrace.server.broker import Broker, VHost
+from headrace.server.broker import Broker
 from headrace.server.broker.outbox import MIRROR_BACKLOG_MAX
 
 from .channel import ChannelSession
@@ -43,43 +42,26 @@ from .declare import Declarations
 from .handshake import Handshake
 from .lifecycle import LIVE, Lifecycle
 from .permissions import Permissions
+from .state import SessionState, SocketCounters
 
-__all__ = ["Session"]
+__all__ = ["Session", "SocketCounters"]  # SocketCounters: state.py's, named here for the shell
 
 log = logging.getLogger("headrace.session")
-_ids = itertools.count(1)
 
 
-class Session:
+class Session(SessionState):
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
+                 local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
                  wake: Callable[[], None] = lambda: None) -> None:
-        self.id = next(_ids)
-        self.broker = broker
-        self.conn = conn
-        self.peer = peer
-        self.loopback_users = frozenset(loopback_users)
-        self.max_unconfirmed = max_unconfirmed
-        self.wake = wake
-        self.state = Lifecycle.HANDSHAKE
-        self.user: User | None = None
-        self.vhost: VHost = None  # type: ignore[assignment]  # set by connection.open
-        self.capabilities: dict[str, Any] = {}
-        self.client_properties: dict[str, Any] = {}
+        super().__init__(broker, conn, peer=peer, local=local, ssl=ssl, loopback_users=loopback_users,
+                         max_unconfirmed=max_unconfirmed, wake=wake)
         self.channels: dict[int, ChannelSession] = {}
-        self.outbox_full = False  # a consumer found the outgoing buffer full: dispatch again on drain
-        self.published = 0
-        self.acked = 0
-        self.tx_bytes = 0  # uncommitted transactional publishes held by this connection's channels
-        self.now = 0.0  # the time the shell gave with the batch being applied (or the last one)
-        self.connected_at = 0.0
-        self.blocked_sent = False
-        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
-        self.saturating: list[Queue] = []  # saturated queues the last batch published into
+        # the parts take this session's state and what they need of each other, handed over here
         self.perms = Permissions(self)
-        self.handshake = Handshake(self)
-        self.declares = Declarations(self)
-        self.confirms = ConfirmsAndTx(self)
+        self.confirms = ConfirmsAndTx(self, self.close_channel)
+        self.handshake = Handshake(self, self.opened)
+        self.declares = Declarations(self, self.perms, self.confirms.after_fsync)
         self.parts = (self.handshake, self.declares, self.confirms)
         self._connection_handlers: dict[type, Callable[[Any], None]] = {}
         self._channel_handlers: dict[type, Callable[[ChannelSession, Any], None]] = dict(CHANNEL_METHODS)
@@ -154,10 +136,11 @@ class Session:
                 elif kind is ChannelOpened:
                     if self.vhost is None:
                         raise ConnectionException(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - connection not open")
+                    assert self.user is not None  # set with the vhost, at connection.open
                     refused = self.broker.channel_refused(self.user.name, self)  # the user's max-channels
                     if refused is not None:
                         raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 20, 10)
-                    self.channels[event.channel] = ChannelSession(self, event.channel)
+                    self.channels[event.channel] = ChannelSession(self, event.channel, self.perms, self.confirms)
                     self.broker.churn("channel_created")
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)
@@ -242,18 +225,7 @@ class Session:
     def store_synced(self, ticket: int) -> None:
         self.confirms.store_synced(ticket)
 
-    def alarms_changed(self, alarms: frozenset[str]) -> None:
-        """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
-        if self.vhost is None or not self.capabilities.get("connection.blocked"):
-            return
-        if alarms and not self.blocked_sent and (self.published or self.tx_bytes):
-            reason = "low on " + " and ".join(sorted(alarms))
-            self.conn.send_method(0, m.ConnectionBlocked(reason=reason))
-            self.blocked_sent = True
-        elif not alarms and self.blocked_sent:
-            self.conn.send_method(0, m.ConnectionUnblocked())
-            self.blocked_sent = False
-        self.wake()
+    # alarms_changed(alarms): SessionState's (state.py)
 
     def permissions_changed(self) -> None:
         """Called by the broker on any user/permission/vhost change: drop cached decisions."""

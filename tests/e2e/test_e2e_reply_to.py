@@ -95,6 +95,31 @@ def test_reply_to_a_gone_consumer_is_dropped_or_returned(conn):
     assert info.value.reply_code == 404
 
 
+def test_mandatory_reply_to_a_live_consumer_is_delivered_and_returned(conn):
+    """RabbitMQ 3.10 hands the reply to its consumer and, since it reached no queue, also returns a
+    mandatory one (312 NO_ROUTE); with confirms the return comes before the ack."""
+    client_ch = conn.channel()
+    replies: list = []
+    client_ch.basic_consume(REPLY, lambda c, m, p, b: replies.append((m.routing_key, b)), auto_ack=True)
+    rpc_q = client_ch.queue_declare(unique("req"), exclusive=True).method.queue
+    client_ch.basic_publish("", rpc_q, b"req", pika.BasicProperties(reply_to=REPLY))
+    address = client_ch.basic_get(rpc_q, auto_ack=True)[1].reply_to
+
+    replier = conn.channel()
+    returned: list = []
+    replier.add_on_return_callback(lambda c, m, p, b: returned.append((m.reply_code, m.reply_text,
+                                                                       m.routing_key, b)))
+    replier.basic_publish("", address, b"plain", mandatory=True)
+    assert wait_until(lambda: len(replies) == 1 and len(returned) == 1, conn)
+    replier.confirm_delivery()
+    with pytest.raises(pika.exceptions.UnroutableError):  # returned, then acked (not nacked)
+        replier.basic_publish("", address, b"confirmed", mandatory=True)
+    replier.basic_publish("", address, b"not mandatory")  # delivered, confirmed, not returned
+    assert wait_until(lambda: len(replies) == 3, conn)
+    assert replies == [(address, b"plain"), (address, b"confirmed"), (address, b"not mandatory")]
+    assert returned == [(312, "NO_ROUTE", address, b"plain"), (312, "NO_ROUTE", address, b"confirmed")]
+
+
 def test_reply_consumer_ends_with_its_channel(conn):
     ch = conn.channel()
     ch.basic_consume(REPLY, lambda *a: None, auto_ack=True)

@@ -1,7 +1,6 @@
 // Admin: users, virtual hosts, permissions, policies and limits (administrators only).
 import { api, ApiError, enc, get } from "./api.js";
-import { refreshNow } from "./app.js";
-import { act, confirmAction, field, h, ListView } from "./ui.js";
+import { act, confirmAction, field, h, ListView, refreshNow } from "./ui.js";
 
 // A list whose endpoint may not exist on this broker: shown as "not available" instead of failing.
 async function optional(path) {

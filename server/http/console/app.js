@@ -6,6 +6,7 @@ import { exchangeView, exchangesView } from "./exchanges.js";
 import { mirrorsView } from "./mirrors.js";
 import { overviewView } from "./overview.js";
 import { queueView, queuesView } from "./queues.js";
+import { onRefresh } from "./ui.js";
 
 const ROUTES = {
   overview: overviewView, connections: connectionsView, channels: channelsView, exchanges: exchangesView,
@@ -88,7 +89,7 @@ async function tick(gen) {
   if (every > 0 && gen === generation) timer = setTimeout(() => tick(gen), every);
 }
 
-export function refreshNow() { return tick(generation); }
+onRefresh(() => tick(generation)); // what the views' refreshNow (ui.js) runs
 
 window.addEventListener("hashchange", route);
 window.addEventListener("headrace:unauthorised", () => { logout(); showLogin("Your session has ended: log in again"); });

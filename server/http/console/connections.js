@@ -1,7 +1,6 @@
 // Connections and channels (read-only lists; an administrator can close a connection).
 import { api, enc, get } from "./api.js";
-import { refreshNow } from "./app.js";
-import { confirmAction, fmtNum, h, ListView, toast } from "./ui.js";
+import { confirmAction, fmtNum, h, ListView, refreshNow, toast } from "./ui.js";
 
 export function connectionsView(main, _params, session) {
   const admin = session.user.tags.includes("administrator");

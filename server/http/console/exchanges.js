@@ -1,8 +1,7 @@
 // Exchanges: the list with a form to add one, and each exchange's page (bindings, publish, delete).
 import { api, enc, get } from "./api.js";
-import { refreshNow } from "./app.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
-import { act, field, h, kv, ListView, toast } from "./ui.js";
+import { act, field, h, kv, ListView, refreshNow, toast } from "./ui.js";
 
 export const exchangeHref = (vhost, name) => `#/exchange/${enc(vhost)}/${enc(name || "amq.default")}`;
 

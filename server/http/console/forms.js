@@ -1,7 +1,6 @@
 // Pieces shared by the exchange and queue pages: publishing a message, bindings, deleting.
 import { api, enc, get } from "./api.js";
-import { refreshNow } from "./app.js";
-import { act, confirmAction, field, h, ListView } from "./ui.js";
+import { act, confirmAction, field, h, ListView, refreshNow } from "./ui.js";
 
 export function publishForm(vhost, exchange, routingKey = "") {
   const key = h("input", { name: "routing_key", value: routingKey, id: "publish-routing-key" });

@@ -1,7 +1,6 @@
 // Mirrors: the append-only logs that exchanges are mirrored into for the Spark bridge.
 import { api, enc, get } from "./api.js";
-import { refreshNow } from "./app.js";
-import { act, field, fmtBytes, fmtNum, h, ListView } from "./ui.js";
+import { act, field, fmtBytes, fmtNum, h, ListView, refreshNow } from "./ui.js";
 
 const age = (ms) => (ms === null || ms === undefined ? "unbounded" : `${fmtNum(ms / 1000)} s`);
 

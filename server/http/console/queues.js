@@ -1,10 +1,9 @@
 // Queues and streams: the list with a form to add one, and each queue's page (rates, consumers,
 // bindings, publish, get messages, purge, delete).
 import { api, enc, get } from "./api.js";
-import { refreshNow } from "./app.js";
 import { History, lineChart } from "./chart.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
-import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, rate, toast, totals } from "./ui.js";
+import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, rate, refreshNow, toast, totals } from "./ui.js";
 
 export const queueHref = (vhost, name) => `#/queue/${enc(vhost)}/${enc(name)}`;
 

@@ -70,6 +70,12 @@ export function field(label, control) {
 }
 
 // Run an API action from a form: errors shown next to it, success reported and the view refreshed.
+// Refresh the current view now (after a change a view made). The views sit under app.js, which
+// imports them and owns the refresh loop, so app.js installs the loop's step here.
+let refresher = async () => {};
+export function onRefresh(fn) { refresher = fn; }
+export function refreshNow() { return refresher(); }
+
 export async function act(out, fn, done) {
   out.textContent = "";
   try {

@@ -1,0 +1,86 @@
+"""A connection's own state as its parts and channels see it: identity, counters, the batch's time.
+
+Rule 1: ``SessionState`` holds what one AMQP connection knows about itself (user, vhost, client
+capabilities, its lifecycle, publish counters, the ``now`` of the batch being applied, notifications
+deferred behind the current reply, the queue last declared). ``Session`` (``session.py``) is a
+``SessionState`` and the only writer of ``state`` (``Session._enter``); the handshake part writes
+the identity, the declarations part ``last_queue``, the channels the counters.
+Rule 2: this module sits under everything else in ``server/session``: the parts and the channels
+take a ``SessionState``, never the ``Session`` that lists them, and reach a sibling only through
+what the session hands them when it creates them (a permission check, a callback). So the import
+graph runs one way: session over its parts over the channel over permissions over this state.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.queues import Queue
+from headrace.server.amqp import methods as m
+from headrace.server.amqp.connection import AMQPConnection
+from headrace.server.auth import User
+from headrace.server.broker import Broker, VHost
+
+from .lifecycle import Lifecycle
+
+__all__ = ["SessionState", "SocketCounters"]
+
+_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class SocketCounters:
+    """The socket's traffic, as RabbitMQ's connection recv_oct/send_oct and recv_cnt/send_cnt:
+    bytes and socket reads/writes. Written by the network shell, once per read or write."""
+    recv_oct: int = 0
+    recv_cnt: int = 0
+    send_oct: int = 0
+    send_cnt: int = 0
+
+
+class SessionState:
+    def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
+                 local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
+                 loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
+                 wake: Callable[[], None] = lambda: None) -> None:
+        self.id = next(_ids)
+        self.broker = broker
+        self.conn = conn
+        self.peer = peer
+        self.local = local  # the broker's end of the socket (RabbitMQ's host and port)
+        self.ssl = ssl
+        self.io = SocketCounters()
+        self.loopback_users = frozenset(loopback_users)
+        self.max_unconfirmed = max_unconfirmed
+        self.wake = wake
+        self.state = Lifecycle.HANDSHAKE
+        self.user: User | None = None
+        self.vhost: VHost = None  # type: ignore[assignment]  # set by connection.open
+        self.capabilities: dict[str, Any] = {}
+        self.client_properties: dict[str, Any] = {}
+        self.outbox_full = False  # a consumer found the outgoing buffer full: dispatch again on drain
+        self.published = 0
+        self.acked = 0
+        self.tx_bytes = 0  # uncommitted transactional publishes held by this connection's channels
+        self.now = 0.0  # the time the shell gave with the batch being applied (or the last one)
+        self.connected_at = 0.0
+        self.blocked_sent = False
+        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
+        self.saturating: list[Queue] = []  # saturated queues the last batch published into
+        self.last_queue = ""  # "the queue last declared on this channel" (spec), kept per connection
+
+    def alarms_changed(self, alarms: frozenset[str]) -> None:
+        """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
+        if self.vhost is None or not self.capabilities.get("connection.blocked"):
+            return
+        if alarms and not self.blocked_sent and (self.published or self.tx_bytes):
+            reason = "low on " + " and ".join(sorted(alarms))
+            self.conn.send_method(0, m.ConnectionBlocked(reason=reason))
+            self.blocked_sent = True
+        elif not alarms and self.blocked_sent:
+            self.conn.send_method(0, m.ConnectionUnblocked())
+            self.blocked_sent = False
+        self.wake()
