@@ -4,8 +4,9 @@
 
 Each round starts a fresh broker per configuration (the order flipped every round, so a change of
 machine load hits both sides alike) and runs the scenarios of ``run.py`` against it. ``before`` is
-the broker as it was: Linux's autotuned socket buffers, 64 KiB segments on loopback, gate bounds
-1000/250; ``after`` is the defaults. ``publish-only`` is two pipelined pika publishers into a queue
+the defaults (Linux's autotuned socket buffers, 64 KiB segments on loopback, gate bounds
+1000/250); ``after`` is the latency profile of server/config.py (8 KiB receive buffers, 1448-byte
+segments, gate bounds 500/150). ``publish-only`` is two pipelined pika publishers into a queue
 without consumers (it must not be gated). During ``saturated`` ``ss`` is sampled every 50 ms for
 where the messages wait: the largest client send buffer (``skmem`` tb), send queue and our
 receive queue seen on the broker's port. Prints one JSON line per run.
@@ -32,10 +33,16 @@ import amqp_load  # noqa: E402
 import run  # noqa: E402
 
 CONFIGS: dict[str, dict[str, str]] = {
-    "before": {"HEADRACE_AMQP_RCVBUF": "0", "HEADRACE_AMQP_MSS": "0", "HEADRACE_SATURATION_READY": "1000",
-               "HEADRACE_SATURATION_RESUME_READY": "250"},
-    "after": {},
+    "before": {},
+    "after": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_SATURATION_READY": "500",
+              "HEADRACE_SATURATION_RESUME_READY": "150"},
 }
+
+
+def settings_env(spec: str) -> dict[str, str]:
+    """``amqp_rcvbuf=32768+saturation_ready=800`` -> the broker's environment for those settings."""
+    pairs = (item.split("=", 1) for item in spec.split("+"))
+    return {f"HEADRACE_{key.upper()}": value for key, value in pairs}
 
 
 def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int = 2) -> dict[str, Any]:
@@ -80,13 +87,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="saturated,pubsub,publish-only")
-    ap.add_argument("--configs", default="before,after")
+    ap.add_argument("--configs", default="before,after",
+                    help="before, after, or settings joined by '+', e.g. amqp_rcvbuf=32768+amqp_mss=1448")
     args = ap.parse_args()
     names = args.configs.split(",")
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:
             with tempfile.TemporaryDirectory() as tmp:
-                broker = run.Headrace(Path(tmp), CONFIGS[name])
+                broker = run.Headrace(Path(tmp), CONFIGS[name] if name in CONFIGS else settings_env(name))
                 try:
                     target = amqp_load.Target("headrace", "127.0.0.1", broker.port)
                     for scenario in args.scenarios.split(","):

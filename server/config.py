@@ -38,16 +38,18 @@ class Settings(BaseSettings):
 
     # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
     # "Backpressure"), set on the AMQP listeners so they apply from the SYN-ACK on: the receive buffer
-    # of every accepted socket (bytes, the kernel doubles it; 0 = Linux autotuning, up to tcp_rmem's
-    # max, MiBs) and the largest segment a client may send (bytes; 0 = the route's, 64 KiB on
-    # loopback, which makes a client's send buffer autotune to MiBs). A larger amqp_rcvbuf only pays
-    # for long fat links (a window of 2 x 8 KiB is 16 MB/s at 1 ms of round trip).
-    amqp_rcvbuf: int = Field(8192, ge=0)
-    amqp_mss: int = Field(1448, ge=0, le=32767)
+    # of every accepted socket (bytes, the kernel doubles it) and the largest segment a client may
+    # send (bytes). 0 = the kernel's own sizing: autotuned buffers up to tcp_rmem's max and the
+    # route's MSS (64 KiB on loopback), which let a held publisher queue seconds of messages in TCP.
+    # The latency profile (amqp_rcvbuf 8192, amqp_mss 1448, saturation_ready 500,
+    # saturation_resume_ready 150) cut saturated latency 4-6x but cost ~14% of throughput and CPU
+    # per message on a loaded machine (benchmarks/RESULTS.md, "Saturated pubsub, second pass").
+    amqp_rcvbuf: int = Field(0, ge=0)
+    amqp_mss: int = Field(0, ge=0, le=32767)
     # a queue with consumers holds its publishers at this many ready messages and releases them once
-    # it is down to saturation_resume_ready (broker/saturation.py: SATURATED_READY, RESUME_READY)
-    saturation_ready: int = Field(500, ge=1)
-    saturation_resume_ready: int = Field(150, ge=0)
+    # it is down to saturation_resume_ready (broker/saturation.py)
+    saturation_ready: int = Field(1000, ge=1)
+    saturation_resume_ready: int = Field(250, ge=0)
 
     data_dir: Path = Path("headrace-data")
 

@@ -24,15 +24,14 @@ from headrace.queues import Queue
 
 __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS", "Saturation"]
 
-# Ready messages behind which a consumer-backed queue holds its publishers. At the 4-20k msg/s pika
-# consumers take on two cores, 500 messages are 25-125 ms of waiting. Each read of a held publisher
-# is at most its small receive window (the amqp_rcvbuf setting: ~16 KiB, ~60 publishes), so the
-# queue overshoots the bound by little and a resumed publisher refills it within a read or two.
-SATURATED_READY = 500
-# Publishers read again once the queue is down to this: enough left (the consumers' prefetch
-# windows are usually full already) that they keep working while the first reads after the pause
-# are applied.
-RESUME_READY = 150
+# Ready messages behind which a consumer-backed queue holds its publishers (the default of the
+# saturation_ready setting). At the ~5-10k msg/s one core delivers, 1000 messages are 100-200 ms of
+# waiting; lower bounds only help with small socket buffers (amqp_rcvbuf): with Linux's autotuned
+# ones a resumed publisher's read brings ~1000 publishes at once, past any lower bound.
+SATURATED_READY = 1000
+# Publishers read again once the queue is down to this (saturation_resume_ready): enough left that
+# the consumers keep working while the first batch after the pause arrives.
+RESUME_READY = 250
 # Clock ticks (100 ms each) without a single delivery after which a saturated queue's consumers
 # count as stalled: a second, so a loaded machine that starves the consumers' processes for a
 # moment does not count, while a consumer that stopped acking holds its publishers at most that long.

@@ -1,7 +1,8 @@
 """Delivery's share of the loop: a publisher outrunning the consumers of a queue stops being read
 once that queue is saturated (server/broker/saturation.py); a queue without consumers, or whose
 consumers stopped taking, never holds its publishers. What a held publisher has in flight in TCP is
-bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py).
+bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py) when the
+latency profile is set, as this module's broker has it.
 
 The publisher is a raw socket that writes a whole burst of pipelined publishes at once (from a
 thread: ``sendall`` blocks while the broker does not read), so the only thing that can keep the
@@ -12,25 +13,31 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pika
 from e2e_support import raw_open, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_content, encode_method_frame
-from headrace.server.broker.saturation import SATURATED_READY
-from headrace.server.config import Settings
+from headrace.server.broker.saturation import SATURATION_TICK, STALLED_TICKS
 
+# The latency profile (server/config.py): small socket buffers and segments, lower gate bounds.
+RCVBUF, MSS, SATURATED_READY = 8192, 1448, 500
+BROKER_ENV = {"HEADRACE_AMQP_RCVBUF": str(RCVBUF), "HEADRACE_AMQP_MSS": str(MSS),
+              "HEADRACE_SATURATION_READY": str(SATURATED_READY), "HEADRACE_SATURATION_RESUME_READY": "150"}
 BURST = 15_000
 FED_BURST = 7_000  # to a queue with a consumer: consumed whole by the test, so kept shorter
-BODY = b"s" * 200  # ~265 bytes a publish: a 256 KiB read applies ~1000 of them at once
+BODY = b"s" * 200  # ~265 bytes a publish
 # What the queue may reach while the publisher is held: the bound, plus the batch that crossed it
 # (one read), plus one more read per publisher that was already being applied. Without the gate the
 # whole burst lands in well under the time a one-by-one acking consumer needs to take it.
 HELD_DEPTH = SATURATED_READY + 3_000
-# The same with pika publishers on sockets of the default receive buffer (8 KiB, 16 KiB once the
-# kernel doubled it: ~60 publishes of BODY a read): the bound, plus one read per publisher, plus
-# slack. With Linux's autotuned buffers a read of a held publisher brings up to 256 KiB (~1000).
-PIKA_HELD_DEPTH = SATURATED_READY + 400
+# The same with pika publishers on sockets of the small receive buffer (doubled by the kernel): the
+# bound, plus one read of each of the two publishers (a full receive buffer of ~265-byte publishes),
+# plus slack. With Linux's autotuned buffers one read of a held publisher brings up to 256 KiB,
+# ~1000 publishes.
+PIKA_HELD_DEPTH = SATURATED_READY + 2 * (2 * RCVBUF // 265) + 200
+STALL_SECONDS = STALLED_TICKS * SATURATION_TICK
 
 
 def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.Thread]:
@@ -53,18 +60,30 @@ def _depth(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) ->
     return ch.queue_declare(queue, passive=True).method.message_count
 
 
-def _consume_one_by_one(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, prefetch: int) -> list[int]:
-    """A consumer on ``ch`` that acks each delivery on its own (slower than a pipelined publisher);
-    the returned one-item list counts the deliveries."""
-    got = [0]
+class _Taken:
+    """What a one-by-one consumer took: how many, and the longest pause between two deliveries."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = 0.0
+        self.longest_gap = 0.0
+
+
+def _consume_one_by_one(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, prefetch: int) -> _Taken:
+    """A consumer on ``ch`` that acks each delivery on its own (slower than a pipelined publisher)."""
+    taken = _Taken()
 
     def on_message(channel, method, props, body) -> None:
-        got[0] += 1
+        now = time.monotonic()
+        if taken.count:
+            taken.longest_gap = max(taken.longest_gap, now - taken.last)
+        taken.count += 1
+        taken.last = now
         channel.basic_ack(method.delivery_tag)
 
     ch.basic_qos(prefetch_count=prefetch)
     ch.basic_consume(queue, on_message)
-    return got
+    return taken
 
 
 def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) -> None:
@@ -91,9 +110,9 @@ def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
         def all_consumed() -> bool:
             nonlocal peak
             peak = max(peak, _depth(watcher, queue))
-            return got[0] == FED_BURST
+            return got.count == FED_BURST
 
-        assert wait_until(all_consumed, conn, timeout=90), (got, peak)
+        assert wait_until(all_consumed, conn, timeout=90), (got.count, peak)
         thread.join(10)
         assert not thread.is_alive()
         assert peak <= HELD_DEPTH, peak
@@ -120,10 +139,9 @@ def test_stalled_consumer_does_not_hold_the_publisher(broker, conn, ch) -> None:
 def test_clients_are_offered_small_segments(broker) -> None:
     """The listener's segment bound reaches the client in the SYN-ACK: its segments, and so the send
     buffer Linux sizes from them, stay small even on loopback (64 KiB segments otherwise)."""
-    bound = Settings.model_fields["amqp_mss"].default
     sock = raw_open(broker.amqp_port)
     try:
-        assert 0 < sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) <= bound
+        assert 0 < sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) <= MSS
     finally:
         sock.close()
 
@@ -158,14 +176,19 @@ def test_pika_publishers_held_by_a_saturated_queue_stay_bounded_and_resume(broke
         def all_consumed() -> bool:
             nonlocal peak
             peak = max(peak, _depth(watcher, queue))
-            return got[0] == 2 * per or bool(failures)
+            return got.count == 2 * per or bool(failures)
 
-        assert wait_until(all_consumed, conn, timeout=120), (got, peak)
+        assert wait_until(all_consumed, conn, timeout=120), (got.count, peak)
         assert not failures, failures
         for thread in threads:
             thread.join(10)
             assert not thread.is_alive()
-        assert got[0] == 2 * per
-        assert SATURATED_READY <= peak <= PIKA_HELD_DEPTH, peak
+        assert got.count == 2 * per
+        assert peak >= SATURATED_READY, peak  # the publishers were held
+        # Consumers that delivered nothing for a second count as stalled and exempt the queue
+        # (saturation.py), and then the publishers' socket buffers are read whole: on a machine
+        # loaded enough to starve this process that long, the depth bound does not apply.
+        if got.longest_gap < STALL_SECONDS - 0.2:
+            assert peak <= PIKA_HELD_DEPTH, (peak, got.longest_gap)
     finally:
         ch.queue_delete(queue)
