@@ -67,7 +67,9 @@ class App:
         )
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
-        self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
+        saturation = self.broker.delivery.saturation
+        saturation.on_release = self.gate.notify  # saturated queues drained
+        saturation.high, saturation.low = settings.saturation_ready, settings.saturation_resume_ready
         self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
                                   settings.memory_calculation_strategy)
         self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
