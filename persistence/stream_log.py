@@ -5,7 +5,8 @@ under ``<data>/streams/mirror/<vhost>/<queue>/``, beside it the consumers' track
 Rule 1: the writer is the store flusher alone (``StreamAppend`` ops travel in the store outbox, so a
 confirm waits for the same group fsync as any persistent publish); it also alone writes the offsets
 file (``StreamTrack``). Rule 2: readers only read files: a cursor holds one open segment and a byte
-position, reads a bounded chunk per call and never keeps what it delivered, so memory does not grow
+position, reads a bounded chunk per call (``pread``: from the page cache for a warm stream) and
+never keeps what it delivered, so memory does not grow
 with the stream's length or the number of consumers.
 """
 
@@ -14,25 +15,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .mirror_reader import index_entries, read_entries, seek_position
-from .mirror_records import (
-    INDEX_SUFFIX,
-    MirrorEntry,
-    MirrorRecord,
-    decode_entry,
-    list_segments,
-    mirror_dir,
-    peek_entry,
-)
-from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, iter_records
+from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, seek_position
+from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRecord, decode_entry, list_segments, mirror_dir
+from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 
 __all__ = [
     "OFFSETS_FILE",
     "StreamAppend",
+    "StreamBatch",
     "StreamCursor",
     "StreamOp",
     "StreamStats",
@@ -47,7 +42,8 @@ __all__ = [
 ]
 
 OFFSETS_FILE = "offsets.json"
-READ_CHUNK = 256 << 10  # bytes a cursor reads per call: a prefetch window of small messages
+READ_CHUNK = 256 << 10  # at most this many bytes per read: a prefetch window of small messages
+MIN_READ = 4096  # and at least this many: a nearly spent budget still makes progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,19 +135,46 @@ def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, en
     return end
 
 
-class StreamCursor:
-    """One consumer's position in a stream: ``offset`` is the next offset it will get."""
+class StreamBatch:
+    """Consecutive records read in one go: ``data`` and where each record's fields lie in it
+    (``mirror_reader.scan_span``), the first ``skip`` records excluded, at most ``count`` used."""
 
-    __slots__ = ("root", "vhost", "queue", "offset", "_file", "_path", "_pos")
+    __slots__ = ("data", "scan", "skip", "count")
+
+    def __init__(self, data: bytes, scan: SpanScan, skip: int, count: int) -> None:
+        self.data, self.scan, self.skip, self.count = data, scan, skip, count
+
+    @property
+    def size(self) -> int:
+        """Bytes of the records used."""
+        bounds = self.scan.bounds
+        return bounds[5 * (self.skip + self.count)] - bounds[5 * self.skip]
+
+    def entries(self, vhost: str, queue: str) -> list[MirrorEntry]:
+        """The records used, decoded one by one (for tools; delivery builds from the bounds)."""
+        bounds, data = self.scan.bounds, self.data
+        return [decode_entry(data[bounds[5 * r] + HEADER_SIZE:bounds[5 * r + 5]], vhost, queue)
+                for r in range(self.skip, self.skip + self.count)]
+
+
+class StreamCursor:
+    """One consumer's position in a stream: ``offset`` is the next offset it will get.
+
+    Each ``read`` is one ``pread`` of at most ``max_bytes`` (sized from the records seen so far to
+    what the consumer's credit can take) and one bulk scan of it: what a wake-up costs is bounded
+    and does not depend on the stream's length or where in it the consumer is."""
+
+    __slots__ = ("root", "vhost", "queue", "offset", "_fd", "_path", "_pos", "_avg")
 
     def __init__(self, data_dir: Path, vhost: str, queue: str, offset: int) -> None:
         self.root = stream_root(data_dir)
         self.vhost = vhost
         self.queue = queue
         self.offset = offset
-        self._file: BinaryIO | None = None
+        self._fd: int | None = None
         self._path: Path | None = None
         self._pos = 0
+        self._avg = 512  # bytes per record, as last read: sizes the next read to the credit
 
     def _locate(self) -> bool:
         """Open the segment holding ``offset`` (the oldest one if retention dropped it)."""
@@ -164,49 +187,53 @@ class StreamCursor:
                 seg = candidate
         if seg.base_offset > self.offset:
             self.offset = seg.base_offset
-        if seg.path == self._path and self._file is not None:
+        if seg.path == self._path and self._fd is not None:
             return False  # still the same segment: nothing further has been written
         self.close()
         try:
-            self._file = open(seg.path, "rb")  # noqa: SIM115 - held until close()
+            self._fd = os.open(seg.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return False
         self._path = seg.path
         self._pos = seek_position(seg.path, self.offset, None)
         return True
 
-    def read(self, end: int, max_records: int) -> list[MirrorEntry]:
-        """Up to ``max_records`` entries from ``offset`` below ``end`` (the committed end)."""
-        out: list[MirrorEntry] = []
-        while len(out) < max_records and self.offset < end:
-            if self._file is None and not self._locate():
-                break
-            assert self._file is not None
-            self._file.seek(self._pos)
-            data = self._file.read(READ_CHUNK)
+    def read(self, end: int, max_records: int, max_bytes: int = READ_CHUNK) -> StreamBatch | None:
+        """Up to ``max_records`` records from ``offset`` below ``end`` (the committed end), read
+        with at most ``max_bytes`` (but at least ``MIN_READ``, and a single record larger than
+        that whole)."""
+        want = max(MIN_READ, min(max_bytes, max_records * self._avg))
+        while self.offset < end:
+            if self._fd is None and not self._locate():
+                return None
+            assert self._fd is not None
+            data = os.pread(self._fd, want, self._pos)
             if len(data) >= HEADER_SIZE:
                 length = HEADER.unpack_from(data, 0)[0]
                 if HEADER_SIZE + length > len(data) and length <= MAX_RECORD_SIZE:
-                    data += self._file.read(HEADER_SIZE + length - len(data))  # one large record
-            progressed = False
-            for rec in iter_records(data):
-                offset = peek_entry(rec.payload)[0]
-                if offset >= end:
-                    return out
-                self._pos += rec.end - rec.offset
-                progressed = True
-                if offset < self.offset:
-                    continue
-                out.append(decode_entry(rec.payload, self.vhost, self.queue))
-                self.offset = offset + 1
-                if len(out) >= max_records:
-                    return out
-            if not progressed and not self._locate():
-                break  # the end of this segment, and no next one yet
-        return out
+                    data = os.pread(self._fd, HEADER_SIZE + length, self._pos)  # one large record
+            scan = scan_span(data, 0, len(data), 1 << 30)
+            offsets = scan.offsets
+            n = len(offsets)
+            if not n:
+                if not self._locate():
+                    return None  # the end of this segment, and no next one yet
+                continue
+            skip = bisect_left(offsets, self.offset)
+            stop = min(bisect_left(offsets, end), skip + max_records)
+            self._avg = max(64, scan.end // n)
+            if stop <= skip:
+                if skip < n:
+                    return None  # nothing below the committed end yet
+                self._pos += scan.end  # all before our offset (read from an index entry)
+                continue
+            self._pos += scan.bounds[5 * stop]
+            self.offset = offsets[stop - 1] + 1
+            return StreamBatch(data, scan, skip, stop - skip)
+        return None
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
         self._path = None

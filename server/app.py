@@ -3,7 +3,7 @@ and shuts down gracefully (hypercorn's shape).
 
 Task tree::
 
-    serve                 root nursery: clock, flusher, mirror writer, pager
+    serve                 root nursery: clock, stream pump, flusher, mirror writer, pager
       conns               handler nursery for every connection (AMQP and HTTP)
         listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
 
@@ -37,10 +37,14 @@ from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
+from headrace.server.net.stream_pump import StreamPump
 
 __all__ = ["StartupError", "serve", "run"]
 
 log = logging.getLogger("headrace")
+
+# How soon a definitions save that failed (disk full) is tried again when no batch comes first.
+DEFINITIONS_RETRY = 0.5
 
 
 class App:
@@ -103,12 +107,23 @@ class App:
         self._definitions_dirty = True
 
     def save_definitions(self) -> None:
+        """Disk full: keep serving, with the disk alarm up, and save again after the next batch or
+        within ``DEFINITIONS_RETRY`` seconds (the clock), whichever comes first, so a change made
+        on a full disk reaches it once there is room even if no client sends anything more."""
         self._definitions_dirty = False
+        disk = self.storage.disk
         try:
             self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
-        except OSError as exc:  # disk full: keep serving, save again after the next batch
-            log.error("definitions not saved: %s", exc)
+        except OSError as exc:
+            if "definitions" not in disk.failures:
+                log.error("definitions not saved: %s (tried again until there is room)", exc.strerror or exc)
             self._definitions_dirty = True
+            disk.write_failed("definitions")
+            self.clock.wake()  # to re-arm with the retry deadline
+            return
+        if "definitions" in disk.failures:
+            log.warning("definitions saved")
+            disk.write_ok("definitions")
 
     def after_batch(self) -> None:
         """Called by connection tasks after each batch: durable definition changes go to disk before
@@ -136,6 +151,9 @@ class App:
                           for channel in list(handler.session.channels.values())
                           if (since := channel.oldest_unacked_since(now)) is not None), default=now)
             due = oldest + limit
+            deadline = due if deadline is None else min(deadline, due)
+        if self._definitions_dirty:  # a save failed: ``_tick`` tries again
+            due = now + DEFINITIONS_RETRY
             deadline = due if deadline is None else min(deadline, due)
         return deadline
 
@@ -176,6 +194,7 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
+            root.start_soon(StreamPump().run, self.broker)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:

@@ -1,7 +1,8 @@
 """The server side of one AMQP 0-9-1 connection, sans-IO (h2's shape).
 
 Rule 1: ``AMQPConnection`` owns the wire state: handshake stage, negotiated limits, which channels
-are open or being closed by us, content being assembled per channel, and the outgoing bytes.
+are open or being closed by us, which opens await the session's answer, content being assembled
+per channel, and the outgoing bytes.
 Rule 2: it knows nothing of brokers, time or sockets. ``receive_data`` parses every complete frame
 in the buffer and returns events; it never raises on bad input but answers it the way the spec says
 (channel.close or connection.close with a reply code) and reports that as an event. Outbound calls
@@ -21,7 +22,7 @@ from .errors import AMQPError, ChannelException, ConnectionException
 from .events import (
     BadProtocolHeader,
     ChannelClosed,
-    ChannelOpened,
+    ChannelOpenRequested,
     ConnectionClosed,
     ConnectionCloseOk,
     ContentReceived,
@@ -63,6 +64,9 @@ class AMQPConnection:
         self.vhost: str | None = None
         self.open_channels: set[int] = set()
         self.closing_channels: set[int] = set()  # we sent channel.close, waiting for close-ok
+        # channel.open the session has not answered yet (ChannelOpenRequested): per request, in
+        # order, the frames this codec queued on that channel meanwhile, to go out after open-ok
+        self._opening: dict[int, list[list[bytes]]] = {}
         self._content: dict[int, PendingContent] = {}
         self._buf = bytearray()
         self._out: list[bytes] = []
@@ -106,13 +110,35 @@ class AMQPConnection:
         self._sent = True
         return data
 
+    def accept_channel(self, channel: int) -> None:
+        """The session's answer to its oldest ``ChannelOpenRequested`` on ``channel``: open-ok, then
+        what this codec answered on the channel meanwhile (a pipelined channel.close's close-ok).
+        A refusal is ``close``: the requests are dropped and no open-ok goes out (RabbitMQ's way)."""
+        requests = self._opening.get(channel)
+        if not requests:
+            return
+        held = requests.pop(0)
+        if not requests:
+            del self._opening[channel]
+        self.send_method(channel, m.ChannelOpenOk())
+        for data in held:
+            self._queue(data)
+
+    def _send_control(self, channel: int, method: Any) -> None:
+        """A frame this codec answers with on a channel: held behind an unanswered channel.open."""
+        requests = self._opening.get(channel)
+        if requests:
+            requests[-1].append(encode_method_frame(channel, method))
+        else:
+            self.send_method(channel, method)
+
     def close_channel(self, channel: int, exc: ChannelException) -> None:
         if channel not in self.open_channels:
             return
         self.open_channels.discard(channel)
         self._content.pop(channel, None)
         self.closing_channels.add(channel)
-        self.send_method(channel, m.ChannelClose(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id))
+        self._send_control(channel, m.ChannelClose(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id))
 
     def close(self, exc: AMQPError | None = None, *, reply_code: int = 200, reply_text: str = "") -> None:
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
@@ -129,6 +155,7 @@ class AMQPConnection:
         self.state = ConnectionState.CLOSING
         self.open_channels.clear()
         self._content.clear()
+        self._opening.clear()
 
     def tick(self, now: float) -> bool:
         """Heartbeat bookkeeping, called every heartbeat/2 seconds: False when the peer has been
@@ -314,7 +341,7 @@ class AMQPConnection:
             if kind is m.ChannelCloseOk:
                 self.closing_channels.discard(channel)
             elif kind is m.ChannelClose:
-                self.send_method(channel, m.ChannelCloseOk())
+                self._send_control(channel, m.ChannelCloseOk())
             return  # everything else on a channel we are closing is discarded (spec)
         if kind is m.ChannelOpen:
             if channel in self.open_channels:
@@ -326,9 +353,9 @@ class AMQPConnection:
                 raise ConnectionException(ReplyCode.NOT_ALLOWED,
                                           f"NOT_ALLOWED - number of channels opened ({len(self.open_channels)}) has "
                                           f"reached the negotiated channel_max ({self.channel_max})")
-            self.open_channels.add(channel)
-            self.send_method(channel, m.ChannelOpenOk())
-            events.append(ChannelOpened(channel))
+            self.open_channels.add(channel)  # counted now: a pipelined channel.open is checked against it
+            self._opening.setdefault(channel, []).append([])
+            events.append(ChannelOpenRequested(channel))
             return
         if channel not in self.open_channels:
             raise ConnectionException(ReplyCode.CHANNEL_ERROR,
@@ -337,7 +364,7 @@ class AMQPConnection:
         if kind is m.ChannelClose:
             self.open_channels.discard(channel)
             self._content.pop(channel, None)
-            self.send_method(channel, m.ChannelCloseOk())
+            self._send_control(channel, m.ChannelCloseOk())
             events.append(ChannelClosed(channel, method.reply_code, method.reply_text, True))
             return
         if kind is m.ChannelCloseOk:

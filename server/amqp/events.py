@@ -9,7 +9,7 @@ from typing import Any
 __all__ = [
     "BadProtocolHeader",
     "ChannelClosed",
-    "ChannelOpened",
+    "ChannelOpenRequested",
     "ConnectionCloseOk",
     "ConnectionClosed",
     "ContentReceived",
@@ -36,7 +36,12 @@ class ContentReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelOpened:
+class ChannelOpenRequested:
+    """channel.open passed the protocol's checks (a fresh id, under channel_max): no open-ok is
+    sent yet. The session applies its own checks (the user's max-channels) and answers with
+    ``AMQPConnection.accept_channel`` or closes the connection, as RabbitMQ does, without open-ok.
+    Frames the peer pipelines after channel.open are accepted meanwhile and come after this event."""
+
     channel: int
 
 
@@ -70,4 +75,5 @@ class BadProtocolHeader:
     """Not AMQP 0-9-1: our header is queued as the answer; flush and close."""
 
 
-Event = MethodReceived | ContentReceived | ChannelOpened | ChannelClosed | ConnectionClosed | ConnectionCloseOk | BadProtocolHeader
+Event = (MethodReceived | ContentReceived | ChannelOpenRequested | ChannelClosed | ConnectionClosed | ConnectionCloseOk
+         | BadProtocolHeader)

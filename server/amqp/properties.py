@@ -223,3 +223,37 @@ def quick_props(raw: bytes) -> tuple[int | None, int | None, str | None, bool]:
 
 def replace_headers(raw: bytes, headers: dict[str, Any] | None) -> bytes:
     return encode_properties(dataclasses.replace(decode_properties(raw), headers=headers or None))
+
+
+def with_int_header(raw: bytes, name: bytes, value: int) -> bytes:
+    """``raw`` with the signed 64-bit header ``name`` added, spliced into the bytes (no decode and
+    re-encode: stream queues stamp every delivery's offset this way). A header of that name
+    already there is replaced through the full decode."""
+    if len(raw) < 2:
+        raw = b"\x00\x00"
+    flags = (raw[0] << 8) | raw[1]
+    field = bytes((len(name),)) + name + b"l" + value.to_bytes(8, "big", signed=True)
+    if flags & 1 or len(name) > 255:
+        return _replace_int_header(raw, name, value)  # a second flag word: not worth a fast path
+    pos = 2
+    try:
+        if flags & 0x8000:
+            pos += 1 + raw[pos]
+        if flags & 0x4000:
+            pos += 1 + raw[pos]
+        if not flags & _HEADERS:
+            flags |= _HEADERS
+            return bytes((flags >> 8, flags & 0xFF)) + raw[2:pos] + len(field).to_bytes(4, "big") + field + raw[pos:]
+        size = int.from_bytes(raw[pos:pos + 4], "big")
+        table = raw[pos + 4:pos + 4 + size]
+    except IndexError:
+        return _replace_int_header(raw, name, value)
+    if name in table:
+        return _replace_int_header(raw, name, value)
+    return raw[:pos] + (size + len(field)).to_bytes(4, "big") + table + field + raw[pos + 4 + size:]
+
+
+def _replace_int_header(raw: bytes, name: bytes, value: int) -> bytes:
+    headers = dict(decode_properties(raw).headers or {})
+    headers[name.decode()] = value
+    return replace_headers(raw, headers)

@@ -259,7 +259,7 @@ class Broker:
         sessions[id(opening)] = opening
         if sum(len(s.channels) for s in sessions.values()) >= limit:
             return (f"number of channels opened for user '{user}' has reached the maximum allowed user "
-                    f"limit ({limit})")
+                    f"limit of ({limit})")
         return None
 
     def definitions_changed(self) -> None:

@@ -20,7 +20,7 @@ handles only the keys that are due, so the clock sleeps until the earliest one i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -37,7 +37,7 @@ from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_record
 from .reply_to import REPLY_PREFIX, ReplyRegistry
 from .saturation import Saturation
-from .stream_queue import StreamQueue
+from .stream_queue import ReadBudget, StreamQueue
 from .vhost_view import VHostView
 
 __all__ = ["Delivery", "PublishResult", "Settle"]
@@ -65,6 +65,12 @@ class Delivery:
         self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
         self.deadlines = Deadlines()
+        # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
+        # and the streams it cut short: ``on_stream_backlog`` wakes the shell, which calls
+        # ``stream_continue`` once every other runnable task has had its turn
+        self.stream_budget = ReadBudget()
+        self.stream_backlog: dict[tuple[str, str], None] = {}
+        self.on_stream_backlog: Callable[[], None] = _nothing
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -188,6 +194,13 @@ class Delivery:
 
     # ------------------------------------------------------------------ dispatch and settle
     def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
+        if type(queue) is StreamQueue:  # nothing leaves a stream: it only reads, within the budget
+            queue.read_on(self.stream_budget)
+            if queue.backlogged:
+                self.stream_backlog[(vhost.name, queue.name)] = None
+                self.on_stream_backlog()
+            self.arm(vhost, queue)
+            return
         store = self.store
         left: list[Left] | None = [] if _wants_left(queue, store) else None
         if queue.durable and store.enabled:
@@ -201,6 +214,20 @@ class Delivery:
         if left:
             self._settled(vhost, queue, left, now)
         self.arm(vhost, queue)
+
+    def stream_continue(self, vhosts: Mapping[str, VHostView], now: float) -> None:
+        """A new turn: refill the budget and dispatch the streams it cut short (in the order they
+        were cut short, so each gets its turn; the budget may cut them short again)."""
+        self.stream_budget.refill()
+        keys = list(self.stream_backlog)
+        self.stream_backlog.clear()
+        for vname, qname in keys:
+            vhost = vhosts.get(vname)
+            if vhost is None:
+                continue
+            queue = vhost.queues.get(qname)
+            if queue is not None and not queue.deleted:
+                self._dispatch(vhost, queue, now)
 
     def _settled(self, vhost: VHostView, queue: Queue, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's
@@ -388,3 +415,7 @@ def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
     """Whether anything follows from a message leaving ``queue``: a dead-letter exchange to
     republish to, or a store record to acknowledge."""
     return queue.args.dead_letter_exchange is not None or (queue.durable and store.enabled)
+
+
+def _nothing() -> None:
+    pass

@@ -11,29 +11,34 @@ offsets of named consumers; like any queue it is driven only by the delivery own
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from headrace.persistence.mirror_log import MirrorEntry
-from headrace.persistence.stream_log import StreamCursor, offset_at_time, stream_stats
+from headrace.persistence.stream_log import StreamBatch, StreamCursor, offset_at_time, stream_stats
 from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueEntry
 from headrace.server.amqp.errors import ChannelException
-from headrace.server.amqp.properties import decode_properties, encode_properties
+from headrace.server.amqp.properties import with_int_header
 from headrace.server.amqp.spec import ReplyCode
 
 from . import errors
 from .queue_types import parse_interval_ms
 
-__all__ = ["StreamQueue", "StreamReader"]
+__all__ = ["ReadBudget", "StreamQueue", "StreamReader"]
 
 # the consumer argument naming a consumer whose acked offset the broker keeps; LavinMQ's
 # convention (x-stream-automatic-offset-tracking: true, the consumer tag as the name) works too
 NAME_ARG = "x-stream-consumer-name"
 AUTO_TRACK_ARG = "x-stream-automatic-offset-tracking"
+OFFSET_HEADER = b"x-stream-offset"
+# what stream consumers read and are delivered per turn of the event loop, over all streams: a
+# prefetch window of small messages, a few milliseconds of the loop
+WAKE_RECORDS = 256
+WAKE_BYTES = 64 << 10
+NAME_CACHE = 256  # distinct (routing key, source) byte strings remembered per stream
 
 
 @dataclass(slots=True, eq=False)
@@ -41,6 +46,16 @@ class StreamReader:
     consumer: Consumer[Any]
     cursor: StreamCursor
     name: str | None  # tracked offsets are kept under this name
+
+
+@dataclass(slots=True)
+class ReadBudget:
+    """What stream reads may still take in this turn of the event loop."""
+    records: int = WAKE_RECORDS
+    bytes: int = WAKE_BYTES
+
+    def refill(self) -> None:
+        self.records, self.bytes = WAKE_RECORDS, WAKE_BYTES
 
 
 class StreamQueue(Queue):
@@ -56,6 +71,10 @@ class StreamQueue(Queue):
         self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
         self.track_pending = False  # tracked changed since the flusher last wrote it
         self._in_flight = 0
+        self.backlogged = False  # the last dispatch stopped at its bound with more to deliver
+        self._turn = 0  # which consumer starts the next dispatch
+        self._sources: dict[bytes, str] = {}  # record meta bytes -> source exchange
+        self._keys: dict[bytes, str] = {}  # routing key bytes -> text
 
     # ------------------------------------------------------------------ counts
     @property
@@ -151,33 +170,73 @@ class StreamQueue(Queue):
 
     def dispatch(self, now: float, left: list[Left] | None = None,
                  delivered: list[QueueEntry] | None = None) -> int:
-        """Each consumer with credit reads its own window of the log; nothing is shared or kept."""
+        return self.read_on(ReadBudget())
+
+    def read_on(self, budget: ReadBudget) -> int:
+        """Each consumer with credit reads its own window of the log; nothing is shared or kept.
+        What is read comes out of ``budget``, which the delivery owner shares by all streams and
+        refills once per turn of the event loop: a consumer catching up from the start of a long
+        stream never holds the loop for long. Where the budget cut a dispatch short,
+        ``backlogged`` is set and the delivery owner has it called again after other work.
+        Consumers take turns in starting a call."""
+        readers = list(self.readers.values())
+        self.backlogged = False
+        if not readers:
+            return 0
+        end = self.end
         count = 0
-        for reader in list(self.readers.values()):
+        n = len(readers)
+        first = self._turn % n
+        for i in range(n):
+            reader = readers[(first + i) % n]
             consumer = reader.consumer
             cursor = reader.cursor
-            while cursor.offset < self.end and consumer.can_take():
-                room = consumer.prefetch - consumer.unacked
-                entries = cursor.read(self.end, max(room, 1))
-                if not entries:
+            while cursor.offset < end and consumer.can_take():
+                if budget.records <= 0 or budget.bytes <= 0:
+                    self.backlogged = True
+                    self._turn = (first + i) % n  # the one cut short starts the next call
+                    self.stats.delivered += count
+                    return count
+                batch = cursor.read(end, min(consumer.prefetch - consumer.unacked, budget.records), budget.bytes)
+                if batch is None:
                     break
-                for item in entries:
-                    self._hand(reader, item)
-                count += len(entries)
+                budget.bytes -= batch.size
+                budget.records -= batch.count
+                count += batch.count
+                self._hand(reader, batch)
+        self._turn = first + 1
         self.stats.delivered += count
         return count
 
-    def _hand(self, reader: StreamReader, item: MirrorEntry) -> None:
-        props = decode_properties(item.props_raw)  # decoded once, re-encoded with the offset header
-        headers = dict(props.headers or {})
-        headers["x-stream-offset"] = item.offset
-        raw = encode_properties(dataclasses.replace(props, headers=headers))
-        message = Message(0, item.source or "", item.routing_key, raw, item.body, True, 0, None, None,
-                          item.timestamp_ms / 1000)
-        entry = QueueEntry(item.offset, message, False, 0, None, reader)
-        reader.consumer.unacked += 1
-        self._in_flight += 1
-        reader.consumer.sink.deliver(reader.consumer, self, entry)
+    def _hand(self, reader: StreamReader, batch: StreamBatch) -> None:
+        """One delivery per record of the batch, built straight from the read bytes: the offset
+        header is spliced into the stored properties, the source exchange and routing key come
+        from small caches (a stream's records mostly share them)."""
+        data, scan = batch.data, batch.scan
+        bounds, offsets, stamps = scan.bounds, scan.offsets, scan.timestamps
+        consumer = reader.consumer
+        deliver = consumer.sink.deliver
+        consumer.unacked += batch.count
+        self._in_flight += batch.count
+        sources, keys = self._sources, self._keys
+        if len(sources) > NAME_CACHE or len(keys) > NAME_CACHE:
+            sources.clear()
+            keys.clear()
+        for r in range(batch.skip, batch.skip + batch.count):
+            b = 5 * r
+            rk_at, meta_at, props_at, body_at = bounds[b + 1], bounds[b + 2], bounds[b + 3], bounds[b + 4]
+            raw_key = data[rk_at:meta_at]
+            key = keys.get(raw_key)
+            if key is None:
+                key = keys[raw_key] = raw_key.decode("utf-8", "replace")
+            meta = data[meta_at:props_at]
+            source = sources.get(meta)
+            if source is None:
+                source = sources[meta] = (json.loads(meta).get("x") or "") if meta else ""
+            offset = offsets[r]
+            message = Message(0, source, key, with_int_header(data[props_at:body_at], OFFSET_HEADER, offset),
+                              data[body_at:bounds[b + 5]], True, 0, None, None, stamps[r] / 1000)
+            deliver(consumer, self, QueueEntry(offset, message, False, 0, None, reader))
 
     # ------------------------------------------------------------------ settle: credit only
     def _release(self, entry: QueueEntry) -> bool:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from headrace.server.broker import VHost
 
+from .list_query import flag
 from .listing import page, visible_vhosts
-from .object_json import channel_json, connection_json, connection_name, consumer_json, visible_sessions
+from .object_json import channel_json, connection_basic_json, connection_json, connection_name, consumer_json, visible_sessions
 from .routes import Context, HTTPError, Request, Response, Routes
 
 __all__ = ["routes"]
@@ -18,6 +19,8 @@ routes = Routes()
 
 @routes.get("/api/connections")
 def list_connections(ctx: Context, req: Request) -> Response:
+    if flag(req, "disable_stats"):
+        return page(req, [connection_basic_json(s) for s in visible_sessions(ctx, req)])
     ctx.rates.forget("connection", {("connection", i) for i in ctx.broker.connections})
     return page(req, [connection_json(ctx, s) for s in visible_sessions(ctx, req)])
 
@@ -33,6 +36,7 @@ def close_connection(ctx: Context, req: Request, name: str) -> Response:
 
 @routes.get("/api/channels")
 def list_channels(ctx: Context, req: Request) -> Response:
+    ctx.rates.forget("channel", {("channel", s.id, n) for s in ctx.broker.connections.values() for n in s.channels})
     return page(req, [channel_json(ctx, s, ch) for s in visible_sessions(ctx, req) for ch in s.channels.values()])
 
 

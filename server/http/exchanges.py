@@ -6,6 +6,7 @@ from typing import Any
 
 from headrace.server.broker import VHost
 
+from .list_query import flag
 from .listing import page, rated, visible_vhosts
 from .models import ExchangeBody, check_object_name
 from .routes import Context, Request, Response, Routes, json_response
@@ -15,13 +16,15 @@ __all__ = ["routes"]
 routes = Routes()
 
 
-def _exchange_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
+def _exchange_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True) -> dict[str, Any]:
+    """RabbitMQ's exchange object; ``stats=False`` (``disable_stats``) leaves out message_stats."""
     ex = vhost.exchanges[name]
-    stats = rated(ctx, ("exchange", vhost.name, name), ex, ("publish_in", "publish_out"),
-                  (ex.published_in, ex.published_out))
     out = {"name": name, "vhost": vhost.name, "type": vhost.exchange_type(name), "durable": ex.durable,
            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
-           "mirrored": name in vhost.mirrored, "user_who_performed_action": "", "message_stats": stats}
+           "mirrored": name in vhost.mirrored, "user_who_performed_action": ""}
+    if stats:
+        out["message_stats"] = rated(ctx, ("exchange", vhost.name, name), ex, ("publish_in", "publish_out"),
+                                     (ex.published_in, ex.published_out))
     policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
     if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
         out["policy"] = policy.name
@@ -32,8 +35,10 @@ def _exchange_json(ctx: Context, vhost: VHost, name: str) -> dict[str, Any]:
 @routes.get("/api/exchanges/{vhost}")
 def list_exchanges(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
     vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
-    ctx.rates.forget("exchange", {("exchange", n, x) for n, v in ctx.broker.vhosts.items() for x in v.exchanges})
-    return page(req, [_exchange_json(ctx, v, n) for v in vhosts for n in sorted(v.exchanges)])
+    stats = not flag(req, "disable_stats")
+    if stats:
+        ctx.rates.forget("exchange", {("exchange", n, x) for n, v in ctx.broker.vhosts.items() for x in v.exchanges})
+    return page(req, [_exchange_json(ctx, v, n, stats=stats) for v in vhosts for n in sorted(v.exchanges)])
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")

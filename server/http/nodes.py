@@ -7,7 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .node_facts import FEATURE_FLAGS, NODE_NAME, cluster_name, node_json
+from .listing import rated
+from .node_facts import FEATURE_FLAGS, NODE_NAME, churn_counts, cluster_name, node_json
+from .rates import CHURN
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["node_of", "require_monitor", "routes"]
@@ -25,9 +27,15 @@ def require_monitor(req: Request) -> None:
 
 
 def node_of(ctx: Context) -> dict[str, Any]:
+    """The node's JSON with RabbitMQ's rates: of its gauges (memory, descriptors, sockets, disk) and
+    of the churn counters it shares with the overview."""
     b = ctx.broker
-    return node_json(ctx.node_facts(), now=ctx.now, mem_used=b.memory_rss or b.memory_used, disk_free=b.disk_free,
-                     alarms=b.alarms, sockets_used=len(b.connections))
+    out = node_json(ctx.node_facts(), now=ctx.now, mem_used=b.memory_rss or b.memory_used, disk_free=b.disk_free,
+                    alarms=b.alarms, sockets_used=len(b.connections))
+    gauges = ("mem_used", "fd_used", "sockets_used", "proc_used", "disk_free")
+    out.update(rated(ctx, ("node-gauges",), b, gauges, tuple(out[g] for g in gauges), signed=True))
+    out.update(rated(ctx, ("churn",), b.counters, CHURN, churn_counts(b.counters)))
+    return out
 
 
 @routes.get("/api/nodes")
@@ -72,4 +80,5 @@ def feature_flags(ctx: Context, req: Request) -> Response:
 @routes.get("/api/auth", auth=False)
 def auth_settings(ctx: Context, req: Request) -> Response:
     """Read before login by RabbitMQ's UI to choose its login form: basic auth only here."""
-    return json_response(200, {"oauth_enabled": False, "oauth_client_id": "", "oauth_provider_url": ""})
+    return json_response(200, {"enable_uaa": False, "uaa_client_id": "", "uaa_location": "",  # RabbitMQ 3.10's
+                               "oauth_enabled": False, "oauth_client_id": "", "oauth_provider_url": ""})  # later

@@ -20,14 +20,16 @@ from headrace.server.amqp.properties import decode_properties
 
 from .listing import rated
 from .node_facts import NODE_NAME
-from .rates import QUEUE_STATS, queue_counts
+from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, Request, user_of
 
-__all__ = ["binding_json", "channel_json", "connection_json", "connection_name", "consumer_json",
+__all__ = ["binding_json", "channel_json", "connection_basic_json", "connection_json", "connection_name", "consumer_json",
            "head_timestamp", "queue_detail_json", "queue_stats_json", "rabbit_time",
            "visible_sessions"]
 
 DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
+# Erlang's scheduler work and garbage collection: no such thing here
+NO_REDUCTIONS: dict[str, Any] = {"reductions": 0, "reductions_details": {"rate": 0.0}, "garbage_collection": {}}
 TIMESTAMP_FLAG = 1 << 6  # the timestamp property's bit, in the low byte of the first flag word
 
 
@@ -60,6 +62,11 @@ def connection_name(s: Any) -> str:
     return f"{s.peer[0]}:{s.peer[1]} -> headrace ({s.id})"
 
 
+def connection_basic_json(s: Any) -> dict[str, Any]:
+    """A connection as ``disable_stats=true`` lists it (RabbitMQ's basic info)."""
+    return {"name": connection_name(s), "node": NODE_NAME, "user": s.user.name, "vhost": s.vhost.name}
+
+
 def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
     props = _safe(s.client_properties)
     conn = s.conn
@@ -74,7 +81,11 @@ def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
         "client_properties": props, "user_provided_name": props.get("connection_name"),
         "connected_at": int(s.connected_at * 1000),
         **octets, "recv_cnt": io.recv_cnt, "send_cnt": io.send_cnt, "send_pend": conn.bytes_pending,
-        "reductions": 0, "garbage_collection": {},
+        # TLS details: RabbitMQ's fields, null as RabbitMQ gives them on a plain connection (and here
+        # for TLS too: the shell does not keep the negotiated cipher)
+        "ssl_protocol": None, "ssl_key_exchange": None, "ssl_cipher": None, "ssl_hash": None,
+        "peer_cert_subject": None, "peer_cert_issuer": None, "peer_cert_validity": None,
+        "user_who_performed_action": s.user.name, **NO_REDUCTIONS,
     }
 
 
@@ -96,8 +107,9 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
         "prefetch_count": ch.prefetch_count, "global_prefetch_count": ch.global_prefetch,
         "messages_unacknowledged": len(ch.unacked), "messages_unconfirmed": len(ch.pending_confirms),
         "messages_uncommitted": len(ch.txn.publishes), "acks_uncommitted": len(ch.txn.settlements),
-        "message_stats": {}, "idle_since": rabbit_time(s.now or ctx.now), "pending_raft_commands": 0,
-        "reductions": 0, "garbage_collection": {},
+        "message_stats": rated(ctx, ("channel", s.id, ch.id), ch, VHOST_STATS, ch.stats.counts(ch.next_tag - 1)),
+        "idle_since": rabbit_time(s.now or ctx.now), "pending_raft_commands": 0,
+        "user_who_performed_action": s.user.name, **NO_REDUCTIONS,
     }
     if detailed:
         out["consumer_details"] = [consumer_json(s.vhost, q.name, c) for q, c in ch.consumers.values()]
@@ -147,10 +159,8 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
         "backing_queue_status": {"mode": "default", "len": ready, "q1": 0, "q2": 0, "q3": 0, "q4": ready,
                                  "delta": ["delta", "undefined", q.spilled_count(), 0, "undefined"],
                                  "version": 1},
-        "recoverable_slaves": None, "reductions": 0, "garbage_collection": {},
+        "recoverable_slaves": None, "idle_since": rabbit_time(q.last_used), **NO_REDUCTIONS,
     }
-    if not consumers:
-        out["idle_since"] = rabbit_time(q.last_used)
     return out
 
 

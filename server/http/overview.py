@@ -5,6 +5,7 @@ from __future__ import annotations
 from .listing import rated, visible_vhosts
 from .node_facts import EXCHANGE_TYPES, NODE_NAME, RABBITMQ_API_VERSION, churn_counts, cluster_name, contexts_json, \
     listeners_json
+from .object_json import DEPTH
 from .rates import CHURN, VHOST_STATS
 from .routes import Context, Request, Response, Routes, json_response, user_of
 from .vhosts import vhost_counts
@@ -25,6 +26,8 @@ def overview(ctx: Context, req: Request) -> Response:
     sessions = [s for s in b.connections.values() if s.user is not None and s.vhost.name in names
                 and (user.can_monitor or s.user.name == user.name)]
     rate_key = ("overview", "") if user.is_administrator else ("overview", "user:" + user.name)
+    ready = sum(q.messages_ready for q in queues)
+    unacked = sum(q.messages_unacked for q in queues)
     counts = [0] * len(VHOST_STATS)
     for v in vhosts:
         for i, count in enumerate(vhost_counts(v)):
@@ -44,9 +47,9 @@ def overview(ctx: Context, req: Request) -> Response:
         "object_totals": {"connections": len(sessions), "channels": sum(len(s.channels) for s in sessions),
                           "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues),
                           "consumers": sum(q.consumer_count for q in queues)},
-        "queue_totals": {"messages": sum(q.messages_ready + q.messages_unacked for q in queues),
-                         "messages_ready": sum(q.messages_ready for q in queues),
-                         "messages_unacknowledged": sum(q.messages_unacked for q in queues)},
+        "queue_totals": rated(ctx, ("overview-depth", rate_key[1]), ctx.rates, DEPTH, (ready + unacked, ready, unacked),
+                              signed=True),
+        "release_series_support_status": "supported",
         "message_stats": rated(ctx, rate_key, ctx.rates, VHOST_STATS, tuple(counts)),
         "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
         "disk_free": b.disk_free,

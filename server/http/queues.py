@@ -111,7 +111,8 @@ def delete_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
 @routes.delete("/api/queues/{vhost}/{name}/contents", perms=[("read", "name")])
 def purge_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     if type(vhost.get_queue(name)) is StreamQueue:  # RabbitMQ's HTTP answer (AMQP's is 540)
-        raise HTTPError(400, "bad_request", f"purge not supported by queue '{name}' in vhost '{vhost.name}'")
+        raise HTTPError(400, "bad_request",
+                        f"queue.purge not supported by stream queues queue '{name}' in vhost '{vhost.name}'")
     before = ctx.broker.store_ticket
     vhost.purge_queue(name, None)
     response = Response(204)

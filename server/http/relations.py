@@ -16,6 +16,7 @@ from .listing import page
 from .object_json import binding_json, channel_json, connection_json, connection_name, visible_sessions
 from .parameters import topic_permissions_json
 from .routes import Context, HTTPError, Request, Response, Routes, json_response
+from .users import user_json
 
 __all__ = ["routes"]
 
@@ -65,8 +66,8 @@ def vhost_topic_permissions(ctx: Context, req: Request, vhost: VHost) -> Respons
 def users_without_permissions(ctx: Context, req: Request) -> Response:
     users = ctx.broker.users
     granted = {u for u, _ in users.permissions}
-    return page(req, [{"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256", "limits": {}}
-                      for name, u in sorted(users.users.items()) if name not in granted])
+    limits = ctx.broker.parameters.user_limits
+    return page(req, [user_json(u, limits.get(name)) for name, u in sorted(users.users.items()) if name not in granted])
 
 
 @routes.post("/api/users/bulk-delete", admin=True)

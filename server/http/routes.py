@@ -53,9 +53,13 @@ __all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Ro
 
 log = logging.getLogger("headrace.http")
 
-# AMQP reply code -> HTTP status (RabbitMQ's management plugin answers 404 for missing objects,
-# 400 for precondition failures such as inequivalent re-declares, 405 for locked queues)
-_STATUS = {404: 404, 403: 403, 405: 405, 406: 400, 503: 400, 530: 400, 540: 501}
+# AMQP reply code -> HTTP status. RabbitMQ's management plugin answers 404 for a missing object and
+# 400 bad_request for every other channel error it meets (precondition failed, resource locked, not
+# implemented: a stream's basic.get is 400 "540 basic.get not supported ..."); refused access is 403
+# here (RabbitMQ: 401), as for the permission checks of the route preamble. The label follows the
+# status, so a client branching on either reads the same thing.
+_STATUS = {404: 404, 403: 403}
+_LABELS = {404: "not_found", 403: "access_refused", 400: "bad_request"}
 NESTED_TOO_DEEP = "invalid JSON body: nested too deeply"
 
 
@@ -244,8 +248,7 @@ class Router:
                 return error_response(exc)
             except AMQPError as exc:
                 status = _STATUS.get(exc.reply_code, 400)
-                return error_response(HTTPError(status, "not_found" if status == 404 else "bad_request",
-                                                exc.reply_text))
+                return error_response(HTTPError(status, _LABELS[status], exc.reply_text))
             except ValidationError as exc:
                 return error_response(HTTPError(400, "bad_request", str(exc.errors(include_url=False))))
             except (ValueError, KeyError) as exc:

@@ -10,19 +10,21 @@ from .listing import page
 from .models import UserBody
 from .routes import Context, HTTPError, Request, Response, Routes, json_response
 
-__all__ = ["routes"]
+__all__ = ["routes", "user_json"]
 
 routes = Routes()
 
 
-def _user_json(u: User, limits: dict[str, int] | None = None) -> dict[str, Any]:
-    return {"name": u.name, "tags": list(u.tags), "hashing_algorithm": "pbkdf2_sha256", "limits": dict(limits or {})}
+def user_json(u: User, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    # as RabbitMQ's, these administrator-only answers carry the password hash (never the password)
+    return {"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags),
+            "hashing_algorithm": "pbkdf2_sha256", "limits": dict(limits or {})}
 
 
 @routes.get("/api/users", admin=True)
 def list_users(ctx: Context, req: Request) -> Response:
     limits = ctx.broker.parameters.user_limits
-    return page(req, [_user_json(u, limits.get(u.name)) for u in ctx.broker.users.users.values()])
+    return page(req, [user_json(u, limits.get(u.name)) for u in ctx.broker.users.users.values()])
 
 
 @routes.get("/api/users/{name}", admin=True)
@@ -30,7 +32,7 @@ def get_user(ctx: Context, req: Request, name: str) -> Response:
     user = ctx.broker.users.users.get(name)
     if user is None:
         raise HTTPError(404, "not_found", f"user '{name}' not found")
-    return json_response(200, _user_json(user, ctx.broker.parameters.user_limits.get(name)))
+    return json_response(200, user_json(user, ctx.broker.parameters.user_limits.get(name)))
 
 
 @routes.put("/api/users/{name}", admin=True)

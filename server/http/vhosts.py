@@ -7,6 +7,7 @@ from typing import Any
 from headrace.server.auth import Permission
 from headrace.server.broker import VHost
 
+from .list_query import flag
 from .listing import page, rated, visible_vhosts
 from .node_facts import NODE_NAME
 from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
@@ -41,11 +42,15 @@ def vhost_octets(ctx: Context, v: VHost) -> tuple[int, int]:
     return recv, send
 
 
-def _vhost_json(ctx: Context, v: VHost) -> dict[str, Any]:
+def _vhost_json(ctx: Context, v: VHost, *, stats: bool = True) -> dict[str, Any]:
+    """RabbitMQ's vhost object; ``stats=False`` (``disable_stats``) is its definition alone."""
+    out = {"name": v.name, "description": "", "tags": [], "metadata": {"description": "", "tags": []},
+           "tracing": False, "default_queue_type": "classic", "cluster_state": {NODE_NAME: "running"}}
+    if not stats:
+        return out
     ready = sum(q.messages_ready for q in v.queues.values())
     unacked = sum(q.messages_unacked for q in v.queues.values())
-    return {"name": v.name, "description": "", "tags": [], "metadata": {"description": "", "tags": []},
-            "tracing": False, "default_queue_type": "classic", "cluster_state": {NODE_NAME: "running"},
+    return {**out,
             **rated(ctx, ("vhost-depth", v.name), v, ("messages", "messages_ready", "messages_unacknowledged"),
                     (ready + unacked, ready, unacked), signed=True),
             "message_stats": rated(ctx, ("vhost", v.name), v, VHOST_STATS, vhost_counts(v)),
@@ -55,6 +60,8 @@ def _vhost_json(ctx: Context, v: VHost) -> dict[str, Any]:
 @routes.get("/api/vhosts")
 def list_vhosts(ctx: Context, req: Request) -> Response:
     vhosts = visible_vhosts(ctx, req)
+    if flag(req, "disable_stats"):
+        return page(req, [_vhost_json(ctx, v, stats=False) for v in vhosts])
     for kind in ("vhost", "vhost-depth", "vhost-octets"):
         ctx.rates.forget(kind, {(kind, n) for n in ctx.broker.vhosts})
     return page(req, [_vhost_json(ctx, v) for v in vhosts])

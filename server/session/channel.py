@@ -25,6 +25,7 @@ from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
 from headrace.server.broker.topic_auth import check_topic_write
 
+from .channel_stats import ChannelStats
 from .permissions import Permissions
 from .state import SessionState
 from .tx import Transaction
@@ -56,7 +57,7 @@ class ChannelSession:
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "delivered_at", "unstamped", "last_ticket",
-        "delivery", "perms", "confirms", "reply",
+        "delivery", "perms", "confirms", "reply", "stats",
     )
 
     def __init__(self, session: SessionState, channel_id: int, perms: Permissions,
@@ -80,6 +81,7 @@ class ChannelSession:
         # (seq, store ticket, nack) in publish order, released once the store has synced the ticket
         self.pending_confirms: deque[tuple[int, int, bool]] = deque()
         self.tx = False
+        self.stats = ChannelStats()
         self.txn = Transaction()  # what tx mode holds until commit (its bytes count in session.tx_bytes)
         # (tag, time first seen by the consumer-timeout check) per delivery needing an ack, oldest
         # first: the check looks at the oldest one still unacked (settled ones are skipped lazily).
@@ -107,6 +109,10 @@ class ChannelSession:
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
             self._stamp_later(tag)
+        else:
+            self.stats.delivered_no_ack += 1
+        if entry.redelivered:
+            self.stats.redelivered += 1
         props_raw = msg.props_raw
         if entry.delivery_count and (queue.args.delivery_limit is not None or queue.queue_type == "quorum"):
             props_raw = with_delivery_count(props_raw, entry.delivery_count)
@@ -119,6 +125,7 @@ class ChannelSession:
         """A direct reply-to reply: delivered at once, no ack, outside prefetch (as RabbitMQ)."""
         tag = self.next_tag
         self.next_tag = tag + 1
+        self.stats.delivered_no_ack += 1
         self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
         self.session.wake()
 
@@ -194,13 +201,17 @@ class ChannelSession:
             self.last_ticket = result.ticket
         session = self.session
         session.published += 1
+        self.stats.published += 1
         if session.broker.alarms and not session.blocked_sent:
             session.alarms_changed(session.broker.alarms)
         if not result.routed and method.mandatory:
             self.vhost.unroutable_returned += 1
+            self.stats.returned += 1
             self.conn.send_content(self.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
                                    exchange=exchange, routing_key=method.routing_key),
                                    event.props_raw, event.body)
+        elif not result.routed:
+            self.stats.dropped += 1
         if self.confirm:
             self.publish_seq += 1
             self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
@@ -229,6 +240,7 @@ class ChannelSession:
         if last_ack:
             send(self.id, m.BasicAck(delivery_tag=last_ack, multiple=count > 1))
         self.vhost.confirmed += confirmed
+        self.stats.confirmed += confirmed
         return len(pending)
 
     # ------------------------------------------------------------------ settle
@@ -260,6 +272,7 @@ class ChannelSession:
             return
         items = self._take(method.delivery_tag, method.multiple)
         self.session.acked += 1
+        self.stats.acked += len(items)
         self._settle(items, Settle.ACK)
 
     def _take_check(self, tag: int, multiple: bool) -> None:
@@ -331,15 +344,21 @@ class ChannelSession:
     def get(self, method: m.BasicGet) -> None:
         queue = self._queue_for(method.queue or self.session.last_queue, "read")
         entry = self.delivery.get(self.vhost, queue, self.session.now, no_ack=method.no_ack, owner=self)
+        stats = self.stats
         if entry is None:
+            stats.get_empty += 1
             self.conn.send_method(self.id, m.BasicGetEmpty())
             return
         tag = self.next_tag
         self.next_tag = tag + 1
         msg = entry.message
+        stats.redelivered += entry.redelivered
         if not method.no_ack:
+            stats.got += 1
             self.unacked[tag] = (queue, entry)
             self._stamp_later(tag)
+        else:
+            stats.got_no_ack += 1
         self.conn.send_content(self.id, m.BasicGetOk(
             delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
             routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)

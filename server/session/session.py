@@ -25,7 +25,7 @@ from headrace.server.amqp.errors import AMQPError, ChannelException, ConnectionE
 from headrace.server.amqp.events import (
     BadProtocolHeader,
     ChannelClosed,
-    ChannelOpened,
+    ChannelOpenRequested,
     ConnectionClosed,
     ConnectionCloseOk,
     ContentReceived,
@@ -133,14 +133,15 @@ class Session(SessionState):
                         channel.publish(event)
                 elif kind is MethodReceived:
                     self._method(event.channel, event.method)
-                elif kind is ChannelOpened:
+                elif kind is ChannelOpenRequested:
                     if self.vhost is None:
                         raise ConnectionException(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - connection not open")
                     assert self.user is not None  # set with the vhost, at connection.open
                     refused = self.broker.channel_refused(self.user.name, self)  # the user's max-channels
-                    if refused is not None:
-                        raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 20, 10)
+                    if refused is not None:  # RabbitMQ names no failed method here (class and method 0)
+                        raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}")
                     self.channels[event.channel] = ChannelSession(self, event.channel, self.perms, self.confirms)
+                    self.conn.accept_channel(event.channel)  # open-ok only once every check passed
                     self.broker.churn("channel_created")
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)

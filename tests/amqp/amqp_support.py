@@ -8,6 +8,7 @@ from typing import Any
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 from headrace.server.amqp.connection import AMQPConnection
+from headrace.server.amqp.events import ChannelOpenRequested
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 
 HEADER = b"AMQP\x00\x00\x09\x01"
@@ -45,6 +46,14 @@ def publish_with_properties(props_raw: bytes, channel: int = 1) -> bytes:
     header = struct.pack(">HHQ", 60, 0, 1) + props_raw
     return (encode_method_frame(channel, m.BasicPublish(exchange="x", routing_key="k"))
             + encode_frame(2, channel, header) + encode_frame(3, channel, b"z"))
+
+
+def accept_opens(conn: AMQPConnection, events: list[Any]) -> list[Any]:
+    """Answer every channel.open in ``events`` with open-ok, as the session does once its checks pass."""
+    for event in events:
+        if isinstance(event, ChannelOpenRequested):
+            conn.accept_channel(event.channel)
+    return events
 
 
 def feed(conn: AMQPConnection, data: bytes, mode: str) -> list[Any]:

@@ -11,6 +11,7 @@ import pytest
 from amqp_support import (
     HEADER,
     HEARTBEAT,
+    accept_opens,
     feed,
     handshake_bytes,
     last_method_payload,
@@ -28,7 +29,7 @@ from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.events import (
     BadProtocolHeader,
     ChannelClosed,
-    ChannelOpened,
+    ChannelOpenRequested,
     ConnectionClosed,
     ConnectionCloseOk,
     ContentReceived,
@@ -45,7 +46,7 @@ def describe(event: Any) -> tuple[Any, ...]:
         return ("method", event.channel, event.method.NAME)
     if isinstance(event, ContentReceived):
         return ("content", event.channel, event.body)
-    if isinstance(event, ChannelOpened):
+    if isinstance(event, ChannelOpenRequested):
         return ("opened", event.channel)
     if isinstance(event, ChannelClosed):
         return ("channel-closed", event.channel, event.reply_code, event.by_peer)
@@ -92,6 +93,15 @@ LIFECYCLE: list[tuple[str, list[Step], list[tuple[Any, ...]], ConnectionState, l
       method(1, m.BasicQos()) + publish_bytes(b"late") + method(1, m.ChannelCloseOk()) + method(1, m.ChannelOpen())],
      [*HANDSHAKE_EVENTS, ("opened", 1), ("opened", 1)],
      ConnectionState.OPEN, ["connection.start", "channel.open-ok", "channel.close", "channel.open-ok"]),
+    ("open, close and open again in one read: each answer waits for the session's open-ok",
+     [open_bytes() + method(1, m.ChannelOpen()) + method(1, m.ChannelClose(200, "bye")) + method(1, m.ChannelOpen())],
+     [*HANDSHAKE_EVENTS, ("opened", 1), ("channel-closed", 1, 200, True), ("opened", 1)],
+     ConnectionState.OPEN, ["connection.start", "channel.open-ok", "channel.close-ok", "channel.open-ok"]),
+    ("an oversized publish right behind channel.open: its channel.close follows the open-ok",
+     [open_bytes() + method(1, m.ChannelOpen()) + publish_bytes(b"x" * 200) + method(1, m.ChannelClose(200, "x"))
+      + method(1, m.ChannelCloseOk())],
+     [*HANDSHAKE_EVENTS, ("opened", 1), ("channel-closed", 1, 406, False)],
+     ConnectionState.OPEN, ["connection.start", "channel.open-ok", "channel.close", "channel.close-ok"]),
     ("the peer closes the connection",
      [open_bytes() + method(0, m.ConnectionClose(200, "bye")) + method(1, m.ChannelOpen())],
      [*HANDSHAKE_EVENTS, ("closed", 200, True)], ConnectionState.CLOSED,
@@ -118,7 +128,8 @@ LIFECYCLE: list[tuple[str, list[Step], list[tuple[Any, ...]], ConnectionState, l
 
 
 def run(steps: list[Step], mode: str) -> tuple[AMQPConnection, list[Any]]:
-    conn = new_conn()
+    """Feed the steps, answering each channel.open as the session does."""
+    conn = new_conn(max_message_size=100)
     events: list[Any] = []
     data_steps = [i for i, step in enumerate(steps) if isinstance(step, bytes)]
     for i, step in enumerate(steps):
@@ -126,9 +137,9 @@ def run(steps: list[Step], mode: str) -> tuple[AMQPConnection, list[Any]]:
             step(conn)
             continue
         if mode == "trailing" and data_steps and i == data_steps[-1]:
-            events += conn.receive_data(step + PARTIAL)
+            events += accept_opens(conn, conn.receive_data(step + PARTIAL))
         else:
-            events += feed(conn, step, "whole" if mode == "trailing" else mode)
+            events += accept_opens(conn, feed(conn, step, "whole" if mode == "trailing" else mode))
     return conn, events
 
 
@@ -197,9 +208,9 @@ def test_no_heartbeat_is_sent_before_the_connection_is_open():
 def test_handshake_then_publish_with_multi_frame_body(mode):
     conn = new_conn()
     body = bytes(range(256)) * 10
-    events = feed(conn, handshake_bytes() + publish_bytes(body) + publish_bytes(b""), mode)
+    events = accept_opens(conn, feed(conn, handshake_bytes() + publish_bytes(body) + publish_bytes(b""), mode))
     kinds = [type(e) for e in events]
-    assert kinds == [MethodReceived, MethodReceived, MethodReceived, ChannelOpened, ContentReceived, ContentReceived]
+    assert kinds == [MethodReceived, MethodReceived, MethodReceived, ChannelOpenRequested, ContentReceived, ContentReceived]
     assert conn.state is ConnectionState.OPEN and conn.frame_max == 65536 and conn.channel_max == 100
     assert events[4].body == body and events[5].body == b""
     assert quick_props(events[4].props_raw)[0] == 2
@@ -295,13 +306,56 @@ def test_channel_ids_above_channel_max_open_and_channel_max_bounds_open_channels
         encode_method_frame(2048, m.ChannelClose()),
         encode_method_frame(3, m.ChannelOpen()),
     )))
-    assert [e.channel for e in events if isinstance(e, ChannelOpened)] == [65535, 2048, 3]
+    assert [e.channel for e in events if isinstance(e, ChannelOpenRequested)] == [65535, 2048, 3]
     assert conn.open_channels == {65535, 3}
     events = conn.receive_data(encode_method_frame(4, m.ChannelOpen()))
     assert [(e.reply_code, e.reply_text) for e in events if isinstance(e, ConnectionClosed)] == [
         (530, "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)")]
     close = m.decode_method(last_method_payload(conn.data_to_send()))
     assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
+
+
+def test_channel_open_waits_for_the_session_before_open_ok():
+    """channel.open is a request: open-ok goes out only on accept_channel, after anything already
+    queued, and before the replies to what the peer pipelined behind it."""
+    conn = new_conn()
+    conn.receive_data(open_bytes())
+    conn.data_to_send()
+    events = conn.receive_data(method(1, m.ChannelOpen()) + method(1, m.BasicQos(prefetch_count=1)))
+    assert [describe(e) for e in events] == [("opened", 1), ("method", 1, "basic.qos")]
+    assert conn.data_to_send() == b"" and conn.is_channel_open(1)
+    conn.accept_channel(1)
+    conn.send_method(1, m.BasicQosOk())
+    assert [(ch, meth.NAME) for ch, meth in sent_methods(conn)] == [(1, "channel.open-ok"), (1, "basic.qos-ok")]
+
+
+def test_a_refused_channel_open_gets_connection_close_and_no_open_ok():
+    """The session refuses (a user's max-channels) by closing the connection: 530, failed method
+    none, as RabbitMQ; a late accept_channel sends nothing."""
+    conn = new_conn()
+    conn.receive_data(open_bytes())
+    conn.data_to_send()
+    events = conn.receive_data(method(2, m.ChannelOpen()) + method(2, m.BasicQos()))
+    assert [describe(e) for e in events] == [("opened", 2), ("method", 2, "basic.qos")]
+    text = "NOT_ALLOWED - number of channels opened for user 'u' has reached the maximum allowed user limit of (1)"
+    conn.close(reply_code=530, reply_text=text)
+    conn.accept_channel(2)
+    sent = sent_methods(conn)
+    assert [(ch, meth.NAME) for ch, meth in sent] == [(0, "connection.close")]
+    close = sent[0][1]
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (530, text, 0, 0)
+    assert conn.receive_data(method(0, m.ConnectionCloseOk())) == [ConnectionCloseOk()]
+
+
+def test_second_channel_open_is_refused_by_the_protocol_with_rabbitmqs_text():
+    conn = new_conn()
+    accept_opens(conn, conn.receive_data(handshake_bytes()))
+    conn.data_to_send()
+    events = conn.receive_data(method(1, m.ChannelOpen()))
+    assert [describe(e) for e in events] == [("closed", 504, False)]
+    close = m.decode_method(last_method_payload(conn.data_to_send()))
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        504, "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)
 
 
 def test_oversized_content_closes_only_the_channel():

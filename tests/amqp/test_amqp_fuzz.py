@@ -22,7 +22,7 @@ import os
 import struct
 from typing import Any
 
-from amqp_support import HEARTBEAT, frames_of, handshake_bytes, new_conn, open_bytes
+from amqp_support import HEARTBEAT, accept_opens, frames_of, handshake_bytes, new_conn, open_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,7 +69,7 @@ class Watched:
         self.sent_close = False
 
     def feed(self, data: bytes) -> list[Any]:
-        events = self.conn.receive_data(data)
+        events = accept_opens(self.conn, self.conn.receive_data(data))
         self.check(events)
         return events
 

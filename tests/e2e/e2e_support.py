@@ -74,12 +74,13 @@ def recv_until_closed(sock: socket.socket, timeout: float = 10) -> bytes:
         data += chunk
 
 
-def raw_open(port: int, heartbeat: int = 0) -> socket.socket:
+def raw_open(port: int, heartbeat: int = 0, user: str = "guest", password: str = "guest") -> socket.socket:
     """A hand-driven client: header, start-ok, tune-ok, open; returns the socket after open-ok."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     sock.sendall(b"AMQP\x00\x00\x09\x01")
     sock.recv(65536)  # connection.start
-    sock.sendall(encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US")))
+    response = b"\x00" + user.encode() + b"\x00" + password.encode()
+    sock.sendall(encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", response, "en_US")))
     sock.recv(65536)  # tune
     sock.sendall(encode_method_frame(0, m.ConnectionTuneOk(2047, 131072, heartbeat)))
     sock.sendall(encode_method_frame(0, m.ConnectionOpen("/")))

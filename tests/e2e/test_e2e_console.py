@@ -40,9 +40,11 @@ def text_of(selector: str):
 
 
 def login(driver: WebDriver, base: str, user: str = "guest", password: str = "guest") -> None:
-    driver.get(base + "/")
-    driver.execute_script("sessionStorage.clear()")
     driver.get(base + "/#/overview")
+    driver.execute_script("sessionStorage.clear()")
+    # a fresh page: the one just loaded may have read the previous test's login from sessionStorage
+    # and still be logging in with it; the reloaded one finds none and shows the form
+    driver.refresh()
     wait(driver, lambda d: css(d, "#login").is_displayed())
     css(driver, "#login-user").send_keys(user)
     css(driver, "#login-password").send_keys(password, Keys.ENTER)  # the keyboard alone logs in
@@ -254,3 +256,53 @@ def test_every_tab_renders_at_desktop_and_phone_width(browser, broker):
     finally:
         browser.set_window_size(1280, 900)
 
+
+
+def test_admin_sets_and_clears_a_user_limit(browser, broker):
+    base = broker.http_url
+    user = unique("console-limited")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(f"/api/users/{user}", json={"password": "pw", "tags": ""})
+    login(browser, base)
+    go(browser, base, "admin")
+    fill(browser, {"#user-limit-user": user, "#user-limit-name": "max-connections", "#user-limit-value": "2"})
+    css(browser, "#set-user-limit-form button[type=submit]").click()
+    wait(browser, lambda d: row(d, "user-limits", f"{user}|max-connections")
+         .find_element(By.CSS_SELECTOR, 'td[data-col="value"]').text == "2")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.get(f"/api/user-limits/{user}").json() == [{"user": user, "value": {"max-connections": 2}}]
+    click(browser, lambda d: row(d, "user-limits", f"{user}|max-connections").find_element(By.TAG_NAME, "button"))
+    confirm(browser)
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f'#user-limits tr[data-key="{user}|max-connections"]'))
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert all(entry["user"] != user for entry in http.get("/api/user-limits").json())
+
+
+def test_mirrors_tab_shows_a_mirrored_exchanges_log(browser, broker):
+    """An exchange mirrored from the Mirrors tab, with retention, then published to: the tab shows
+    its log's offsets and size as the mirror writer appends, and the retention set."""
+    base = broker.http_url
+    x = unique("console-mirrored")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.put(f"/api/exchanges/%2F/{x}", json={"type": "fanout", "durable": True}).status_code == 201
+    login(browser, base)
+    go(browser, base, "mirrors")
+    fill(browser, {"#mirror-vhost": "/", "#mirror-exchange": x, "#mirror-max-age": "3600000",
+                   "#mirror-max-bytes": "5242880"})
+    css(browser, "#mirror-exchange").send_keys(Keys.ENTER)
+    wait(browser, lambda d: row(d, "mirrors", f"/|{x}"))
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        for i in range(5):
+            r = http.post(f"/api/exchanges/%2F/{x}/publish", json={"routing_key": "", "payload": f"event {i} " * 20})
+            assert r.status_code == 200
+    Select(css(browser, "#refresh")).select_by_value("2000")
+    cell = lambda d, col: row(d, "mirrors", f"/|{x}").find_element(By.CSS_SELECTOR, f'td[data-col="{col}"]').text
+    wait(browser, lambda d: cell(d, "next_offset") == "5")
+    assert cell(browser, "first_offset") == "0" and int(cell(browser, "segments")) >= 1
+    assert cell(browser, "bytes").endswith(("B", "KiB")) and cell(browser, "bytes") != "0 B"
+    assert (cell(browser, "max_age_ms"), cell(browser, "max_bytes")) == ("3,600 s", "5.0 MiB")
+    shot(browser, "mirrors-log")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        shown = next(m for m in http.get("/api/mirrors").json() if m["exchange"] == x)
+        assert (shown["next_offset"], shown["max_age_ms"], shown["max_bytes"]) == (5, 3600000, 5242880)
+        assert http.delete(f"/api/mirrors/%2F/{x}").status_code == 204

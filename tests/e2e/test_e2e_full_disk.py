@@ -15,6 +15,7 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
+from e2e_support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -264,3 +265,50 @@ def test_mirror_log_on_a_full_disk_keeps_every_record_once(small_tmpfs, broker_f
     assert pump(conn, lambda: len(bodies()) >= 300, 15), proc.log[-2000:]
     assert bodies() == list(range(300))  # in order, none twice, none lost
     assert proc.proc.poll() is None and "Traceback" not in proc.log
+
+
+def test_durable_declares_on_a_full_disk_are_saved_once_there_is_room(small_tmpfs, broker_factory):
+    """Definitions that cannot be saved keep the disk alarm up and are saved again on a timer, not
+    only when some client sends something: with nobody else talking to the broker, room coming back
+    is enough for the exchange, queue and binding declared on the full disk to survive a kill -9.
+    (The declares run in a thread of their own: whether their replies wait for the disk or not,
+    they are answered once there is room.)"""
+    fs = small_tmpfs("8m")
+    proc = broker_factory(data_dir=fs.path / "data", env=NO_LIMIT)
+    conn = connect(proc)
+    conn.channel().queue_declare("before-full", durable=True)
+    conn.close()
+    filler = fs.fill(leave=0)
+    answered: list[str] = []
+
+    def declare() -> None:
+        conn = connect(proc)
+        ch = conn.channel()
+        ch.exchange_declare("made-full", "topic", durable=True)
+        ch.queue_declare("made-full", durable=True)
+        ch.queue_bind("made-full", "made-full", "k.#")
+        answered.append("bind-ok")
+        conn.close()
+
+    declarer = threading.Thread(target=declare, daemon=True)
+    declarer.start()
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert wait_until(lambda: http.get("/api/overview").json()["alarms"] == ["disk"]), proc.log[-2000:]
+    assert wait_until(lambda: "definitions not saved" in proc.log), proc.log[-2000:]
+    filler.unlink()
+    declarer.join(15)
+    assert answered == ["bind-ok"]
+    assert wait_until(lambda: "definitions saved" in proc.log, timeout=10), proc.log[-2000:]
+    assert proc.log.count("definitions not saved") == 1  # once, not once per retry
+    proc.kill()
+    proc.start()
+    conn = connect(proc)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("made-full", "k.1", b"routed", PERSISTENT, mandatory=True)  # unroutable would raise
+    assert ch.basic_get("made-full", auto_ack=True)[2] == b"routed"
+    assert ch.queue_declare("before-full", passive=True).method.queue == "before-full"
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.get("/api/overview").json()["alarms"] == []
+    conn.close()
+    assert "Traceback" not in proc.log

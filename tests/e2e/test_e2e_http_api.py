@@ -341,9 +341,11 @@ def test_listings_and_single_objects(broker, http):
     http.put(f"/api/users/{name}", json={"password": "pw", "tags": ["management", "monitoring"]})
     http.put(f"/api/permissions/%2F/{name}", json={"configure": "^c", "write": "^w", "read": "^r"})
 
-    users = http.get("/api/users").json()
-    assert {"name": name, "tags": ["management", "monitoring"], "hashing_algorithm": "pbkdf2_sha256",
-            "limits": {}} in users
+    users = {u["name"]: u for u in http.get("/api/users").json()}
+    hashed = users[name].pop("password_hash")  # as RabbitMQ's: the salted hash, never the password
+    assert hashed.startswith("pbkdf2_sha256$") and "pw" not in hashed.split("$")
+    assert users[name] == {"name": name, "tags": ["management", "monitoring"], "hashing_algorithm": "pbkdf2_sha256",
+                           "limits": {}}
     assert http.get(f"/api/users/{name}").json()["tags"] == ["management", "monitoring"]
     assert http.get("/api/users/" + unique("nobody")).status_code == 404
     perm = {"user": name, "vhost": "/", "configure": "^c", "write": "^w", "read": "^r"}

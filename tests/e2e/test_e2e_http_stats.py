@@ -1,5 +1,5 @@
 """Statistics of the management API carry real values, computed as RabbitMQ 3.10 computes them:
-counters with rates for vhosts, exchanges, queues, connections and the overview's churn, socket
+counters with rates for vhosts, exchanges, queues, channels, connections and the overview's churn, socket
 traffic and addresses of connections, and the timestamp of a queue's head message. Traffic goes
 through a real pika client; rates are sampled when rendered, so each check reads once before the
 traffic (the first sample) and once after.
@@ -62,6 +62,10 @@ def test_vhost_exchange_queue_and_connection_stats_follow_traffic(broker, http):
         assert vs["publish_details"]["rate"] > 0 and v["messages"] == 3 and v["messages_details"]["rate"] > 0
         assert v["recv_oct"] >= c["recv_oct"] and v["recv_oct_details"]["rate"] > 0
 
+        channel = next(c for c in http.get(f"/api/vhosts/{vhost}/channels").json())["message_stats"]
+        assert (channel["publish"], channel["drop_unroutable"], channel["get"], channel["get_no_ack"],
+                channel["deliver_get"], channel["deliver"], channel["ack"]) == (6, 1, 1, 1, 2, 0, 1)
+
         churn = http.get("/api/overview").json()["churn_rates"]
         old = before["/api/overview"]["churn_rates"]
         assert churn["queue_declared"] - old["queue_declared"] >= 2
@@ -89,9 +93,19 @@ def test_head_message_timestamp_is_null_without_one(broker, http):
     http.delete(f"/api/queues/%2F/{q}")
 
 
-def test_disable_stats_leaves_out_every_rate(broker, http):
+def test_disable_stats_leaves_out_every_statistic(broker, http, conn):
+    """RabbitMQ's ``disable_stats=true`` on the lists: queues, exchanges and vhosts without their
+    statistics (and without sampling them), connections as their basic info."""
     q = unique("ds")
     http.put(f"/api/queues/%2F/{q}", json={"durable": False})
     rows = http.get("/api/queues/%2F", params={"disable_stats": "true", "name": q}).json()
     assert rows and all(not any(k.endswith("_details") or k == "message_stats" for k in row) for row in rows)
+    exchanges = http.get("/api/exchanges/%2F", params={"disable_stats": "true"}).json()
+    assert exchanges and all("message_stats" not in x for x in exchanges)
+    assert "message_stats" in http.get("/api/exchanges/%2F").json()[0]
+    vhost = next(v for v in http.get("/api/vhosts", params={"disable_stats": "true"}).json() if v["name"] == "/")
+    assert "messages" not in vhost and "message_stats" not in vhost and vhost["cluster_state"]
+    assert wait_until(lambda: http.get("/api/connections").json())
+    assert all(set(c) == {"name", "node", "user", "vhost"}
+               for c in http.get("/api/connections", params={"disable_stats": "true"}).json())
     http.delete(f"/api/queues/%2F/{q}")

@@ -9,6 +9,8 @@ import socket
 import struct
 import threading
 import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pika
@@ -100,6 +102,64 @@ def test_channel_ids_above_channel_max_are_accepted_and_channel_max_counts_open_
     assert info.value.reply_text == ("NOT_ALLOWED - number of channels opened (2) has reached the negotiated "
                                      "channel_max (2)")
     assert not again.is_open and not conn.is_open
+
+
+def read_methods(sock: socket.socket, until: Callable[[list[tuple[int, Any]]], bool]) -> list[tuple[int, Any]]:
+    """(channel, method) of each method frame the broker sends, read until ``until`` holds or the
+    broker hangs up; its connection.close is answered with close-ok."""
+    sock.settimeout(10)
+    data = b""
+    got: list[tuple[int, Any]] = []
+    while not until(got):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        while len(data) >= 7 and len(data) >= 8 + struct.unpack_from(">I", data, 3)[0]:
+            ftype, channel, size = struct.unpack_from(">BHI", data)
+            if ftype == 1:
+                got.append((channel, m.decode_method(data[7:7 + size])))
+                if isinstance(got[-1][1], m.ConnectionClose):
+                    sock.sendall(encode_method_frame(0, m.ConnectionCloseOk()))
+            data = data[8 + size:]
+    return got
+
+
+@pytest.fixture
+def one_channel_user(http) -> Iterator[str]:
+    """A user allowed one channel at a time (RabbitMQ's max-channels user limit)."""
+    user = unique("onechan")
+    assert http.put(f"/api/users/{user}", json={"password": "pw", "tags": ""}).status_code == 201
+    assert http.put(f"/api/permissions/%2F/{user}",
+                    json={"configure": ".*", "write": ".*", "read": ".*"}).status_code in (201, 204)
+    assert http.put(f"/api/user-limits/{user}/max-channels", json={"value": 1}).status_code == 204
+    yield user
+    http.delete(f"/api/users/{user}")
+
+
+def test_user_channel_limit_refuses_the_next_channel_with_530_and_no_open_ok(broker, one_channel_user):
+    """As RabbitMQ 3.10: no channel.open-ok, connection.close 530 with its text and no failed method."""
+    text = (f"NOT_ALLOWED - number of channels opened for user '{one_channel_user}' has reached the maximum "
+            "allowed user limit of (1)")
+    params = pika.ConnectionParameters("127.0.0.1", broker.amqp_port,
+                                       credentials=pika.PlainCredentials(one_channel_user, "pw"))
+    conn = pika.BlockingConnection(params)
+    first = conn.channel()
+    first.queue_declare("", exclusive=True)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        conn.channel()
+    assert (info.value.reply_code, info.value.reply_text) == (530, text)
+    assert not conn.is_open
+    # on the wire: the first channel opens, the second gets nothing but the close
+    sock = raw_open(broker.amqp_port, user=one_channel_user, password="pw")
+    sock.sendall(encode_method_frame(1, m.ChannelOpen()))
+    assert [(ch, meth.NAME) for ch, meth in read_methods(sock, bool)] == [(1, "channel.open-ok")]
+    sock.sendall(encode_method_frame(2, m.ChannelOpen()) + encode_method_frame(2, m.BasicQos(prefetch_count=1)))
+    sent = read_methods(sock, lambda got: False)  # until the broker hangs up after our close-ok
+    sock.close()
+    assert [(ch, meth.NAME) for ch, meth in sent] == [(0, "connection.close")]
+    close = sent[0][1]
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (530, text, 0, 0)
 
 
 def test_oversized_message_closes_channel_with_406(broker):

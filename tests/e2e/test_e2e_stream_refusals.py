@@ -1,5 +1,6 @@
 """What a stream queue refuses, with RabbitMQ's answers: queue.purge (a log is truncated by its
-retention only) over AMQP and HTTP, and the HTTP streaming consume (a stream is read by cursor)."""
+retention only) over AMQP and HTTP, basic.get over HTTP, and the HTTP streaming consume (a stream is
+read by cursor)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_http_purge_of_a_stream_is_refused_with_json(ch, http):
     r = http.delete(f"/api/queues/%2F/{name}/contents")
     assert r.status_code == 400, r.text
     assert r.json()["error"] == "bad_request"
-    assert r.json()["reason"] == f"purge not supported by queue '{name}' in vhost '/'"
+    assert r.json()["reason"] == f"queue.purge not supported by stream queues queue '{name}' in vhost '/'"
     assert ch.queue_declare(name, passive=True).method.message_count == 3
 
 
@@ -52,3 +53,19 @@ def test_http_streaming_consume_of_a_stream_is_refused_with_json(ch, http):
     assert f"stream queue '{name}'" in r.json()["reason"]
     assert all(c["queue"]["name"] != name for c in http.get("/api/consumers").json())
     assert ch.queue_declare(name, passive=True).method.message_count == 2
+
+
+def test_http_get_from_a_stream_is_a_bad_request_as_in_rabbitmq(ch, http):
+    """AMQP's 540 NOT_IMPLEMENTED inside an HTTP handler: RabbitMQ 3.10 answers 400 bad_request
+    (never 501), and the label always says what the status says."""
+    name = _stream_with_messages(ch, 1)
+    r = http.post(f"/api/queues/%2F/{name}/get", json={"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "bad_request"
+    assert "basic.get not supported by stream queues" in r.json()["reason"]
+    refused = http.put("/api/queues/%2F/amq.reserved", json={"durable": True})  # AMQP 403 ACCESS_REFUSED
+    assert (refused.status_code, refused.json()["error"]) == (403, "access_refused")
+    missing = http.post(f"/api/queues/%2F/{unique('none')}/get", json={"count": 1, "ackmode": "ack_requeue_true",
+                                                                     "encoding": "auto"})
+    assert (missing.status_code, missing.json()["error"]) == (404, "not_found")
+    assert ch.queue_declare(name, passive=True).method.message_count == 1

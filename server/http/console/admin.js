@@ -1,4 +1,4 @@
-// Admin: users, virtual hosts, permissions, policies and limits (administrators only).
+// Admin: users, virtual hosts, permissions, policies, virtual host and user limits (administrators only).
 import { api, ApiError, enc, get } from "./api.js";
 import { act, confirmAction, field, h, ListView, refreshNow } from "./ui.js";
 
@@ -63,6 +63,13 @@ export function adminView(main, _params, session) {
   const limits = new ListView({ id: "limits", rowKey: (l) => l.vhost, columns: [
     { key: "vhost", label: "Virtual host" }, { key: "value", label: "Limits", sortable: false, render: (l) => JSON.stringify(l.value) }],
   empty: "No virtual host limits.", load: async () => ((await optional("/vhost-limits")) || []).map((l) => ({ ...l, name: l.vhost })) });
+  // user limits: one row per user and limit, each cleared on its own (DELETE /api/user-limits/{user}/{name})
+  const userLimits = new ListView({ id: "user-limits", rowKey: (l) => `${l.user}|${l.limit}`, columns: [
+    { key: "user", label: "User" }, { key: "limit", label: "Limit" }, { key: "value", label: "Value", num: true },
+    { key: "delete", label: "", sortable: false, render: (l) => removeButton(`Clear limit ${l.limit} of ${l.user}`,
+      `Clear the ${l.limit} limit of ${l.user}?`, `/user-limits/${enc(l.user)}/${enc(l.limit)}`) }],
+  empty: "No user limits.", load: async () => ((await optional("/user-limits")) || []).flatMap((l) =>
+    Object.entries(l.value).map(([limit, value]) => ({ user: l.user, limit, value, name: `${l.user} ${limit}` }))) });
 
   const input = (id, attrs = {}) => h("input", { id, ...attrs });
   const userName = input("user-name", { required: true, autocomplete: "off" });
@@ -81,6 +88,9 @@ export function adminView(main, _params, session) {
   const limVhost = input("limit-vhost", { value: "/", required: true });
   const limName = h("select", { id: "limit-name" }, ["max-connections", "max-queues"].map((n) => h("option", { value: n }, n)));
   const limValue = input("limit-value", { type: "number", required: true, value: "-1" });
+  const ulimUser = input("user-limit-user", { required: true, autocomplete: "off" });
+  const ulimName = h("select", { id: "user-limit-name" }, ["max-connections", "max-channels"].map((n) => h("option", { value: n }, n)));
+  const ulimValue = input("user-limit-value", { type: "number", required: true, min: "-1", value: "-1" });
   const policyNote = h("p", { class: "muted", id: "policies-note" });
 
   main.append(h("h2", {}, "Admin"),
@@ -113,10 +123,16 @@ export function adminView(main, _params, session) {
       await api("PUT", `/vhost-limits/${enc(limVhost.value)}/${enc(limName.value)}`, { value: Number(limValue.value) });
       return `Limit ${limName.value} set.`;
     }, field("Virtual host", limVhost), field("Limit", limName), field("Value (-1: none)", limValue),
-    h("div", {}, h("button", { type: "submit" }, "Set limit")))));
+    h("div", {}, h("button", { type: "submit" }, "Set limit")))),
+    section("user-limits-section", "User limits", userLimits.el, form("set-user-limit-form", async () => {
+      await api("PUT", `/user-limits/${enc(ulimUser.value)}/${enc(ulimName.value)}`, { value: Number(ulimValue.value) });
+      return `Limit ${ulimName.value} of ${ulimUser.value} set.`;
+    }, field("User", ulimUser), field("Limit", ulimName), field("Value (-1: none)", ulimValue),
+    h("div", {}, h("button", { type: "submit" }, "Set user limit")))));
   return {
     async refresh() {
-      await Promise.all([users.refresh(), vhosts.refresh(), perms.refresh(), policies.refresh(), limits.refresh()]);
+      await Promise.all([users.refresh(), vhosts.refresh(), perms.refresh(), policies.refresh(), limits.refresh(),
+        userLimits.refresh()]);
       policyNote.textContent = policiesMissing ? "This broker has no policies endpoint." : "";
     },
   };
