@@ -310,8 +310,8 @@ def _bound_buffers(listeners: list[trio.SocketListener], rcvbuf: int, mss: int) 
     """Every accepted AMQP socket inherits the listener's receive buffer and segment bound, so the
     window and MSS offered in the SYN-ACK are small from the start: what a publisher the broker
     stopped reading has in flight (its send buffer, which Linux sizes from its congestion window
-    times the segment size, plus our receive buffer) stays at tens of KiB instead of MiBs
-    (ARCHITECTURE.md, "Backpressure")."""
+    times the segment size, plus our receive buffer) stays at hundreds of KiB instead of MiBs
+    (ARCHITECTURE.md, "Backpressure"). Off by default: see the amqp_rcvbuf setting."""
     for listener in listeners:
         sock = listener.socket
         try:
