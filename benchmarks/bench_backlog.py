@@ -10,8 +10,8 @@ RabbitMQ at 1M messages; this script is for the 10M figure, which RabbitMQ canno
 ``--kill-restart`` (a persistent, durable backlog): publish N, wait for one confirmed message
 after them (every earlier record is then fsynced), kill -9 the broker, restart it on the same data
 directory, and drain. Gives peak RSS while publishing, the restart time (until an AMQP handshake
-succeeds: the broker recovers before it serves), peak RSS during and after recovery, the depth
-found, and peak RSS and rate while draining.
+succeeds: the broker recovers before it serves) and the broker's CPU seconds by then, peak RSS
+during and after recovery, the depth found, and peak RSS and rate while draining.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import queue as queue_mod
 import shutil
 import signal
@@ -55,6 +56,13 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         return round(self.peak / 2**20, 1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (a figure the machine's load does not inflate)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _connect(port: int, timeout: float) -> pika.BlockingConnection:
@@ -110,6 +118,7 @@ def kill_restart(tmp: Path, count: int, size: int, timeout: float) -> dict[str, 
     try:
         conn = _connect(server.port, timeout)
         out["restart_seconds"] = round(time.perf_counter() - start, 1)
+        out["restart_cpu_seconds"] = round(cpu_seconds(server.proc.pid), 1)
         out["restart_peak_rss_mb"] = rss.stop()
         out["rss_after_restart_mb"] = round(amqp_load.rss_of(server.proc.pid) / 2**20, 1)
         ch = conn.channel()

@@ -6,7 +6,8 @@ from .definitions import DefinitionsError, DefinitionsStore
 from .fsync import FsyncMode, fsync_dir, fsync_file
 from .message_store import DEFAULT_SEGMENT_MAX_BYTES, MessageStore, StoreNotOpenError
 from .records import Record, ScanResult, encode_record, iter_records, scan_bytes
-from .spill import SpillBacking, SpillClosedError, SpillCorruptError, SpillStore
+from .spill import SpillBacking, SpillClosedError, SpillCorruptError
+from .spill_store import SpillStore
 from .store_ops import (
     Ack,
     Delay,

@@ -2,7 +2,8 @@
 
 Saved the crash-safe way: write a temporary file in the same directory, fsync it, rename it over
 the old one, fsync the directory. A reader therefore sees either the old file or the new one,
-never a mix. Rule 1: one ``DefinitionsStore`` per file, called by the broker's VHost changes.
+never a mix. Rule 1: one ``DefinitionsStore`` per file; it is the snapshot of the definitions log
+(definitions_log.py), which owns it.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ class DefinitionsStore:
             raise DefinitionsError(f"{self._path}: expected a JSON object, got {kind}")
         return data
 
-    def save(self, definitions: dict[str, Any]) -> None:
-        """Replace the file atomically and durably (tmp, fsync, rename, fsync dir)."""
-        data = json.dumps(definitions, indent=1, sort_keys=True).encode()
+    def save(self, definitions: dict[str, Any]) -> int:
+        """Replace the file atomically and durably (tmp, fsync, rename, fsync dir); returns its size."""
+        data = json.dumps(definitions, indent=1, sort_keys=True, default=str).encode()
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -64,3 +65,4 @@ class DefinitionsStore:
             os.close(fd)
         os.replace(self._tmp, self._path)
         fsync_dir(self._path.parent)
+        return len(data)

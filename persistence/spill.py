@@ -1,8 +1,9 @@
 """Spill files: where a queue's transient overflow waits on disk (nsq's diskqueue, FIFO).
 
-Each queue gets its own ``SpillBacking``: a directory of numbered files in the record framing of
-``records.py``, one record per ``QueueEntry`` (``spill_records.py``). Appends go to the tail file;
-page-ins read from the head; a file is deleted as soon as it has been read to the end. Only
+Each queue gets its own ``SpillBacking`` (handed out by spill_store.py): a directory of numbered
+files in the record framing of ``records.py``, one record per ``QueueEntry`` (``spill_records.py``).
+Appends go to the tail file; page-ins read from the head; a file is deleted as soon as it has been
+read to the end. Only
 counters and the list of files are kept in RAM, so ten million spilled entries cost a few hundred
 bytes. Nothing is fsynced and everything is wiped at start: transient messages do not survive a
 restart.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import shutil
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -34,7 +34,7 @@ from typing import Protocol
 
 from headrace.queues.message import QueueEntry
 
-from .segments import SEGMENT_SUFFIX, segment_path
+from .segments import segment_path
 from .spill_records import Parsed, ReadPlan, count_records, encode, parse
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
     "SpillBacking",
     "SpillClosedError",
     "SpillCorruptError",
-    "SpillStore",
+    "WriteReport",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,6 @@ DEFAULT_SPILL_SEGMENT_BYTES = 16 << 20
 # Appends collect here before one write() call: 256 KiB amortises the syscall over ~1000 small
 # entries while keeping unflushed bytes per spilling queue small.
 WRITE_BUFFER_BYTES = 256 << 10
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_OURS = re.compile(r"^\d{8}-")  # names of backing directories this module creates
-_NAME_CHARS = 48  # sanitised queue-name part of a directory name, for humans only
 
 
 class SpillClosedError(RuntimeError):
@@ -346,61 +343,3 @@ class SpillBacking:
         self.drop()
         self._closed = True
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-class SpillStore:
-    """Hands out one ``SpillBacking`` per queue under ``directory``, which it wipes at start."""
-
-    def __init__(self, directory: Path, *, segment_max_bytes: int = DEFAULT_SPILL_SEGMENT_BYTES,
-                 report: WriteReport | None = None) -> None:
-        self._dir = Path(directory)
-        self._max = segment_max_bytes
-        self._report = report  # told of bytes appends wrote and of failed writes (disk alarm)
-        # called (on the event loop) when a queue wants spilled entries back: wakes the pager
-        self.on_page_wanted: Callable[[], None] | None = None
-        self._count = 0
-        self._backings: list[SpillBacking] = []
-        self._dir.mkdir(parents=True, exist_ok=True)
-        for entry in os.scandir(self._dir):
-            # Only what this module creates is removed, so a misconfigured path loses nothing else.
-            if _OURS.match(entry.name) and entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            elif entry.name.endswith(SEGMENT_SUFFIX) and entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
-
-    def backing(self, name: str) -> SpillBacking:
-        """A new, empty backing for queue ``name``; every call gets its own directory."""
-        self._count += 1
-        safe = _UNSAFE.sub("_", name)[:_NAME_CHARS]
-        backing = SpillBacking(self._dir / f"{self._count:08d}-{safe}",
-                               segment_max_bytes=self._max, report=self._report,
-                               on_wanted=self._page_wanted)
-        self._backings = [b for b in self._backings if not b.closed]
-        self._backings.append(backing)
-        return backing
-
-    def _page_wanted(self) -> None:
-        if self.on_page_wanted is not None:
-            self.on_page_wanted()
-
-    def disk_bytes(self) -> int:
-        return sum(b.disk_bytes() for b in self._live())
-
-    def _live(self) -> list[SpillBacking]:
-        return [b for b in self._backings if not b.closed]
-
-    def failing(self) -> bool:
-        """Some backing holds entries in memory that a failed write could not put on disk."""
-        return any(b.write_error is not None for b in self._live())
-
-    def retry(self) -> bool:
-        """Write what failed writes left in memory; True once nothing waits (event loop)."""
-        ok = True
-        for b in self._live():
-            ok = b.retry() and ok
-        return ok
-
-    def close(self) -> None:
-        backings, self._backings = self._backings, []
-        for b in backings:
-            b.close()

@@ -10,6 +10,7 @@ the rest of the record.
 from __future__ import annotations
 
 import functools
+import mmap
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,7 +35,9 @@ __all__ = [
     "decode_delay",
     "decode_publish",
     "decode_publish_head",
-    "decode_publish_tail",
+    "decode_publish_at",
+    "PUB_HEAD",
+    "PUB_QUEUE",
     "decode_queue",
     "decode_ref",
     "delay_parts",
@@ -156,6 +159,7 @@ QKey = tuple[str, str]  # (vhost, queue)
 _ID = struct.Struct(">Q")
 _PUB_HEAD = struct.Struct(">QQHHHHI")  # id, timestamp ms, queue count, len vhost/exchange/rk/props
 _PUB_QUEUE = struct.Struct(">HI")  # queue name length, delivery count; then the name
+PUB_HEAD, PUB_QUEUE = _PUB_HEAD, _PUB_QUEUE  # for recovery's in-place replay
 _REF_HEAD = struct.Struct(">QHH")  # id, len vhost, len queue (Ack, Deliver)
 _QUEUE_HEAD = struct.Struct(">HH")  # len vhost, len queue (DropQueue)
 _COUNT = struct.Struct(">I")  # ids kept by a PurgeQueue record, then the ids (>Q each)
@@ -196,7 +200,7 @@ def publish_parts(
 
 def decode_publish_head(p: bytes) -> tuple[int, int, str, list[tuple[str, int]], int]:
     """(id, timestamp ms, vhost, [(queue, delivery count)], offset of the exchange): what
-    recovery needs for every Publish; the rest is decoded only for messages that survive."""
+    recovery needs of a Publish to index it (a one-queue Publish takes a faster path there)."""
     mid, ts, nq, vlen, _, _, _ = _PUB_HEAD.unpack_from(p, 0)
     off = _PUB_HEAD.size
     queues: list[tuple[str, int]] = []
@@ -210,14 +214,22 @@ def decode_publish_head(p: bytes) -> tuple[int, int, str, list[tuple[str, int]],
     return mid, ts, p[off : off + vlen].decode(), queues, off + vlen
 
 
-def decode_publish_tail(p: bytes, off: int) -> tuple[str, str, bytes, bytes]:
-    """(exchange, routing key, props, body) from the offset ``decode_publish_head`` returned."""
-    _, _, _, _, elen, rlen, plen = _PUB_HEAD.unpack_from(p, 0)
-    rk_at = off + elen
+def decode_publish_at(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[int, str, str, bytes, bytes]:
+    """(timestamp ms, exchange, routing key, props, body) of the Publish payload at
+    ``buf[start:end]``, read in place (recovery's loads: a mapped segment, no copy of the whole
+    record)."""
+    _, ts, nq, vlen, elen, rlen, plen = _PUB_HEAD.unpack_from(buf, start)
+    off = start + _PUB_HEAD.size
+    for _ in range(nq):
+        off += _PUB_QUEUE.size + _PUB_QUEUE.unpack_from(buf, off)[0]
+    e_at = off + vlen
+    rk_at = e_at + elen
     props_at = rk_at + rlen
     body_at = props_at + plen
-    _check(body_at, p)
-    return p[off:rk_at].decode(), p[rk_at:props_at].decode(), p[props_at:body_at], p[body_at:]
+    if body_at > end:
+        raise ValueError("field runs past the end of the record")
+    return (ts, buf[e_at:rk_at].decode(), buf[rk_at:props_at].decode(), buf[props_at:body_at],
+            buf[body_at:end])
 
 
 @dataclass(slots=True)
@@ -233,8 +245,8 @@ class DecodedPublish:
 
 
 def decode_publish(p: bytes) -> DecodedPublish:
-    mid, ts, vhost, queues, off = decode_publish_head(p)
-    return DecodedPublish(mid, ts, vhost, queues, *decode_publish_tail(p, off))
+    mid, ts, vhost, queues, _ = decode_publish_head(p)
+    return DecodedPublish(mid, ts, vhost, queues, *decode_publish_at(p, 0, len(p))[1:])
 
 
 def delay_parts(op: Delay) -> tuple[bytes, bytes, bytes]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import gc
 import logging
 import mmap
+import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 
-from .records import HEADER_SIZE, Record, iter_records
+from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, Record
 from .segments import SegmentWriter, list_segments
 from .store_index import (
     DEAD,
@@ -35,8 +36,10 @@ from .store_ops import (
     QKey,
     Recovered,
     RecoveredMessage,
+    PUB_HEAD,
+    PUB_QUEUE,
     decode_delay,
-    decode_publish,
+    decode_publish_at,
     decode_publish_head,
     decode_purge,
     decode_queue,
@@ -45,6 +48,10 @@ from .store_ops import (
 )
 
 __all__ = ["StoreRecovery"]
+
+# A recovered entry's position: chunk number << _POS_BITS | index in the chunk.
+_POS_BITS = 24
+_POS_MASK = (1 << _POS_BITS) - 1
 
 log = logging.getLogger("headrace.persistence.message_store")
 
@@ -81,15 +88,8 @@ class StoreRecovery(StoreIndex):
         for index, (seq, path) in enumerate(segs):
             data = path.read_bytes()
             seg = self._segments[seq] = Segment(seq, path, len(data))
-            end = 0
-            try:
-                for rec in iter_records(data):
-                    mid = self._replay(rec, seq, delayed)
-                    if mid > max_id:
-                        max_id = mid
-                    end = rec.end
-            except DECODE_ERRORS as exc:
-                log.warning("undecodable record in %s at offset %d: %s", path, end, exc)
+            end, top = self._replay_segment(data, seq, delayed)
+            max_id = max(max_id, top)
             is_last = index == len(segs) - 1
             if end < len(data):
                 damaged += len(data) - end
@@ -109,6 +109,52 @@ class StoreRecovery(StoreIndex):
         else:
             self._open_segment(1)
         return Recovered(queues, [delayed[mid] for mid in sorted(delayed)], max_id + 1, damaged)
+
+    def _replay_segment(self, data: bytes, seq: int, delayed: dict[int, Delay]) -> tuple[int, int]:
+        """Apply a segment's good records; returns (end of the last good one, highest id seen).
+
+        ``records.iter_records`` inlined, and a one-queue Publish (nearly every record of a
+        backlog) indexed straight from the buffer: no record object and no payload copy."""
+        view = memoryview(data)
+        end = len(data)
+        unpack_header = HEADER.unpack_from
+        unpack_head = PUB_HEAD.unpack_from
+        unpack_queue = PUB_QUEUE.unpack_from
+        crc32 = zlib.crc32
+        kind_crc = [crc32(bytes((kind,))) for kind in range(8)]
+        head_size, queue_size = PUB_HEAD.size, PUB_QUEUE.size
+        names: dict[bytes, tuple[int, QKey]] = {}  # queue name + vhost bytes -> (name length, key)
+        slot_of, put = self._slot, self._put
+        pos = top = 0
+        try:
+            while pos + HEADER_SIZE <= end:
+                length, crc, kind = unpack_header(data, pos)
+                start = pos + HEADER_SIZE
+                stop = start + length
+                if length > MAX_RECORD_SIZE or stop > end:
+                    break
+                if crc32(view[start:stop], kind_crc[kind] if kind < 8 else crc32(bytes((kind,)))) != crc:
+                    break
+                if kind == REC_PUBLISH:
+                    mid, _, nq, vlen, _, _, _ = unpack_head(data, start)
+                if kind != REC_PUBLISH or nq != 1:
+                    mid = self._replay(Record(pos, kind, data[start:stop]), seq, delayed)
+                else:
+                    nlen, count = unpack_queue(data, start + head_size)
+                    at = start + head_size + queue_size
+                    if at + nlen + vlen > stop:
+                        raise ValueError("field runs past the end of the record")
+                    raw = data[at : at + nlen + vlen]
+                    known = names.get(raw)
+                    if known is None or known[0] != nlen:
+                        known = names[raw] = (nlen, (raw[nlen:].decode(), raw[:nlen].decode()))
+                    put(mid, seq, pos, HEADER_SIZE + length, slot_of(known[1]), count)
+                if mid > top:
+                    top = mid
+                pos = stop
+        except DECODE_ERRORS as exc:
+            log.warning("undecodable record in segment %d at offset %d: %s", seq, pos, exc)
+        return pos, top
 
     def _replay(self, rec: Record, seq: int, delayed: dict[int, Delay]) -> int:
         """Apply one record to the index; returns the message id it names (0 if none)."""
@@ -155,44 +201,49 @@ class StoreRecovery(StoreIndex):
         return 0
 
     def _recovered_queues(self) -> dict[QKey, Sequence[RecoveredMessage]]:
-        """Each queue's live ids in id (publish) order: 8 bytes a message while they load."""
+        """Each queue's live entries in id (publish) order, as positions in the chunks (chunk
+        number << ``_POS_BITS`` | index): 8 bytes a message while they load, and no lookup."""
         per_slot: dict[int, array[int]] = {}
         multi = self._multi
-        for c in self._chunks:
+        for k, c in enumerate(self._chunks):
             q, ids = c.q, c.ids
+            base = k << _POS_BITS
             first = q[0]
             if first != DEAD and first != MULTI and q.count(first) == len(q):
                 bucket = per_slot.get(first)
                 if bucket is None:
                     per_slot[first] = bucket = array("Q")
-                bucket.extend(ids)  # the common case: a chunk of one queue, all live
+                bucket.extend(range(base, base + len(q)))  # a chunk of one queue, all live
                 continue
-            for mid, slot in zip(ids, q, strict=True):
+            for i, slot in enumerate(q):
                 if slot == DEAD:
                     continue
-                for s in (multi[mid] if slot == MULTI else (slot,)):
+                for s in (multi[ids[i]] if slot == MULTI else (slot,)):
                     bucket = per_slot.get(s)
                     if bucket is None:
                         per_slot[s] = bucket = array("Q")
-                    bucket.append(mid)
+                    bucket.append(base | i)
         keys = self._keys
-        return {keys[slot]: _Recovering(self, slot, mids)  # type: ignore[misc]
-                for slot, mids in per_slot.items()}
+        return {keys[slot]: _Recovering(self, slot, at)  # type: ignore[misc]
+                for slot, at in per_slot.items()}
 
-    def _load(self, mid: int, slot: int) -> RecoveredMessage:
-        """A recovered message's fields, read from its segment (mapped once, until the next write)."""
-        loc = self._find(mid)
-        assert loc is not None, "recovered messages are valid until the store's next write"
-        c, i = loc
-        seq, offset = c.seg[i], c.off[i]
+    def _load(self, at: int, slot: int) -> RecoveredMessage:
+        """A recovered message's fields, read from its mapped segment (valid until the next write:
+        the chunks do not move before it)."""
+        c = self._chunks[at >> _POS_BITS]
+        i = at & _POS_MASK
+        mid, seq, offset = c.ids[i], c.seg[i], c.off[i]
         count = self._multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
         view = self._maps.get(seq)
         if view is None:
+            # one segment mapped at a time: a mapping's touched pages count in the broker's RSS
+            # (loads go in id order, so mostly segment by segment)
+            self._unmap()
             with open(self._segments[seq].path, "rb") as f:
                 view = self._maps[seq] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        pub = decode_publish(view[offset + HEADER_SIZE : offset + c.size[i]])
-        return RecoveredMessage(mid, pub.exchange, pub.routing_key, pub.props, pub.body, count > 0,
-                                count, pub.ts)
+        ts, exchange, routing_key, props, body = decode_publish_at(
+            view, offset + HEADER_SIZE, offset + c.size[i])
+        return RecoveredMessage(mid, exchange, routing_key, props, body, count > 0, count, ts)
 
     def _unmap(self) -> None:
         for view in self._maps.values():
@@ -205,23 +256,23 @@ class _Recovering(Sequence[RecoveredMessage]):
     them to the queue one by one, and those past the resident window go to spill, so a large
     backlog restarts in about the memory of the window plus the index."""
 
-    __slots__ = ("_mids", "_slot", "_store")
+    __slots__ = ("_at", "_slot", "_store")
 
-    def __init__(self, store: StoreRecovery, slot: int, mids: array[int]) -> None:
+    def __init__(self, store: StoreRecovery, slot: int, at: array[int]) -> None:
         self._store = store
         self._slot = slot
-        self._mids = mids
+        self._at = at
 
     def __len__(self) -> int:
-        return len(self._mids)
+        return len(self._at)
 
     def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
-            return [self._store._load(mid, self._slot) for mid in self._mids[index]]
-        return self._store._load(self._mids[index], self._slot)
+            return [self._store._load(at, self._slot) for at in self._at[index]]
+        return self._store._load(self._at[index], self._slot)
 
     def __iter__(self) -> Iterator[RecoveredMessage]:
         load = self._store._load
         slot = self._slot
-        for mid in self._mids:
-            yield load(mid, slot)
+        for at in self._at:
+            yield load(at, slot)

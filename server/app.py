@@ -8,7 +8,7 @@ Task tree::
         listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
 
 On SIGINT/SIGTERM the listeners stop, every AMQP client gets connection.close 320, connections get
-``shutdown_grace`` seconds to finish, then the store makes its final fsync and definitions are saved.
+``shutdown_grace`` seconds to finish, then the store and the definitions log make their final fsync.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from typing import Any
 import trio
 
 import headrace
-from headrace.persistence.definitions import DefinitionsStore
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker, Limits
-from headrace.server.broker.definitions_io import export_definitions, import_definitions
+from headrace.server.broker.definitions_io import change_records, export_definitions, import_definitions
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
@@ -42,9 +41,6 @@ from headrace.server.net.stream_pump import StreamPump
 __all__ = ["StartupError", "serve", "run"]
 
 log = logging.getLogger("headrace")
-
-# How soon a definitions save that failed (disk full) is tried again when no batch comes first.
-DEFINITIONS_RETRY = 0.5
 
 
 class App:
@@ -76,8 +72,6 @@ class App:
         saturation.high, saturation.low = settings.saturation_ready, settings.saturation_resume_ready
         self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
                                   settings.memory_calculation_strategy)
-        self.definitions = DefinitionsStore(self.data_dir / "definitions.json")
-        self._definitions_dirty = False
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
         self.clock = Clock()
         self.admission = Admission(settings.max_unauthenticated)
@@ -87,7 +81,8 @@ class App:
     # ------------------------------------------------------------------ definitions
     def load(self) -> None:
         broker = self.broker
-        doc = self.definitions.load()
+        definitions = self.storage.definitions.log
+        doc = definitions.load()  # the snapshot (an older headrace's definitions.json) plus the log
         if doc is not None:
             # declare starts each queue's x-expires lease at the real time: a lease dated 0 would
             # make every x-expires queue expire at the first tick
@@ -100,36 +95,20 @@ class App:
                 broker.ensure_default(s.default_vhost, s.admin_user, s.admin_pass or "")
         self.storage.recover(broker)
         broker.set_deadline_hook(self.clock.wake)
-        broker.on_definitions_changed = self._mark_definitions
-        self.save_definitions()
+        broker.definitions.take()  # what loading declared is in the snapshot written now
+        # compacted at every start: a new snapshot of what was loaded, and an empty log
+        definitions.compact(export_definitions(broker, version=headrace.__version__))
 
-    def _mark_definitions(self) -> None:
-        self._definitions_dirty = True
+    def after_batch(self) -> int:
+        """Called by connection tasks after each batch: the batch's durable definition changes go
+        to the flusher as log records. Returns the ticket the batch's replies wait for (0: none)."""
+        if not self.broker.definitions:
+            return 0
+        return self.storage.definitions.add(change_records(self.broker, self.broker.definitions.take()))
 
-    def save_definitions(self) -> None:
-        """Disk full: keep serving, with the disk alarm up, and save again after the next batch or
-        within ``DEFINITIONS_RETRY`` seconds (the clock), whichever comes first, so a change made
-        on a full disk reaches it once there is room even if no client sends anything more."""
-        self._definitions_dirty = False
-        disk = self.storage.disk
-        try:
-            self.definitions.save(export_definitions(self.broker, version=headrace.__version__))
-        except OSError as exc:
-            if "definitions" not in disk.failures:
-                log.error("definitions not saved: %s (tried again until there is room)", exc.strerror or exc)
-            self._definitions_dirty = True
-            disk.write_failed("definitions")
-            self.clock.wake()  # to re-arm with the retry deadline
-            return
-        if "definitions" in disk.failures:
-            log.warning("definitions saved")
-            disk.write_ok("definitions")
-
-    def after_batch(self) -> None:
-        """Called by connection tasks after each batch: durable definition changes go to disk before
-        the replies of that batch are sent."""
-        if self._definitions_dirty:
-            self.save_definitions()
+    async def definitions_synced(self, ticket: int) -> None:
+        """Until the definition changes of ``ticket`` are on disk."""
+        await self.storage.definitions.wait_synced(ticket, self.gate)
 
     def _tick(self, now: float) -> None:
         self.broker.tick(now)
@@ -152,9 +131,6 @@ class App:
                           if (since := channel.oldest_unacked_since(now)) is not None), default=now)
             due = oldest + limit
             deadline = due if deadline is None else min(deadline, due)
-        if self._definitions_dirty:  # a save failed: ``_tick`` tries again
-            due = now + DEFINITIONS_RETRY
-            deadline = due if deadline is None else min(deadline, due)
         return deadline
 
     # ------------------------------------------------------------------ connections
@@ -170,7 +146,7 @@ class App:
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
-                                        on_read=self.memory.read,
+                                        definitions_synced=self.definitions_synced, on_read=self.memory.read,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
@@ -211,8 +187,8 @@ class App:
                     handler.force_close(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - broker shutdown")
                 conns.cancel_scope.deadline = trio.current_time() + s.shutdown_grace
                 self.http_shutdown()
+            self.after_batch()  # the last connections' cleanup
             await self.storage.drain(self.broker)
-            self.save_definitions()
             root.cancel_scope.cancel()
         self.storage.close()
         log.info("stopped")

@@ -158,6 +158,8 @@ class UserRegistry:
         self.generation = 0  # bumped on every user/permission change
         self.on_change: Callable[[], None] = _noop
         self.on_user_deleted: Callable[[str], None] = _noop_name
+        # (section, key, deleted): a durable user or permission changed (the broker logs it)
+        self.on_definition: Callable[[str, tuple[str, ...], bool], None] = _noop_definition
         self._clock = clock
         self._fail_rate = failed_per_second
         self._fail_burst = failed_burst
@@ -183,6 +185,7 @@ class UserRegistry:
         self.users[name] = user
         self._verified.pop(name, None)
         self.changed()
+        self.on_definition("users", (name,), False)
         return user
 
     def delete_user(self, name: str) -> bool:
@@ -194,6 +197,7 @@ class UserRegistry:
         existed = self.users.pop(name, None) is not None
         if existed:
             self.changed()
+            self.on_definition("users", (name,), True)  # with the permissions it had
             self.on_user_deleted(name)
         return existed
 
@@ -242,11 +246,13 @@ class UserRegistry:
             raise KeyError(user)
         self.permissions[(user, vhost)] = permission
         self.changed()
+        self.on_definition("permissions", (user, vhost), False)
 
     def clear_permission(self, user: str, vhost: str) -> bool:
         existed = self.permissions.pop((user, vhost), None) is not None
         if existed:
             self.changed()
+            self.on_definition("permissions", (user, vhost), False)
         return existed
 
     def permission(self, user: str, vhost: str) -> Permission | None:
@@ -264,6 +270,7 @@ class UserRegistry:
         existed = key in self.topic_permissions
         self.topic_permissions[key] = permission
         self.changed()
+        self.on_definition("topic_permissions", key, False)
         return existed
 
     def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
@@ -272,6 +279,7 @@ class UserRegistry:
                 if k[0] == user and k[1] == vhost and (exchange is None or k[2] == exchange)]
         for key in keys:
             del self.topic_permissions[key]
+            self.on_definition("topic_permissions", key, False)
         if keys:
             self.changed()
         return bool(keys)
@@ -289,6 +297,10 @@ def _noop() -> None:
 
 
 def _noop_name(name: str) -> None:
+    return None
+
+
+def _noop_definition(section: str, key: tuple[str, ...], deleted: bool) -> None:
     return None
 
 

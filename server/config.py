@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)
     segment_max_bytes: int = Field(32 * MiB, ge=4096)
+    # the definitions log is compacted into a new snapshot once it is larger than this and than the
+    # snapshot (persistence/definitions_log.py)
+    definitions_log_min_bytes: int = Field(1 * MiB, ge=4096)
     # mirror log (Spark bridge): segment size (retention drops whole segments) and how often
     # retention runs, also while a mirror is idle (seconds)
     mirror_segment_max_bytes: int = Field(64 * MiB, ge=4096)

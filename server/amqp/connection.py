@@ -6,7 +6,8 @@ per channel, and the outgoing bytes.
 Rule 2: it knows nothing of brokers, time or sockets. ``receive_data`` parses every complete frame
 in the buffer and returns events; it never raises on bad input but answers it the way the spec says
 (channel.close or connection.close with a reply code) and reports that as an event. Outbound calls
-append to a list that ``data_to_send`` joins once per writer wake-up.
+append to a list that ``data_to_send`` joins once per writer wake-up: that outgoing side and the
+heartbeat clock are ``FrameWriter`` (frame_writer.py), the base class of ``AMQPConnection``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import methods as m
-from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_content, encode_deliver, encode_method_frame
+from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_method_frame
 from .content import PendingContent, parse_header
 from .errors import AMQPError, ChannelException, ConnectionException
 from .events import (
@@ -28,13 +29,13 @@ from .events import (
     ContentReceived,
     MethodReceived,
 )
+from .frame_writer import FrameWriter
 from .handshake import EXPECTED, NEXT, ConnectionState, check_mechanism, negotiate_tune
 from .sasl import MECHANISMS
 from .spec import FRAME_END, PROTOCOL_HEADER, FrameType, ReplyCode
 
 __all__ = ["AMQPConnection", "ConnectionState"]
 
-_HEARTBEAT_FRAME = FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes((FRAME_END,))
 _unpack_frame = FRAME_HEADER.unpack_from
 # plain ints for the per-frame comparisons (an enum member is a class attribute lookup each time)
 _METHOD = int(FrameType.METHOD)
@@ -49,14 +50,15 @@ _CLOSE_OK = (m.ConnectionCloseOk.CLASS_ID, m.ConnectionCloseOk.METHOD_ID)
 _CONNECTION_CLASS = m.ConnectionClose.CLASS_ID
 
 
-class AMQPConnection:
+class AMQPConnection(FrameWriter):
+    """One connection's wire state (module docstring); its outgoing side is ``FrameWriter``."""
+
     def __init__(self, *, server_properties: Mapping[str, Any], channel_max: int = 2047,
                  frame_max: int = 131072, heartbeat: int = 60, max_message_size: int = 128 << 20,
                  mechanisms: tuple[str, ...] = MECHANISMS) -> None:
+        super().__init__(frame_max, heartbeat)
         self.server_properties = dict(server_properties)
         self.channel_max = channel_max
-        self.frame_max = frame_max
-        self.heartbeat = heartbeat
         self.max_message_size = max_message_size
         self.mechanisms = mechanisms
         self.state = ConnectionState.AWAIT_HEADER
@@ -69,47 +71,8 @@ class AMQPConnection:
         self._opening: dict[int, list[list[bytes]]] = {}
         self._content: dict[int, PendingContent] = {}
         self._buf = bytearray()
-        self._out: list[bytes] = []
-        self.bytes_pending = 0
-        self._received = False
-        self._sent = False
-        self._last_seen: float | None = None
 
-    # ------------------------------------------------------------------ outbound
-    def _queue(self, data: bytes) -> None:
-        self._out.append(data)
-        self.bytes_pending += len(data)
-
-    def send_method(self, channel: int, method: Any) -> None:
-        data = encode_method_frame(channel, method)
-        self._out.append(data)
-        self.bytes_pending += len(data)
-
-    def send_content(self, channel: int, method: Any, props_raw: bytes, body: bytes) -> None:
-        data = encode_method_frame(channel, method) + encode_content(channel, method.CLASS_ID, props_raw, body,
-                                                                     self.frame_max)
-        self._out.append(data)
-        self.bytes_pending += len(data)
-
-    def send_deliver(self, channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                     routing_key: str, props_raw: bytes, body: bytes) -> None:
-        data = encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key, props_raw,
-                              body, self.frame_max)
-        self._out.append(data)
-        self.bytes_pending += len(data)
-
-    def send_heartbeat(self) -> None:
-        self._queue(_HEARTBEAT_FRAME)
-
-    def data_to_send(self) -> bytes:
-        if not self._out:
-            return b""
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out = []
-        self.bytes_pending = 0
-        self._sent = True
-        return data
-
+    # ------------------------------------------------------------------ channels
     def accept_channel(self, channel: int) -> None:
         """The session's answer to its oldest ``ChannelOpenRequested`` on ``channel``: open-ok, then
         what this codec answered on the channel meanwhile (a pipelined channel.close's close-ok).
@@ -156,25 +119,6 @@ class AMQPConnection:
         self.open_channels.clear()
         self._content.clear()
         self._opening.clear()
-
-    def tick(self, now: float) -> bool:
-        """Heartbeat bookkeeping, called every heartbeat/2 seconds: False when the peer has been
-        silent for more than two heartbeat intervals; queues a heartbeat if we sent nothing."""
-        if self._received or self._last_seen is None:
-            self._last_seen = now
-            self._received = False
-        if self.heartbeat and now - self._last_seen > 2 * self.heartbeat:
-            return False
-        if self.heartbeat and not self._sent and not self._out and self.state is ConnectionState.OPEN:
-            self.send_heartbeat()
-        self._sent = False
-        return True
-
-    def peer_alive(self) -> None:
-        """Count the peer as heard from although nothing was read: while the broker itself stops
-        reading (a blocked publisher), its heartbeats wait in the socket (RabbitMQ pauses the
-        heartbeat monitor of blocked connections too)."""
-        self._received = True
 
     def is_channel_open(self, channel: int) -> bool:
         return channel in self.open_channels

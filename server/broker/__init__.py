@@ -5,7 +5,8 @@ Synchronous and clock-free; the network shell drives it (see ``core`` for the ha
 """
 
 from . import errors
-from .core import Broker, BrokerObserver, Limits
+from .core import Broker, BrokerObserver
+from .limits import Limits
 from .delivery import Delivery, PublishResult, Settle
 from .vhost import PREDECLARED, VHost
 

@@ -22,14 +22,15 @@ from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
 from headrace.queues import Queue
 from headrace.queues.backing import Backing
-from headrace.server.amqp.errors import ChannelException, ConnectionException
-from headrace.server.amqp.spec import ReplyCode
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
-from .policies import Policy, PolicyStore, apply_policies
+from . import limits as limit_rules
+from .definition_changes import DefinitionChanges
 from .delivery import Delivery
+from .limits import Limits
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
+from .policies import Policy, PolicyStore, apply_policies
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
 from .vhost import VHost
@@ -45,15 +46,6 @@ class BrokerObserver(Protocol):
 
     def store_synced(self, ticket: int) -> None: ...
     def alarms_changed(self, alarms: frozenset[str]) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_queues_per_vhost: int = 100_000
-    max_exchanges_per_vhost: int = 100_000
-    max_connections: int = 10_000
-    max_connections_per_user: int | None = None
-    max_tx_bytes: int = 64 << 20  # uncommitted publishes one transactional channel may hold
 
 
 @dataclass(slots=True)
@@ -89,7 +81,7 @@ class Broker:
         # last few for answers that look later (HTTP publish waits).
         self.failing: tuple[int, int] | None = None
         self.failed_ranges: deque[tuple[int, int]] = deque(maxlen=FAILED_RANGES_KEPT)
-        self.on_definitions_changed: Callable[[], None] = _noop
+        self.definitions = DefinitionChanges()  # durable changes the shell has not logged yet
         self._saturation_due = 0.0  # wall-clock time of the next Saturation.tick
         self.alarms: frozenset[str] = frozenset()
         self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
@@ -102,10 +94,11 @@ class Broker:
         self.on_policies_changed: Callable[[], None] = lambda: None
         self.users.on_change = self._permissions_changed
         self.users.on_user_deleted = self._user_deleted
+        self.users.on_definition = self._user_definition
         # called with a deleted user's name: the HTTP shell ends that user's consume streams there
         self.user_deleted_hooks: list[Callable[[str], None]] = []
         # runtime and global parameters, vhost and user limits (durable, in the definitions)
-        self.parameters = RuntimeParameters(on_change=self.definitions_changed)
+        self.parameters = RuntimeParameters(on_change=self.definitions.changed)
 
     # ------------------------------------------------------------------ vhosts and users
     def add_vhost(self, name: str) -> VHost:
@@ -114,7 +107,7 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VHost(self, name)
-            self.definitions_changed()
+            self.definitions.changed("vhosts", (name,))
         return vhost
 
     def delete_vhost(self, name: str) -> bool:
@@ -125,6 +118,7 @@ class Broker:
         self._close_connections(lambda session: session.vhost is vhost, f"vhost '{name}' is deleted")
         for queue_name in list(vhost.queues):
             vhost.delete_queue(queue_name)
+        self.delivery.window_deleted("exchange", name)  # and every other dedup window of the vhost
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
         for topic_key in [k for k in self.users.topic_permissions if k[1] == name]:
@@ -132,19 +126,17 @@ class Broker:
         self.parameters.vhost_deleted(name)
         self.policies.drop_vhost(name)
         self.users.changed()
-        self.definitions_changed()
+        self.definitions.deleted("vhosts", (name,))  # with its permissions, parameters, policies
         return True
-
-    @property
-    def permissions_generation(self) -> int:
-        """Bumped on every user, permission or vhost change."""
-        return self.users.generation
 
     def _permissions_changed(self) -> None:
         """A user or permission changed: open connections forget the decisions they cached, so a
         revoked permission applies to their next operation."""
         for session in list(self.connections.values()):
             session.permissions_changed()
+
+    def _user_definition(self, section: str, key: tuple[str, ...], deleted: bool) -> None:
+        (self.definitions.deleted if deleted else self.definitions.changed)(section, key)
 
     def _user_deleted(self, name: str) -> None:
         """RabbitMQ closes a deleted user's connections with 320 CONNECTION_FORCED."""
@@ -157,16 +149,8 @@ class Broker:
     def register_connection(self, session: Any, user: Any) -> None:
         """An AMQP connection opened its vhost: listed, told about syncs and alarms. 530
         NOT_ALLOWED at the broker's or the user's connection limit."""
-        limits = self.limits
         connections = self.connections
-        if len(connections) >= limits.max_connections:
-            raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - connection limit ({limits.max_connections}) is reached", 10, 40)
-        per_user = limits.max_connections_per_user
-        if per_user is not None and sum(1 for s in connections.values() if s.user is user) >= per_user:
-            raise ConnectionException(
-                ReplyCode.NOT_ALLOWED,
-                f"NOT_ALLOWED - connection limit ({per_user}) for user '{user.name}' is reached", 10, 40)
+        limit_rules.check_connection(self.limits, connections.values(), len(connections), user)
         connections[session.id] = session
         self.observers.add(session)
         self.churn("connection_created")
@@ -198,7 +182,6 @@ class Broker:
         if user and user not in self.users.users:
             self.users.add_user(user, password, ("administrator",))
             self.users.set_permission(user, vhost, Permission())
-            self.definitions_changed()
 
     def set_policy(self, vhost: str, name: str, body: Any, now: float, *, operator: bool = False) -> Policy:
         """Add or replace a (operator) policy; it applies at once. ``PolicyError`` if refused."""
@@ -208,7 +191,7 @@ class Broker:
         policy = self.policies.set(vhost, name, body, operator=operator)
         apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
-        self.definitions_changed()
+        self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return policy
 
     def clear_policy(self, vhost: str, name: str, now: float, *, operator: bool = False) -> bool:
@@ -218,52 +201,19 @@ class Broker:
         if target is not None:
             apply_policies(self.policies, self.delivery, target, now)
         self.on_policies_changed()
-        self.definitions_changed()
+        self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return True
 
     def check_limit(self, kind: str, vhost: VHost) -> None:
         if kind == "queues":
             self.churn("queue_created")
-        limit = self.parameters.vhost_limit(vhost.name, "max-queues") if kind == "queues" else None
-        if limit is not None and len(vhost.queues) >= limit:  # RabbitMQ's set_vhost_limits max-queues
-            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - cannot declare queue: queue limit in vhost "
-                                   f"'{vhost.name}' ({limit}) is reached")
-        if kind == "queues" and len(vhost.queues) >= self.limits.max_queues_per_vhost:
-            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - queue limit in vhost '{vhost.name}' "
-                                   f"({self.limits.max_queues_per_vhost}) is reached")
-        if kind == "exchanges" and len(vhost.exchanges) >= self.limits.max_exchanges_per_vhost:
-            raise ChannelException(ReplyCode.PRECONDITION_FAILED,
-                                   f"PRECONDITION_FAILED - exchange limit in vhost '{vhost.name}' "
-                                   f"({self.limits.max_exchanges_per_vhost}) is reached")
+        limit_rules.check_declare(self.limits, self.parameters, kind, vhost)
 
     def connection_refused(self, vhost: str, user: str) -> str | None:
-        """Why one more connection of ``user`` to ``vhost`` would pass a vhost or user limit
-        (RabbitMQ's max-connections), or None."""
-        limit = self.parameters.vhost_limit(vhost, "max-connections")
-        if limit is not None and sum(1 for s in self.connections.values() if s.vhost.name == vhost) >= limit:
-            return f"access to vhost '{vhost}' refused for user '{user}': connection limit ({limit}) is reached"
-        limit = self.parameters.user_limit(user, "max-connections")
-        if limit is not None and sum(1 for s in self.connections.values() if s.user.name == user) >= limit:
-            return f"Connection refused for user '{user}': user connection limit ({limit}) is reached"
-        return None
+        return limit_rules.connection_refused(self.parameters, self.connections.values(), vhost, user)
 
     def channel_refused(self, user: str, opening: Any) -> str | None:
-        """Why one more channel of ``user`` would pass their max-channels limit, or None; the
-        connection ``opening`` it may not be listed yet."""
-        limit = self.parameters.user_limit(user, "max-channels")
-        if limit is None:
-            return None
-        sessions = {id(s): s for s in self.connections.values() if s.user is not None and s.user.name == user}
-        sessions[id(opening)] = opening
-        if sum(len(s.channels) for s in sessions.values()) >= limit:
-            return (f"number of channels opened for user '{user}' has reached the maximum allowed user "
-                    f"limit of ({limit})")
-        return None
-
-    def definitions_changed(self) -> None:
-        self.on_definitions_changed()
+        return limit_rules.channel_refused(self.parameters, self.connections.values(), user, opening)
 
     # ------------------------------------------------------------------ messages and outboxes
     def next_message_id(self) -> int:
@@ -403,8 +353,3 @@ class Broker:
 
     def queues(self) -> list[Queue]:
         return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]
-
-
-
-def _noop() -> None:
-    return None

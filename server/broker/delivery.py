@@ -16,70 +16,33 @@ the consumer's own sink (``ConsumerSink.deliver``), which encodes it without cal
 Rule 4: time. ``Delivery`` owns ``deadlines`` (``deadlines.py``): every call that may move a queue's
 next TTL expiry or x-expires deadline, or hold a delayed message, re-arms it there, and ``tick``
 handles only the keys that are due, so the clock sleeps until the earliest one instead of polling.
+The queue side (dispatch, settle, get, dead-lettering, arming a queue's deadline) and the state it
+shares with this one are in ``settlement.py``, the base class of ``Delivery``: same owner, same
+object, split by code path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Mapping
 from typing import Any
 
-from headrace.persistence.store_ops import Ack, Delay, Deliver, DropQueue, Publish, PurgeQueue, Undelay
-from headrace.persistence.stream_log import StreamAppend, StreamTrack
+from headrace.persistence.store_ops import Delay, DropQueue, Publish, PurgeQueue, Undelay
+from headrace.persistence.stream_log import StreamAppend
 from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueArgs, QueueEntry
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
-from .dead_letters import dead_letter_message
-from .deadlines import Deadlines
-from .dedup import Dedup
-from .outbox import MirrorOutbox, StoreOutbox, mirror_record
-from .reply_to import REPLY_PREFIX, ReplyRegistry
-from .saturation import Saturation
-from .stream_queue import ReadBudget, StreamQueue
+from .outbox import mirror_record
+from .reply_to import REPLY_PREFIX
+from .settlement import PublishResult, Settle, Settlement
+from .stream_queue import StreamQueue
 from .vhost_view import VHostView
 
 __all__ = ["Delivery", "PublishResult", "Settle"]
 
 
-@dataclass(slots=True)
-class PublishResult:
-    routed: bool
-    rejected: bool = False  # a target queue refused it (reject-publish): the publisher gets a nack
-    ticket: int = 0  # store ticket the confirm must wait for (0 = nothing to wait for)
-
-
-class Settle(Enum):
-    ACK = "ack"
-    REQUEUE = "requeue"
-    REJECT = "reject"  # nack/reject without requeue: dead-lettered where the queue says so
-
-
-class Delivery:
-    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry) -> None:
-        self.store = store
-        self.mirror = mirror
-        self.replies = replies
-        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
-        self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
-        self._next_id = 1  # message ids: strictly increasing, also the store's record keys
-        self.deadlines = Deadlines()
-        # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
-        # and the streams it cut short: ``on_stream_backlog`` wakes the shell, which calls
-        # ``stream_continue`` once every other runnable task has had its turn
-        self.stream_budget = ReadBudget()
-        self.stream_backlog: dict[tuple[str, str], None] = {}
-        self.on_stream_backlog: Callable[[], None] = _nothing
-
-    # ------------------------------------------------------------------ ids
-    def next_message_id(self) -> int:
-        mid = self._next_id
-        self._next_id = mid + 1
-        return mid
-
-    def set_next_message_id(self, value: int) -> None:
-        self._next_id = max(self._next_id, value)
+class Delivery(Settlement):
+    """The delivery owner (module docstring); its queue side is ``Settlement`` (settlement.py)."""
 
     # ------------------------------------------------------------------ publish
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
@@ -119,7 +82,10 @@ class Delivery:
         result = exchange.route(routing_key, headers, vhost.exchanges.get)
         targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
                                     props_raw, headers, now)
+        dedup = self.dedup if self.dedup.pending else None  # new keys, remembered once accepted
         if targets is None:  # a duplicate (dedup.py): confirmed once what came before it is, not routed nor stored
+            if dedup is not None:
+                dedup.commit(now, True)
             return PublishResult(True, False, self.store.ticket)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
@@ -129,6 +95,8 @@ class Delivery:
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
         if not targets:
+            if dedup is not None:
+                dedup.commit(now, True)
             vhost.unroutable += 1
             return PublishResult(False)
         rejected = False
@@ -159,6 +127,8 @@ class Delivery:
             if left:
                 dropped.append((queue, left))
                 left = []
+        if dedup is not None:  # before any dead letter below screens a publish of its own
+            dedup.commit(now, not rejected, lambda name: _took(name, accepted, queues, cycle_guard))
         if durable and store.enabled:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
@@ -183,6 +153,12 @@ class Delivery:
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
         return PublishResult(True, False, ticket)
 
+    def window_deleted(self, kind: str, vhost: str, name: str | None = None) -> None:
+        """An exchange or queue (``name``), or a whole vhost (None), is gone: so are its publish
+        dedup windows; the flusher is woken to journal that at once."""
+        if self.dedup.drop(kind, vhost, name) if name is not None else self.dedup.drop_vhost(vhost):
+            self.store.on_pending()
+
     def exchange_deleted(self, vhost: VHostView, name: str) -> None:
         """A delayed exchange went: the messages it held go with it."""
         for item in vhost.delayed.drop_exchange(name):
@@ -191,103 +167,6 @@ class Delivery:
     def _undelay(self, message_id: int) -> None:
         if message_id and self.store.enabled:
             self.store.add(Undelay(message_id))
-
-    # ------------------------------------------------------------------ dispatch and settle
-    def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
-        if type(queue) is StreamQueue:  # nothing leaves a stream: it only reads, within the budget
-            queue.read_on(self.stream_budget)
-            if queue.backlogged:
-                self.stream_backlog[(vhost.name, queue.name)] = None
-                self.on_stream_backlog()
-            self.arm(vhost, queue)
-            return
-        store = self.store
-        left: list[Left] | None = [] if _wants_left(queue, store) else None
-        if queue.durable and store.enabled:
-            delivered: list[QueueEntry] = []
-            queue.dispatch(now, left, delivered)
-            for entry in delivered:  # recovery marks it redelivered and keeps its delivery count
-                if entry.message.persistent:
-                    store.add(Deliver(entry.message.id, queue.vhost, queue.name))
-        else:
-            queue.dispatch(now, left)
-        if left:
-            self._settled(vhost, queue, left, now)
-        self.arm(vhost, queue)
-
-    def stream_continue(self, vhosts: Mapping[str, VHostView], now: float) -> None:
-        """A new turn: refill the budget and dispatch the streams it cut short (in the order they
-        were cut short, so each gets its turn; the budget may cut them short again)."""
-        self.stream_budget.refill()
-        keys = list(self.stream_backlog)
-        self.stream_backlog.clear()
-        for vname, qname in keys:
-            vhost = vhosts.get(vname)
-            if vhost is None:
-                continue
-            queue = vhost.queues.get(qname)
-            if queue is not None and not queue.deleted:
-                self._dispatch(vhost, queue, now)
-
-    def _settled(self, vhost: VHostView, queue: Queue, left: list[Left], now: float) -> None:
-        """Messages that left ``queue`` for good: dead letters are republished to the queue's
-        dead-letter exchange first, then the store's Ack of the original follows."""
-        dlx = queue.args.dead_letter_exchange
-        record = self.store.enabled and queue.durable
-        if dlx is not None and dlx not in vhost.exchanges:
-            dlx = None
-        for item in left:
-            message = item.entry.message
-            try:
-                if dlx is not None and item.reason is not None:
-                    routing_key, props_raw = dead_letter_message(item, queue, now)
-                    self.publish(vhost, dlx, routing_key, props_raw, message.body, now, check_internal=False,
-                                 cycle_guard=queue.name if item.reason != "rejected" else None)
-            finally:
-                if record and item.held and message.persistent:
-                    self.store.add(Ack(message.id, queue.vhost, queue.name))
-
-    def consumer_ready(self, vhost: VHostView, queues: Iterable[Queue], now: float) -> None:
-        """Consumers of these queues may take more (credit, flow, a drained outbox): dispatch."""
-        saturation = self.saturation
-        for queue in queues:
-            if not queue.deleted:
-                self._dispatch(vhost, queue, now)
-                if saturation.saturated or saturation.stalled:
-                    saturation.drained(queue)
-
-    def settle(self, vhost: VHostView, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
-               ready: Iterable[Queue] = ()) -> None:
-        """ack / requeue / reject deliveries, then dispatch their queues and the ``ready`` ones."""
-        touched: dict[Queue, list[Left]] = {}
-        for queue, entry in items:
-            left = touched.get(queue)
-            if left is None:
-                left = touched[queue] = []
-            if action is Settle.ACK:
-                queue.ack(entry, left)
-            elif action is Settle.REQUEUE:
-                queue.requeue(entry, left)
-            else:
-                queue.reject(entry, left)
-        for queue, left in touched.items():
-            if left:
-                self._settled(vhost, queue, left, now)
-            elif type(queue) is StreamQueue and queue.take_track_request():
-                self.store.add(StreamTrack(queue.vhost, queue.name))  # the flusher writes the offsets
-        self.consumer_ready(vhost, touched.keys() | set(ready), now)
-
-    def get(self, vhost: VHostView, queue: Queue, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
-        """basic.get: the next message, held unacked by ``owner`` unless ``no_ack``."""
-        store = self.store
-        left: list[Left] = []
-        entry = queue.get(now, no_ack=no_ack, owner=owner, left=left)
-        if entry is not None and not no_ack and entry.message.persistent and queue.durable and store.enabled:
-            store.add(Deliver(entry.message.id, queue.vhost, queue.name))
-        if left:
-            self._settled(vhost, queue, left, now)
-        self.arm(vhost, queue)
-        return entry
 
     # ------------------------------------------------------------------ consumers
     def check_consumer_allowed(self, vhost: VHostView, queue: Queue, exclusive: bool) -> None:
@@ -339,6 +218,7 @@ class Delivery:
         message it held) and tell its consumers' sinks."""
         consumers = queue.delete()
         self.deadlines.disarm((queue.vhost, queue.name))
+        self.window_deleted("queue", queue.vhost, queue.name)
         if self.store.enabled and queue.durable:
             self.store.add(DropQueue(queue.vhost, queue.name))
         for consumer in consumers:
@@ -368,16 +248,6 @@ class Delivery:
         queue.add_recovered(message, redelivered=redelivered, delivery_count=delivery_count)
 
     # ------------------------------------------------------------------ time
-    def arm(self, vhost: VHostView, queue: Queue) -> None:
-        """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease."""
-        if queue.deleted:
-            return
-        when = queue.next_deadline()
-        idle = queue.idle_deadline()
-        if idle is not None and (when is None or idle < when):
-            when = idle
-        self.deadlines.arm((vhost.name, queue.name), when)
-
     def arm_all(self, vhost: VHostView) -> None:
         """At start (after recovery) and when a vhost's contents were rebuilt wholesale."""
         for queue in vhost.queues.values():
@@ -411,11 +281,7 @@ class Delivery:
                 self.arm(vhost, queue)
 
 
-def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
-    """Whether anything follows from a message leaving ``queue``: a dead-letter exchange to
-    republish to, or a store record to acknowledge."""
-    return queue.args.dead_letter_exchange is not None or (queue.durable and store.enabled)
-
-
-def _nothing() -> None:
-    pass
+def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], skipped: str | None) -> bool:
+    """Whether queue ``name`` took the message just published (a stream always does)."""
+    queue = queues.get(name)
+    return name != skipped and queue is not None and (type(queue) is StreamQueue or queue in accepted)

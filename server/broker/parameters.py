@@ -2,8 +2,8 @@
 
 Owner: the ``Broker`` holds one ``RuntimeParameters`` (``broker.parameters``). The management API
 and the definitions import change it; sessions and vhosts read limits from it when a connection,
-channel or queue is about to be created. Every change calls ``on_change`` so the durable
-definitions are written again (the parameters are part of the definitions document).
+channel or queue is about to be created. Every change calls ``on_change`` with the section and key
+of what changed in the definitions document, so that entry alone is logged.
 
 RabbitMQ stores a vhost's limits as the runtime parameter ``vhost-limits``/``limits`` of that
 vhost; here they are kept apart (they are read on hot-ish paths) and shown under that name in the
@@ -21,9 +21,10 @@ __all__ = ["USER_LIMITS", "VHOST_LIMITS", "RuntimeParameters"]
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
 VHOST_LIMITS_COMPONENT = "vhost-limits"
+VHOST_LIMITS_NAME = "limits"
 
 
-def _noop() -> None:
+def _noop(section: str, key: tuple[str, ...]) -> None:
     return None
 
 
@@ -41,7 +42,7 @@ class RuntimeParameters:
     global_parameters: dict[str, Any] = field(default_factory=dict)
     vhost_limits: dict[str, dict[str, int]] = field(default_factory=dict)
     user_limits: dict[str, dict[str, int]] = field(default_factory=dict)
-    on_change: Callable[[], None] = _noop
+    on_change: Callable[[str, tuple[str, ...]], None] = _noop
 
     # ------------------------------------------------------------------ parameters
     def set_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:
@@ -57,7 +58,7 @@ class RuntimeParameters:
         else:
             existed = (component, vhost, name) in self.parameters
             self.parameters[(component, vhost, name)] = value
-        self.on_change()
+        self._parameter_changed(component, vhost, name)
         return existed
 
     def clear_parameter(self, component: str, vhost: str, name: str) -> bool:
@@ -66,15 +67,20 @@ class RuntimeParameters:
         else:
             existed = self.parameters.pop((component, vhost, name), None) is not None
         if existed:
-            self.on_change()
+            self._parameter_changed(component, vhost, name)
         return existed
+
+    def _parameter_changed(self, component: str, vhost: str, name: str) -> None:
+        if component == VHOST_LIMITS_COMPONENT:
+            name = VHOST_LIMITS_NAME
+        self.on_change("parameters", (vhost, component, name))
 
     def list_parameters(self, component: str | None = None, vhost: str | None = None) -> list[dict[str, Any]]:
         """RabbitMQ's parameter objects (``vhost``, ``component``, ``name``, ``value``), vhost limits
         included as ``vhost-limits``/``limits``."""
         rows = [{"vhost": v, "component": c, "name": n, "value": value}
                 for (c, v, n), value in sorted(self.parameters.items())]
-        rows += [{"vhost": v, "component": VHOST_LIMITS_COMPONENT, "name": "limits", "value": dict(limits)}
+        rows += [{"vhost": v, "component": VHOST_LIMITS_COMPONENT, "name": VHOST_LIMITS_NAME, "value": dict(limits)}
                  for v, limits in sorted(self.vhost_limits.items()) if limits]
         return [r for r in rows if (component is None or r["component"] == component)
                 and (vhost is None or r["vhost"] == vhost)]
@@ -84,19 +90,19 @@ class RuntimeParameters:
             raise ValueError("a global parameter needs a name")
         existed = name in self.global_parameters
         self.global_parameters[name] = value
-        self.on_change()
+        self.on_change("global_parameters", (name,))
         return existed
 
     def clear_global(self, name: str) -> bool:
         existed = self.global_parameters.pop(name, None) is not None
         if existed:
-            self.on_change()
+            self.on_change("global_parameters", (name,))
         return existed
 
     # ------------------------------------------------------------------ limits
     def set_vhost_limit(self, vhost: str, name: str, value: Any) -> None:
         self.vhost_limits.setdefault(vhost, {})[name] = _check_limit(name, value, VHOST_LIMITS)
-        self.on_change()
+        self._parameter_changed(VHOST_LIMITS_COMPONENT, vhost, VHOST_LIMITS_NAME)
 
     def clear_vhost_limit(self, vhost: str, name: str) -> bool:
         limits = self.vhost_limits.get(vhost, {})
@@ -104,12 +110,12 @@ class RuntimeParameters:
         if not limits:
             self.vhost_limits.pop(vhost, None)
         if existed:
-            self.on_change()
+            self._parameter_changed(VHOST_LIMITS_COMPONENT, vhost, VHOST_LIMITS_NAME)
         return existed
 
     def set_user_limit(self, user: str, name: str, value: Any) -> None:
         self.user_limits.setdefault(user, {})[name] = _check_limit(name, value, USER_LIMITS)
-        self.on_change()
+        self.on_change("users", (user,))  # a user's limits are part of its entry
 
     def clear_user_limit(self, user: str, name: str) -> bool:
         limits = self.user_limits.get(user, {})
@@ -117,7 +123,7 @@ class RuntimeParameters:
         if not limits:
             self.user_limits.pop(user, None)
         if existed:
-            self.on_change()
+            self.on_change("users", (user,))
         return existed
 
     def vhost_limit(self, vhost: str, name: str) -> int | None:

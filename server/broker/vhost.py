@@ -30,6 +30,7 @@ from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
 from headrace.server.auth import UserRegistry
 
 from . import errors
+from .definition_changes import DefinitionChanges
 from .delayed import DELAYED_TYPE, DelayedMessages
 from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
@@ -69,14 +70,13 @@ class VHostOwner(Protocol):
 
     delivery: Delivery
     policies: PolicyStore
+    definitions: DefinitionChanges
     users: UserRegistry  # topic permissions (topic_auth.py)
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
-
-    def definitions_changed(self) -> None: ...
 
     def churn(self, event: str) -> None: ...
 
@@ -160,7 +160,7 @@ class VHost:
         if type_ == DELAYED_TYPE:
             self.delayed_exchanges.add(name)
         if durable:
-            self.broker.definitions_changed()
+            self.broker.definitions.changed("exchanges", (self.name, name))  # with its mirror setting
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -172,6 +172,7 @@ class VHost:
         if if_unused and (exchange.has_bindings() or self._is_destination(name)):
             raise errors.in_use("exchange", name, self.name)
         del self.exchanges[name]
+        self.broker.delivery.window_deleted("exchange", self.name, name)
         self.mirrored.discard(name)
         self.mirror_retention.pop(name, None)
         if name in self.delayed_exchanges:
@@ -180,8 +181,8 @@ class VHost:
         for other in list(self.exchanges.values()):
             if other.unbind_destination(name, EXCHANGE):
                 self._maybe_auto_delete_exchange(other)
-        if exchange.durable:
-            self.broker.definitions_changed()
+        if exchange.durable:  # with its bindings and mirror setting
+            self.broker.definitions.deleted("exchanges", (self.name, name))
 
     def set_mirror(self, name: str, enabled: bool, *, max_age_ms: int | None = None,
                    max_bytes: int | None = None) -> None:
@@ -195,7 +196,7 @@ class VHost:
         else:
             self.mirrored.discard(name)
             self.mirror_retention.pop(name, None)
-        self.broker.definitions_changed()
+        self.broker.definitions.changed("mirrors", (self.name, name))
 
     def _is_destination(self, name: str) -> bool:
         return any(b.destination == name and b.kind is EXCHANGE for ex in self.exchanges.values() for b in ex.bindings())
@@ -283,7 +284,7 @@ class VHost:
         queue.touch(now)
         self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
         if durable:
-            self.broker.definitions_changed()
+            self.broker.definitions.changed("queues", (self.name, name))
         return queue
 
     def get_queue(self, name: str) -> Queue:
@@ -314,8 +315,8 @@ class VHost:
         for exchange in list(self.exchanges.values()):
             if exchange.unbind_destination(name, QUEUE):
                 self._maybe_auto_delete_exchange(exchange)
-        if queue.durable:
-            self.broker.definitions_changed()
+        if queue.durable:  # with its bindings
+            self.broker.definitions.deleted("queues", (self.name, name))
         return count
 
     def purge_queue(self, name: str, owner: object | None) -> int:
@@ -341,7 +342,7 @@ class VHost:
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
         if added and self._binding_durable(binding):
-            self.broker.definitions_changed()
+            self.broker.definitions.binding(self.name, binding, bound=True)
         return added
 
     def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
@@ -358,7 +359,7 @@ class VHost:
         removed = exchange.unbind(binding)
         if removed:
             if self._binding_durable(binding):
-                self.broker.definitions_changed()
+                self.broker.definitions.binding(self.name, binding, bound=False)
             self._maybe_auto_delete_exchange(exchange)
         return removed
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .rates import CHURN
 
-__all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "NODE_NAME", "RABBITMQ_API_VERSION", "Listener", "NodeFacts",
+__all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "FLAG_DOCS", "FLAG_PROVIDERS", "NODE_NAME", "RABBITMQ_API_VERSION", "Listener", "NodeFacts",
            "churn_counts", "cluster_name", "contexts_json", "listeners_json", "node_json"]
 
 NODE_NAME = "headrace@localhost"
@@ -28,7 +28,12 @@ EXCHANGE_TYPES = [
     {"name": "x-delayed-message", "description": "Delayed Message Exchange", "enabled": True},
     {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange", "enabled": True},
 ]
-# RabbitMQ 3.10's flags: a single node of this version has every one of them enabled
+# RabbitMQ 3.10's flags: a single node of this version has every one of them enabled. As 3.10.8
+# lists them: the plugin that provides each, and the guide some link to
+FLAG_PROVIDERS = {"drop_unroutable_metric": "rabbitmq_management_agent",
+                  "empty_basic_get_metric": "rabbitmq_management_agent"}
+FLAG_DOCS = {"quorum_queue": "https://www.rabbitmq.com/quorum-queues.html",
+             "stream_queue": "https://www.rabbitmq.com/stream.html"}
 FEATURE_FLAGS = [
     ("classic_mirrored_queue_version", "Support setting version for classic mirrored queues", "3.10.0"),
     ("drop_unroutable_metric", "Count unroutable publishes to be dropped in stats", "3.8.0"),

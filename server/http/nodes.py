@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .listing import rated
-from .node_facts import FEATURE_FLAGS, NODE_NAME, churn_counts, cluster_name, node_json
+from .node_facts import FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json
 from .rates import CHURN
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
@@ -72,8 +72,9 @@ def extensions(ctx: Context, req: Request) -> Response:
 @routes.get("/api/feature-flags")
 def feature_flags(ctx: Context, req: Request) -> Response:
     require_monitor(req)
-    return json_response(200, [{"name": name, "desc": desc, "doc_url": "", "stability": "stable",
-                                "provided_by": "rabbit", "state": "enabled", "min_version": since}
+    return json_response(200, [{"name": name, "desc": desc, "doc_url": FLAG_DOCS.get(name, ""), "stability": "stable",
+                                "provided_by": FLAG_PROVIDERS.get(name, "rabbit"), "state": "enabled",
+                                "min_version": since}
                                for name, desc, since in FEATURE_FLAGS])
 
 

@@ -182,7 +182,6 @@ def put_topic_permission(ctx: Context, req: Request, vhost: VHost, user: str) ->
     body = TopicPermissionBody.model_validate(req.json())
     existed = ctx.broker.users.set_topic_permission(user, vhost.name, TopicPermission(body.exchange, body.write,
                                                                                      body.read))
-    ctx.broker.definitions_changed()
     return Response(204 if existed else 201)
 
 
@@ -190,5 +189,4 @@ def put_topic_permission(ctx: Context, req: Request, vhost: VHost, user: str) ->
 def delete_topic_permissions(ctx: Context, req: Request, vhost: VHost, user: str) -> Response:
     if not ctx.broker.users.clear_topic_permissions(user, vhost.name, req.arg("exchange")):
         raise HTTPError(404, "not_found", f"no topic permissions for user '{user}' in vhost '{vhost.name}'")
-    ctx.broker.definitions_changed()
     return Response(204)

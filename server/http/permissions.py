@@ -40,7 +40,6 @@ def put_permission(ctx: Context, req: Request, vhost: str, user: str) -> Respons
     body = PermissionBody.model_validate(req.json())
     existed = ctx.broker.users.permission(user, vhost) is not None
     ctx.broker.users.set_permission(user, vhost, Permission(body.configure, body.write, body.read))
-    ctx.broker.definitions_changed()
     return Response(204 if existed else 201)
 
 
@@ -48,5 +47,4 @@ def put_permission(ctx: Context, req: Request, vhost: str, user: str) -> Respons
 def delete_permission(ctx: Context, req: Request, vhost: str, user: str) -> Response:
     if not ctx.broker.users.clear_permission(user, vhost):
         raise HTTPError(404, "not_found", "permission not found")
-    ctx.broker.definitions_changed()
     return Response(204)

@@ -75,7 +75,6 @@ def bulk_delete_users(ctx: Context, req: Request) -> Response:
     body = BulkDeleteBody.model_validate(req.json())
     for name in body.users:  # RabbitMQ skips names that are not users
         ctx.broker.users.delete_user(name)
-    ctx.broker.definitions_changed()
     return Response(204)
 
 

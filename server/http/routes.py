@@ -110,6 +110,7 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     content_type: str = "application/json"
     wait_ticket: int = 0  # answer only once the store has synced this ticket (persistent publish)
+    definitions_ticket: int = 0  # answer only once the definitions log has this durable change
     stream: Any = None  # an HTTPConsumer whose deliveries the shell streams as the body
 
 

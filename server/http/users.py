@@ -41,7 +41,6 @@ def put_user(ctx: Context, req: Request, name: str) -> Response:
     tags = body.tags.split(",") if isinstance(body.tags, str) else body.tags
     existed = name in ctx.broker.users.users
     ctx.broker.users.add_user(name, body.password, [t for t in tags if t], password_hash=body.password_hash)
-    ctx.broker.definitions_changed()
     return Response(204 if existed else 201)
 
 
@@ -49,5 +48,4 @@ def put_user(ctx: Context, req: Request, name: str) -> Response:
 def delete_user(ctx: Context, req: Request, name: str) -> Response:
     if not ctx.broker.users.delete_user(name):
         raise HTTPError(404, "not_found", f"user '{name}' not found")
-    ctx.broker.definitions_changed()
     return Response(204)

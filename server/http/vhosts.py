@@ -80,7 +80,6 @@ def put_vhost(ctx: Context, req: Request, name: str) -> Response:
     if not existed and ctx.broker.users.permission(user.name, name) is None:
         # as RabbitMQ's management plugin does, the creator gets full permissions on a new vhost
         ctx.broker.users.set_permission(user.name, name, Permission())
-        ctx.broker.definitions_changed()
     return Response(204 if existed else 201)
 
 

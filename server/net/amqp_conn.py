@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -66,6 +66,14 @@ def _nothing() -> None:
     pass
 
 
+def _no_definitions() -> int:
+    return 0
+
+
+async def _synced(ticket: int) -> None:
+    pass
+
+
 def _ignore(nbytes: int) -> None:
     pass
 
@@ -73,11 +81,16 @@ def _ignore(nbytes: int) -> None:
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
                  peer: tuple[str, int], version: str, *, local: tuple[str, int] = ("127.0.0.1", 0),
-                 after_batch: Callable[[], None] = _nothing,
+                 after_batch: Callable[[], int] = _no_definitions,
                  on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
+                 definitions_synced: Callable[[int], Awaitable[None]] = _synced,
                  on_read: Callable[[int], None] = _ignore) -> None:
         self.stream = stream
+        # after each batch: its durable definition changes are handed to the flusher, and the
+        # replies wait (``_definitions_ticket``) until ``definitions_synced`` says they are on disk
         self.after_batch = after_batch
+        self.definitions_synced = definitions_synced
+        self._definitions_ticket = 0
         self.on_read = on_read  # bytes applied after the handshake, for the memory alarm (alarms.py)
         self.on_header = on_header
         self.on_authenticated = on_authenticated
@@ -184,7 +197,7 @@ class AMQPConnectionHandler:
                 if not data:
                     return
                 session.handle(conn.receive_data(data), time.time())
-                self.after_batch()
+                self._batch_done()
                 self.on_read(len(data))
         self._open_reads = None
         if session.closed:
@@ -199,6 +212,11 @@ class AMQPConnectionHandler:
                 session.handle(conn.receive_data(data), time.time())
         self._stop_reading = True
 
+    def _batch_done(self) -> None:
+        ticket = self.after_batch()
+        if ticket:
+            self._definitions_ticket = ticket
+
     async def _read_while(self, waiting: Callable[[], bool]) -> None:
         """The handshake: read and apply batches while ``waiting()`` holds and nothing closes."""
         session = self.session
@@ -209,7 +227,7 @@ class AMQPConnectionHandler:
             session.handle(self.conn.receive_data(data), time.time())
             if session.user is not None:
                 self.on_authenticated()
-            self.after_batch()
+            self._batch_done()
 
     async def _wait_unpaused(self) -> None:
         while self.session.read_paused and self.session.reading:
@@ -224,6 +242,11 @@ class AMQPConnectionHandler:
                 await self._wake_event.wait()
                 self._wake_event = trio.Event()
                 self._woken = False
+                while self._definitions_ticket:  # a durable change of ours: replies after its fsync
+                    ticket = self._definitions_ticket
+                    await self.definitions_synced(ticket)
+                    if self._definitions_ticket == ticket:  # no later batch changed more meanwhile
+                        self._definitions_ticket = 0
                 if session.deferred:
                     session.flush_deferred()
                 data = conn.data_to_send()

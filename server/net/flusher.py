@@ -24,6 +24,7 @@ from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
+from .definitions_writer import DefinitionsWriter
 from .gate import Gate
 from .stream_writer import STREAM_OPS, StreamWriter
 
@@ -56,6 +57,7 @@ class Flusher:
         self._inline_sync_max = settings.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
         self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
+        self.definitions: DefinitionsWriter | None = None  # the definitions log, written with each group
         # one group at a time: the shutdown drain waits for the group the task is writing, so the
         # store files have one writer and groups land in the order they took their ops
         self._group = trio.Lock()
@@ -75,7 +77,7 @@ class Flusher:
             # wake for ops, and when compaction is due: an idle broker must still reclaim the
             # segments its last acks killed
             due = max(self._last_compact + COMPACT_INTERVAL - trio.current_time(), IDLE_COMPACT_MIN_WAIT)
-            if self.store.failing is not None:
+            if self.store.failing is not None or (self.definitions is not None and self.definitions.pending):
                 due = min(due, WRITE_RETRY_INTERVAL)  # records wait for room: try them again
             with trio.move_on_after(due):
                 await self._kick.wait()
@@ -94,6 +96,9 @@ class Flusher:
             await self._flush_group(broker, gate)
 
     async def _flush_group(self, broker: Broker, gate: Gate | None) -> None:
+        if self.definitions is not None:
+            # first: a queue is on disk before the messages the same group stores for it
+            await self.definitions.write_group()
         taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
         ops: list[StoreOp] = taken  # type: ignore[assignment]
         stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None

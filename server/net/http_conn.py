@@ -123,6 +123,8 @@ class HTTPServer:
                     await self._stream(stream, conn, response)
                     return
                 with trio.move_on_after(self.request_timeout) as answering:
+                    if response.definitions_ticket:  # a durable change: answered once it is on disk
+                        await self.app.definitions_synced(response.definitions_ticket)
                     if response.wait_ticket:
                         await self._wait_synced(response.wait_ticket)
                         if self.broker.ticket_failed(response.wait_ticket):
@@ -218,7 +220,7 @@ class HTTPServer:
                                                 [] if script else [("www-authenticate", 'Basic realm="headrace"')]))
             request.user = user
         response = router.dispatch(self, request)
-        self.app.after_batch()
+        response.definitions_ticket = self.app.after_batch()
         return response
 
     def _authenticate(self, header: str | None, peer_host: str | None) -> Any:

@@ -14,7 +14,7 @@ import time
 
 import trio
 
-from headrace.persistence.spill import SpillStore
+from headrace.persistence.spill_store import SpillStore
 from headrace.queues import QueueEntry
 from headrace.server.broker import Broker
 

@@ -3,8 +3,9 @@ with their pager, the mirror logs with their writer, recovery at start, and the 
 watch that all of them report their writes to.
 
 Rule 1 (go-diskqueue's ioLoop rule): one task owns each set of files: ``Flusher`` the
-``MessageStore`` (flusher.py), ``MirrorWriter`` the ``MirrorLog``s (mirror_writer.py), ``Pager``
-the spill reads (pager.py); ``recover`` (recovery.py) runs before any of them starts.
+``MessageStore`` (flusher.py) and, through the ``DefinitionsWriter`` (definitions_writer.py), the
+definitions log, ``MirrorWriter`` the ``MirrorLog``s (mirror_writer.py), ``Pager`` the spill reads
+(pager.py); ``recover`` (recovery.py) and the definitions' load run before any of them starts.
 Rule 2: blocking calls (write+fsync, page-in reads) run in worker threads.
 Rule 3: a full disk never stops the broker: each owner keeps what it could not write, reports the
 failure to the ``DiskWatch`` (the disk alarm stays up) and retries until it is written.
@@ -20,13 +21,15 @@ import trio
 
 from headrace.persistence import FsyncMode, MessageStore
 from headrace.persistence.dedup_journal import DedupJournal
-from headrace.persistence.spill import SpillStore
+from headrace.persistence.definitions_log import DefinitionsLog
+from headrace.persistence.spill_store import SpillStore
 from headrace.queues.backing import Backing
 from headrace.server.broker import Broker
 from headrace.server.broker.policies import trim_recovered
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
+from .definitions_writer import DefinitionsWriter
 from .flusher import Flusher
 from .gate import Gate
 from .mirror_writer import MirrorWriter
@@ -51,6 +54,10 @@ class Storage:
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
         self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
+        # the durable definitions: loaded and compacted by the app at start, then written by the flusher
+        self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.definitions_log_min_bytes),
+                                             self.disk, sync=settings.fsync != "off")
+        self.flusher.definitions = self.definitions
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         return self.spill.backing(f"{vhost}\x00{queue}")
@@ -59,13 +66,17 @@ class Storage:
         recover(self.store, broker)
         for vhost in broker.vhosts.values():
             trim_recovered(broker.delivery, vhost, time.time())  # a lower limit applies at once (policies.py)
-        broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
-        self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
+        dedup = broker.delivery.dedup
+        dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
+        dedup.keep_only(lambda kind, vhost, name: (v := broker.vhosts.get(vhost)) is not None
+                        and name in (v.exchanges if kind == "exchange" else v.queues))
+        self.dedup.rewrite(dedup.snapshot(time.time()))  # compacted, torn tail gone
         self.streams.recover(broker)
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
         self.disk.broker, self.disk.gate = broker, gate
         broker.on_store_pending = self.flusher.kick
+        self.definitions.on_pending = self.flusher.kick
         broker.on_policies_changed = self.flusher.retention_now
         broker.on_mirror_pending = self.mirror_writer.kick
         nursery.start_soon(self.flusher.run, broker, gate)
@@ -87,3 +98,4 @@ class Storage:
         self.mirror_writer.close()
         self.streams.close()
         self.dedup.close()
+        self.definitions.close()

@@ -7,11 +7,12 @@ connection's outgoing buffer (no task, no await, no call back into the broker), 
 ``has_capacity`` is the credit predicate (prefetch window, client flow, outgoing buffer under its
 high-water mark). Everything that changes a queue goes through the broker's delivery owner, which
 dispatches on its own.
+The basic.consume/cancel/get/qos and channel.flow handlers are functions over a ``ChannelSession``
+in consume.py: they change this state on the channel's behalf, from its method table.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections import OrderedDict, deque
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
 from headrace.server.broker.dead_letters import with_delivery_count
-from headrace.server.broker.reply_to import REPLY_QUEUE, ReplyConsumer, rewrite_request
+from headrace.server.broker.reply_to import ReplyConsumer, rewrite_request
 from headrace.server.broker.topic_auth import check_topic_write
 
 from .channel_stats import ChannelStats
@@ -108,7 +109,7 @@ class ChannelSession:
         msg = entry.message
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
-            self._stamp_later(tag)
+            self.stamp_later(tag)
         else:
             self.stats.delivered_no_ack += 1
         if entry.redelivered:
@@ -129,7 +130,8 @@ class ChannelSession:
         self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
         self.session.wake()
 
-    def _stamp_later(self, tag: int) -> None:
+    def stamp_later(self, tag: int) -> None:
+        """A delivery needing an ack: the consumer-timeout check stamps it when the clock runs."""
         unstamped = self.unstamped
         if not unstamped:  # the clock stamps it (and so knows its consumer-timeout deadline) when woken
             self.session.broker.wake_clock()
@@ -161,19 +163,10 @@ class ChannelSession:
             self.session.wake()
 
     # ------------------------------------------------------------------ helpers
-    def _queue_for(self, name: str, kind: str) -> Queue:
-        self.perms.check(kind, name)
-        queue = self.vhost.get_queue(name)
-        self.vhost.check_exclusive(queue, self.session)
-        return queue
-
     def _settle(self, items: list[tuple[Queue, QueueEntry]], action: Settle) -> None:
         """Settle deliveries; with a channel-wide prefetch every consumer of the channel got credit."""
         ready = [q for q, _ in self.consumers.values()] if self.global_prefetch else ()
         self.delivery.settle(self.vhost, items, action, self.session.now, ready)
-
-    def _consumer_queues(self) -> list[Queue]:
-        return list({q: None for q, _ in self.consumers.values()})
 
     # ------------------------------------------------------------------ publish
     def publish(self, event: ContentReceived) -> None:
@@ -301,90 +294,11 @@ class ChannelSession:
         self.unacked.clear()
         self.delivery.settle(self.vhost, items, Settle.REQUEUE, self.session.now)
 
-    # ------------------------------------------------------------------ consumers
-    def consume(self, method: m.BasicConsume) -> None:
-        tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-        if method.queue == REPLY_QUEUE and tag not in self.consumers:
-            self.reply = self.session.broker.replies.consume(self, self.reply, tag, method.no_ack)
-            if not method.nowait:
-                self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
-            return
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
-        if tag in self.consumers or (self.reply is not None and self.reply.tag == tag):
-            raise ConnectionException(ReplyCode.NOT_ALLOWED,
-                                      f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'", 60, 20)
-        self.delivery.check_consumer_allowed(self.vhost, queue, method.exclusive)
-        args = method.arguments or {}
-        priority = args.get("x-priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise errors.precondition_failed(f"invalid x-priority '{priority}'")
-        consumer = Consumer(tag, self, no_ack=method.no_ack, prefetch=self.prefetch_count,
-                            exclusive=method.exclusive, priority=priority, channel_id=self.id,
-                            owner=self.session)
-        self.delivery.prepare_consumer(queue, consumer, args, self.session.now)
-        self.consumers[tag] = (queue, consumer)
-        if not method.nowait:
-            self.conn.send_method(self.id, m.BasicConsumeOk(consumer_tag=tag))
-        self.delivery.add_consumer(self.vhost, queue, consumer, self.session.now)
-
-    def cancel(self, method: m.BasicCancel) -> None:
-        item = self.consumers.pop(method.consumer_tag, None)
-        if self.reply is not None and self.reply.tag == method.consumer_tag:
-            self._cancel_reply()
-        elif item is not None:
-            self.delivery.remove_consumer(self.vhost, item[0], method.consumer_tag, self.session.now)
-        if not method.nowait:
-            self.conn.send_method(self.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
-
-    def _cancel_reply(self) -> None:
+    def cancel_reply(self) -> None:
+        """Drop the direct reply-to consumer (basic.cancel of its tag, or the channel closing)."""
         if self.reply is not None:
             self.session.broker.replies.cancel(self.reply)
             self.reply = None
-
-    def get(self, method: m.BasicGet) -> None:
-        queue = self._queue_for(method.queue or self.session.last_queue, "read")
-        entry = self.delivery.get(self.vhost, queue, self.session.now, no_ack=method.no_ack, owner=self)
-        stats = self.stats
-        if entry is None:
-            stats.get_empty += 1
-            self.conn.send_method(self.id, m.BasicGetEmpty())
-            return
-        tag = self.next_tag
-        self.next_tag = tag + 1
-        msg = entry.message
-        stats.redelivered += entry.redelivered
-        if not method.no_ack:
-            stats.got += 1
-            self.unacked[tag] = (queue, entry)
-            self._stamp_later(tag)
-        else:
-            stats.got_no_ack += 1
-        self.conn.send_content(self.id, m.BasicGetOk(
-            delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
-            routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
-
-    def qos(self, method: m.BasicQos) -> None:
-        if method.prefetch_size:
-            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED,
-                                      "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % method.prefetch_size, 60, 10)
-        if method.global_:
-            self.global_prefetch = method.prefetch_count
-            self.delivery.consumer_ready(self.vhost, self._consumer_queues(), self.session.now)
-        else:
-            # the spec's channel-level prefetch: consumers already on the channel take the new
-            # limit too (celery raises it for ETA tasks and expects its consumer to get more)
-            self.prefetch_count = method.prefetch_count
-            for _, consumer in self.consumers.values():
-                consumer.prefetch = method.prefetch_count
-        self.conn.send_method(self.id, m.BasicQosOk())
-        if not method.global_:  # qos-ok first, then deliveries
-            self.delivery.consumer_ready(self.vhost, self._consumer_queues(), self.session.now)
-
-    def flow(self, active: bool) -> None:
-        self.active = active
-        self.conn.send_method(self.id, m.ChannelFlowOk(active=active))
-        if active:
-            self.delivery.consumer_ready(self.vhost, self._consumer_queues(), self.session.now)
 
     # ------------------------------------------------------------------ tx
     def _tx_buffer(self, event: ContentReceived) -> None:
@@ -414,7 +328,7 @@ class ChannelSession:
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """The channel is gone: cancel its consumers and return every unacked message."""
-        self._cancel_reply()
+        self.cancel_reply()
         now = self.session.now
         for tag, (queue, _) in list(self.consumers.items()):
             self.delivery.remove_consumer(self.vhost, queue, tag, now)

@@ -36,6 +36,7 @@ from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker
 from headrace.server.broker.outbox import MIRROR_BACKLOG_MAX
 
+from . import consume
 from .channel import ChannelSession
 from .confirms import ConfirmsAndTx
 from .declare import Declarations
@@ -272,19 +273,19 @@ class Session(SessionState):
 
 
 
-# The basic.* and channel.flow methods, handled by the channel itself (the session merges this
-# table with those of its parts).
+# The basic.* and channel.flow methods, handled by the channel itself or by its consume/get path
+# (consume.py); the session merges this table with those of its parts.
 CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
-    m.BasicQos: ChannelSession.qos,
-    m.BasicConsume: ChannelSession.consume,
-    m.BasicCancel: ChannelSession.cancel,
-    m.BasicGet: ChannelSession.get,
+    m.BasicQos: consume.qos,
+    m.BasicConsume: consume.consume,
+    m.BasicCancel: consume.cancel,
+    m.BasicGet: consume.get,
     m.BasicAck: ChannelSession.ack,
     m.BasicNack: lambda ch, meth: ch.nack(meth.delivery_tag, meth.multiple, meth.requeue),
     m.BasicReject: lambda ch, meth: ch.nack(meth.delivery_tag, False, meth.requeue),
     m.BasicRecover: ChannelSession.recover,
     m.BasicRecoverAsync: ChannelSession.recover,
-    m.ChannelFlow: lambda ch, meth: ch.flow(meth.active),
+    m.ChannelFlow: lambda ch, meth: consume.flow(ch, meth.active),
 }
 
 _ORDER = {state: i for i, state in enumerate(Lifecycle)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pika
 import pytest
 from e2e_support import unique
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -306,3 +307,31 @@ def test_mirrors_tab_shows_a_mirrored_exchanges_log(browser, broker):
         shown = next(m for m in http.get("/api/mirrors").json() if m["exchange"] == x)
         assert (shown["next_offset"], shown["max_age_ms"], shown["max_bytes"]) == (5, 3600000, 5242880)
         assert http.delete(f"/api/mirrors/%2F/{x}").status_code == 204
+
+
+def test_connections_and_channels_show_traffic_rates(browser, broker):
+    """A client's traffic as RabbitMQ's UI shows it: bytes per second from the client on the
+    Connections tab, publishes per second on the Channels tab (rates sampled at each refresh)."""
+    base, label = broker.http_url, unique("console-traffic")
+    params = pika.URLParameters(broker.url + "?heartbeat=0")
+    params.client_properties = {"connection_name": label}
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+            name = wait(browser, lambda _: next((c["name"] for c in http.get("/api/connections").json()
+                                                 if c["user_provided_name"] == label and c["channels"] == 1), None))
+            channel = http.get(f"/api/connections/{name}/channels").json()[0]["name"]
+        login(browser, base)
+        Select(css(browser, "#refresh")).select_by_value("2000")
+        for tab, list_id, key, col in (("connections", "connections", name, "from_client"),
+                                       ("channels", "channels", channel, "publish")):
+            go(browser, base, tab)
+            wait(browser, lambda d: row(d, list_id, key))
+            for _ in range(50):
+                ch.basic_publish("", label, b"x" * 100)  # routed nowhere: traffic all the same
+            cell = lambda d: row(d, list_id, key).find_element(By.CSS_SELECTOR, f'td[data-col="{col}"]').text
+            wait(browser, lambda d: cell(d) not in ("", "0 B/s", "0.0/s"))
+            shot(browser, f"{tab}-traffic")
+    finally:
+        conn.close()

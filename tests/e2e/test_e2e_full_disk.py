@@ -284,7 +284,9 @@ def test_durable_declares_on_a_full_disk_are_saved_once_there_is_room(small_tmpf
     def declare() -> None:
         conn = connect(proc)
         ch = conn.channel()
-        ch.exchange_declare("made-full", "topic", durable=True)
+        # a change is one record appended to the definitions log, which a small one may find room
+        # for in the log's last page; this one needs new pages, and those after it wait behind it
+        ch.exchange_declare("made-full", "topic", durable=True, arguments={"x-note": "n" * 20_000})
         ch.queue_declare("made-full", durable=True)
         ch.queue_bind("made-full", "made-full", "k.#")
         answered.append("bind-ok")

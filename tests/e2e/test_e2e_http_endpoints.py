@@ -189,3 +189,11 @@ def test_cluster_name_and_health_checks(broker, http):
     assert http.get(f"/api/nodes/{NODE}x").status_code == 404
     listeners = {(lst["protocol"], lst["port"]) for lst in http.get("/api/overview").json()["listeners"]}
     assert ("amqp", broker.amqp_port) in listeners and ("http", broker.http_port) in listeners
+
+
+def test_feature_flags_as_rabbitmq_3_10_lists_them(http):
+    flags = {f["name"]: f for f in http.get("/api/feature-flags").json()}
+    assert flags["drop_unroutable_metric"]["provided_by"] == "rabbitmq_management_agent"
+    assert flags["quorum_queue"]["provided_by"] == "rabbit" and flags["quorum_queue"]["doc_url"].endswith(
+        "/quorum-queues.html")
+    assert all(f["state"] == "enabled" and f["stability"] == "stable" for f in flags.values())

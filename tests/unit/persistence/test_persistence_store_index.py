@@ -167,9 +167,9 @@ def test_multi_queue_messages_fall_back_to_one_slot_and_keep_counts(tmp_path: Pa
 
 
 def test_index_costs_under_48_bytes_per_live_message(tmp_path: Path) -> None:
-    """Traced bytes the store keeps for 50k one-queue messages, live and after a restart (the
+    """Traced bytes the store keeps for 20k one-queue messages, live and after a restart (the
     benchmark measures 1M: ``benchmarks/bench_store_index.py``)."""
-    n = 50_000
+    n = 20_000
     store, _ = open_store(tmp_path)
     gc.collect()
     tracemalloc.start()

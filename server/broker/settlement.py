@@ -1,0 +1,197 @@
+"""The queue side of the delivery owner: dispatch, settlement, dead-lettering and deadlines.
+
+``Settlement`` is the base class of ``delivery.Delivery`` and holds the state the owner keeps for
+a message once it is in a queue: the store and mirror outboxes it writes to, the deadline table,
+the stream read budget, the deduplication windows and the message ids. It is one object with
+``Delivery`` (Delivery's rules hold here: see ``delivery.py``); the split is by code path, not by
+owner: this module is what happens to a message after it is enqueued (dispatch to consumers,
+ack/requeue/reject, basic.get, dead-lettering and the store Ack that follows), ``delivery.py`` how it
+gets there (publish, delayed hold) and the whole-queue operations. The calls stay direct methods on
+one class, so the publish/deliver/ack paths gain no indirection; only dead-lettering's republish
+goes up, through the abstract ``publish`` that ``Delivery`` implements.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from headrace.persistence.store_ops import Ack, Deliver
+from headrace.persistence.stream_log import StreamTrack
+from headrace.queues import Left, Queue, QueueEntry
+
+from .dead_letters import dead_letter_message
+from .deadlines import Deadlines
+from .dedup import Dedup
+from .outbox import MirrorOutbox, StoreOutbox
+from .reply_to import ReplyRegistry
+from .saturation import Saturation
+from .stream_queue import ReadBudget, StreamQueue
+from .vhost_view import VHostView
+
+__all__ = ["PublishResult", "Settle", "Settlement"]
+
+
+@dataclass(slots=True)
+class PublishResult:
+    routed: bool
+    rejected: bool = False  # a target queue refused it (reject-publish): the publisher gets a nack
+    ticket: int = 0  # store ticket the confirm must wait for (0 = nothing to wait for)
+
+
+class Settle(Enum):
+    ACK = "ack"
+    REQUEUE = "requeue"
+    REJECT = "reject"  # nack/reject without requeue: dead-lettered where the queue says so
+
+
+class Settlement(ABC):
+    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry) -> None:
+        self.store = store
+        self.mirror = mirror
+        self.replies = replies
+        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
+        self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
+        self._next_id = 1  # message ids: strictly increasing, also the store's record keys
+        self.deadlines = Deadlines()
+        # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
+        # and the streams it cut short: ``on_stream_backlog`` wakes the shell, which calls
+        # ``stream_continue`` once every other runnable task has had its turn
+        self.stream_budget = ReadBudget()
+        self.stream_backlog: dict[tuple[str, str], None] = {}
+        self.on_stream_backlog: Callable[[], None] = _nothing
+
+    # ------------------------------------------------------------------ ids
+    def next_message_id(self) -> int:
+        mid = self._next_id
+        self._next_id = mid + 1
+        return mid
+
+    def set_next_message_id(self, value: int) -> None:
+        self._next_id = max(self._next_id, value)
+
+    @abstractmethod
+    def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
+                now: float, *, check_internal: bool = True, cycle_guard: str | None = None,
+                delayed: bool = True) -> PublishResult:
+        """Route and enqueue (``Delivery.publish``): a dead letter is republished through it."""
+
+    # ------------------------------------------------------------------ dispatch and settle
+    def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
+        if type(queue) is StreamQueue:  # nothing leaves a stream: it only reads, within the budget
+            queue.read_on(self.stream_budget)
+            if queue.backlogged:
+                self.stream_backlog[(vhost.name, queue.name)] = None
+                self.on_stream_backlog()
+            self.arm(vhost, queue)
+            return
+        store = self.store
+        left: list[Left] | None = [] if _wants_left(queue, store) else None
+        if queue.durable and store.enabled:
+            delivered: list[QueueEntry] = []
+            queue.dispatch(now, left, delivered)
+            for entry in delivered:  # recovery marks it redelivered and keeps its delivery count
+                if entry.message.persistent:
+                    store.add(Deliver(entry.message.id, queue.vhost, queue.name))
+        else:
+            queue.dispatch(now, left)
+        if left:
+            self._settled(vhost, queue, left, now)
+        self.arm(vhost, queue)
+
+    def stream_continue(self, vhosts: Mapping[str, VHostView], now: float) -> None:
+        """A new turn: refill the budget and dispatch the streams it cut short (in the order they
+        were cut short, so each gets its turn; the budget may cut them short again)."""
+        self.stream_budget.refill()
+        keys = list(self.stream_backlog)
+        self.stream_backlog.clear()
+        for vname, qname in keys:
+            vhost = vhosts.get(vname)
+            if vhost is None:
+                continue
+            queue = vhost.queues.get(qname)
+            if queue is not None and not queue.deleted:
+                self._dispatch(vhost, queue, now)
+
+    def _settled(self, vhost: VHostView, queue: Queue, left: list[Left], now: float) -> None:
+        """Messages that left ``queue`` for good: dead letters are republished to the queue's
+        dead-letter exchange first, then the store's Ack of the original follows."""
+        dlx = queue.args.dead_letter_exchange
+        record = self.store.enabled and queue.durable
+        if dlx is not None and dlx not in vhost.exchanges:
+            dlx = None
+        for item in left:
+            message = item.entry.message
+            try:
+                if dlx is not None and item.reason is not None:
+                    routing_key, props_raw = dead_letter_message(item, queue, now)
+                    self.publish(vhost, dlx, routing_key, props_raw, message.body, now, check_internal=False,
+                                 cycle_guard=queue.name if item.reason != "rejected" else None)
+            finally:
+                if record and item.held and message.persistent:
+                    self.store.add(Ack(message.id, queue.vhost, queue.name))
+
+    def consumer_ready(self, vhost: VHostView, queues: Iterable[Queue], now: float) -> None:
+        """Consumers of these queues may take more (credit, flow, a drained outbox): dispatch."""
+        saturation = self.saturation
+        for queue in queues:
+            if not queue.deleted:
+                self._dispatch(vhost, queue, now)
+                if saturation.saturated or saturation.stalled:
+                    saturation.drained(queue)
+
+    def settle(self, vhost: VHostView, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
+               ready: Iterable[Queue] = ()) -> None:
+        """ack / requeue / reject deliveries, then dispatch their queues and the ``ready`` ones."""
+        touched: dict[Queue, list[Left]] = {}
+        for queue, entry in items:
+            left = touched.get(queue)
+            if left is None:
+                left = touched[queue] = []
+            if action is Settle.ACK:
+                queue.ack(entry, left)
+            elif action is Settle.REQUEUE:
+                queue.requeue(entry, left)
+            else:
+                queue.reject(entry, left)
+        for queue, left in touched.items():
+            if left:
+                self._settled(vhost, queue, left, now)
+            elif type(queue) is StreamQueue and queue.take_track_request():
+                self.store.add(StreamTrack(queue.vhost, queue.name))  # the flusher writes the offsets
+        self.consumer_ready(vhost, touched.keys() | set(ready), now)
+
+    def get(self, vhost: VHostView, queue: Queue, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
+        """basic.get: the next message, held unacked by ``owner`` unless ``no_ack``."""
+        store = self.store
+        left: list[Left] = []
+        entry = queue.get(now, no_ack=no_ack, owner=owner, left=left)
+        if entry is not None and not no_ack and entry.message.persistent and queue.durable and store.enabled:
+            store.add(Deliver(entry.message.id, queue.vhost, queue.name))
+        if left:
+            self._settled(vhost, queue, left, now)
+        self.arm(vhost, queue)
+        return entry
+
+    # ------------------------------------------------------------------ time
+    def arm(self, vhost: VHostView, queue: Queue) -> None:
+        """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease."""
+        if queue.deleted:
+            return
+        when = queue.next_deadline()
+        idle = queue.idle_deadline()
+        if idle is not None and (when is None or idle < when):
+            when = idle
+        self.deadlines.arm((vhost.name, queue.name), when)
+
+
+def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
+    """Whether anything follows from a message leaving ``queue``: a dead-letter exchange to
+    republish to, or a store record to acknowledge."""
+    return queue.args.dead_letter_exchange is not None or (queue.durable and store.enabled)
+
+
+def _nothing() -> None:
+    pass
