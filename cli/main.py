@@ -34,6 +34,7 @@ def serve(config_file: Path | None, **flags: object) -> None:
     """Run the broker in the foreground (SIGINT/SIGTERM stop it gracefully)."""
     from pydantic import ValidationError
 
+    from headrace.persistence.definitions import DefinitionsError
     from headrace.server.app import StartupError, run
     from headrace.server.config import load_settings
 
@@ -45,6 +46,8 @@ def serve(config_file: Path | None, **flags: object) -> None:
         run(settings)
     except StartupError as exc:  # a second broker on the data directory, a port in use
         raise click.ClickException(str(exc)) from None
+    except DefinitionsError as exc:  # a damaged definitions file: say which, and leave it for the operator
+        raise click.ClickException(f"cannot start: {exc}") from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
 

@@ -1,8 +1,9 @@
 """The journal of publish-deduplication keys: what lets a dedup window survive a restart or a kill.
 
 One file, ``<data dir>/dedup/journal``, of records in the ``records`` framing, each a JSON
-``[window id, key, expires at or null]``, appended by the flusher with the message store's
-group (and fsynced before that group's confirms go out). Recovery reads it oldest first and the
+``[window id, key, expires at or null]`` (a null key: the window was deleted, its keys so far are
+void), appended by the flusher with the message store's group (and fsynced before that group's
+confirms go out). Recovery reads it oldest first and the
 windows keep what is live and within their size; then, and whenever the file has grown past
 ``compact_bytes``, it is rewritten from a snapshot of the windows (write, fsync, rename).
 
@@ -22,9 +23,11 @@ from .records import encode_record, iter_file_records
 __all__ = ["DedupJournal"]
 
 KIND_KEY = 1
+KIND_KEYS = 2  # a JSON list of entries: what one group appends, encoded in one call
 COMPACT_BYTES = 16 << 20
+REWRITE_BATCH = 4096  # entries per record of a rewritten journal
 
-Entry = tuple[str, str, "float | None"]
+Entry = tuple[str, "str | None", "float | None"]
 
 
 class DedupJournal:
@@ -44,13 +47,14 @@ class DedupJournal:
             if rec.kind == KIND_KEY:
                 wid, key, expires = json.loads(rec.payload)
                 out.append((wid, key, expires))
+            elif rec.kind == KIND_KEYS:
+                out.extend((wid, key, expires) for wid, key, expires in json.loads(rec.payload))
         return out
 
-    def append(self, entries: Iterable[Entry], *, sync: bool) -> None:
-        data = b"".join(encode_record(KIND_KEY, json.dumps(list(e), separators=(",", ":")).encode())
-                        for e in entries)
-        if not data:
+    def append(self, entries: list[Entry], *, sync: bool) -> None:
+        if not entries:
             return
+        data = encode_record(KIND_KEYS, json.dumps(entries, separators=(",", ":")).encode())
         if self._file is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "ab")  # noqa: SIM115 - owned until close()
@@ -71,8 +75,10 @@ class DedupJournal:
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            for e in entries:
-                f.write(encode_record(KIND_KEY, json.dumps(list(e), separators=(",", ":")).encode()))
+            batch = list(entries)
+            for start in range(0, len(batch), REWRITE_BATCH):
+                f.write(encode_record(KIND_KEYS, json.dumps(batch[start:start + REWRITE_BATCH],
+                                                            separators=(",", ":")).encode()))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

@@ -2,15 +2,17 @@
 
 Spark reads and filters the log, groups rows by routing key (hash-partitioned, sorted by offset
 inside each partition) so the original order holds per routing key while partitions publish in
-parallel. Each partition publishes through its own connection with a window of publisher confirms
-in flight (``ConfirmPublisher``, ``window`` per partition).
+parallel. The partitions are written to the ``headrace-replay`` sink (``replay_sink``): each task
+gets its rows as Arrow batches and publishes them through its own connection, encoded in bulk, with
+a window of publisher confirms in flight (``window`` per partition).
 
 Exactly once comes from the broker: every message carries ``x-deduplication-header:
 <exchange>:<offset>`` (and ``x-replayed-from``, the same value), and the target exchange is to be
-declared with ``x-message-deduplication: true`` and an ``x-cache-size`` of at least ``window`` x
-``partitions``. Progress per routing key is the highest offset below which every publish is
+declared with ``x-message-deduplication: true`` and an ``x-cache-size`` of at least 2 x ``window``
+x ``partitions``. Progress per routing key is the highest offset below which every publish is
 confirmed, saved once per batch of confirms (one file per partition, ``part-<n>.json``); a re-run
-skips what was saved and re-sends at most the window that was in flight, which the broker then
+skips what was saved and re-sends at most the window that was in flight and a part of a window
+confirmed but not yet saved (``replay_sink.PIECE_ROWS``), which the broker then
 drops as duplicates. By default progress lives under ``<data dir>/replay-progress/<job>``,
 ``<job>`` a hash of every job parameter (source exchange and vhost, target exchange and broker,
 routing-key pattern, from/to bounds): a replay with other parameters starts afresh instead of
@@ -21,16 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import time
-from collections import deque
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .amqp_publisher import ConfirmPublisher, with_headers
 from .export import read_log
+from .replay_sink import ReplaySink, load_progress, run_total, topic_matches
 
 __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "replay", "topic_matches"]
 
@@ -38,42 +37,6 @@ __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", 
 DEFAULT_WINDOW = 1000
 # the header a target exchange's dedup window reads by default (LavinMQ's x-deduplication-header)
 DEFAULT_DEDUP_HEADER = "x-deduplication-header"
-
-
-def topic_matches(pattern: str, routing_key: str) -> bool:
-    """RabbitMQ's topic rules: ``*`` one word, ``#`` zero or more, empty key = zero words."""
-    p = pattern.split(".") if pattern else []
-    k = routing_key.split(".") if routing_key else []
-
-    def match(i: int, j: int) -> bool:
-        if i == len(p):
-            return j == len(k)
-        if p[i] == "#":
-            return any(match(i + 1, jj) for jj in range(j, len(k) + 1))
-        return j < len(k) and (p[i] == "*" or p[i] == k[j]) and match(i + 1, j + 1)
-
-    return match(0, 0)
-
-
-def load_progress(progress_dir: str) -> dict[str, int]:
-    """Confirmed offset per routing key, merged over every partition's file (the highest wins)."""
-    done: dict[str, int] = {}
-    for path in Path(progress_dir).glob("part-*.json"):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        for rk, offset in doc.get("offsets", {}).items():
-            if offset > done.get(rk, -1):
-                done[rk] = offset
-    return done
-
-
-def _save(progress_dir: str, partition: int, offsets: dict[str, int]) -> None:
-    path = Path(progress_dir) / f"part-{partition}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"offsets": offsets}))
-    os.replace(tmp, path)
 
 
 def job_id(*, exchange: str, vhost: str, to_exchange: str, amqp_url: str, routing_key_pattern: str | None,
@@ -84,57 +47,6 @@ def job_id(*, exchange: str, vhost: str, to_exchange: str, amqp_url: str, routin
            "broker": f"{target.scheme}://{target.hostname}:{target.port}{target.path}",
            "routing_key": routing_key_pattern, "filters": {k: str(v) for k, v in filters.items() if v is not None}}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _publish_partition(rows: Iterator[Any], *, partition: int, amqp_url: str, exchange: str,
-                       to_exchange: str, progress_dir: str, rate: float | None, pattern: str | None,
-                       window: int, dedup_header: str) -> int:
-    done = load_progress(progress_dir)
-    saved: dict[str, int] = {}  # what this partition's file holds: every key it saw, at least as loaded
-    pending: deque[tuple[int, str, int]] = deque()  # (tag, routing key, offset), in publish order
-    matches: dict[str, bool] = {}
-    pub: ConfirmPublisher | None = None
-    published = 0
-    start = time.monotonic()
-
-    def confirmed(tag: int) -> None:
-        while pending and pending[0][0] <= tag:
-            _, rk, offset = pending.popleft()
-            saved[rk] = offset
-        _save(progress_dir, partition, saved)
-
-    try:
-        for offset, rk, props_raw, body in rows:
-            if pattern is not None:
-                ok = matches.get(rk)
-                if ok is None:
-                    ok = matches[rk] = topic_matches(pattern, rk)
-                if not ok:
-                    continue
-            if rk not in saved:
-                saved[rk] = done.get(rk, -1)
-            if offset <= done.get(rk, -1):
-                continue  # confirmed by an earlier run
-            if pub is None:
-                pub = ConfirmPublisher(amqp_url, window=window).connect()
-                pub.on_confirmed = confirmed
-            if rate:
-                delay = start + published / rate - time.monotonic()
-                if delay > 0:
-                    pub.wait_confirms()  # a paced replay keeps its progress current
-                    time.sleep(delay)
-            key = f"{exchange}:{offset}"
-            tag = pub.publish(to_exchange, rk, with_headers(bytes(props_raw or b""), {
-                "x-replayed-from": key, dedup_header: key}), bytes(body or b""))
-            pending.append((tag, rk, offset))
-            published += 1
-        if pub is not None:
-            pub.wait_confirms()
-        _save(progress_dir, partition, saved)
-    finally:
-        if pub is not None:
-            pub.close()
-    return published
 
 
 def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: str = "/",
@@ -171,9 +83,13 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
     ordered = df.select("offset", "routing_key", "properties", "body").repartition(partitions, "routing_key") \
         .sortWithinPartitions("offset")
 
-    def run(index: int, rows: Iterator[Any]) -> Iterator[int]:
-        yield _publish_partition(rows, partition=index, amqp_url=amqp_url, exchange=exchange, to_exchange=target,
-                                 progress_dir=progress, rate=per_partition_rate, pattern=routing_key_pattern,
-                                 window=window, dedup_header=dedup_header)
-
-    return int(sum(ordered.rdd.mapPartitionsWithIndex(run).collect()))
+    run = uuid.uuid4().hex
+    spark.dataSource.register(ReplaySink)
+    # Spark looks a Python data source up in the calling thread's active session, which a thread
+    # other than the session's own (the CLI's job thread) does not have: make it this session
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    ordered.write.format("headrace-replay").mode("append").options(
+        amqp_url=amqp_url, exchange=exchange, to_exchange=target, progress_dir=progress, window=str(window),
+        dedup_header=dedup_header, run=run, rate="" if per_partition_rate is None else repr(per_partition_rate),
+        pattern=routing_key_pattern or "").save()
+    return run_total(progress, run)

@@ -118,6 +118,7 @@ class Broker:
         self._close_connections(lambda session: session.vhost is vhost, f"vhost '{name}' is deleted")
         for queue_name in list(vhost.queues):
             vhost.delete_queue(queue_name)
+        self.delivery.window_deleted("exchange", name)  # and every other dedup window of the vhost
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]
         for topic_key in [k for k in self.users.topic_permissions if k[1] == name]:

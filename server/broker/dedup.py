@@ -7,18 +7,25 @@ Switched on by the declare argument ``x-message-deduplication: true`` on an exch
 value of the header named by ``x-deduplication-header`` (default: the header
 ``x-deduplication-header``), or else the message-id property.
 
-Rule 1: ``Dedup`` owns every window; the vhost's publish path calls ``screen`` once per publish.
+Rule 1: ``Dedup`` owns every window; the vhost's publish path calls ``screen`` once per publish and,
+once the queues have taken or refused the message, ``commit``: a key is remembered only where the
+publish was accepted (the exchange's window when the publisher gets an ack, a queue's window when
+that queue took it), so a publish a queue refused (``reject-publish``: a nack) can be retried.
 Rule 2: deterministic: ``now`` (seconds, the broker's wall clock) is passed in, so an expiry is an
 absolute time that stays meaningful across a restart. Windows are created on first use from the
 declare arguments, taking what the journal recovered for them (``restore``); every key added is
 also queued for the I/O shell (``take_added``), which journals it before the confirms of the same
 group go out, so a key whose publish was confirmed after an fsync survives a kill.
+Rule 3: a window dies with its exchange or queue (``drop``, ``drop_vhost``): the drop is queued for
+the journal in order with the keys (an entry whose key is ``DROPPED``), so a re-declared namesake
+starts empty, after a restart too; recovery also forgets windows whose object is gone
+(``keep_only``), which covers a kill before the drop was journaled.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +38,7 @@ __all__ = [
     "ARG_TTL",
     "DEFAULT_HEADER",
     "DEFAULT_SIZE",
+    "DROPPED",
     "Dedup",
     "Window",
     "window_id",
@@ -42,6 +50,8 @@ ARG_TTL = "x-cache-ttl"
 ARG_HEADER = "x-deduplication-header"
 DEFAULT_HEADER = "x-deduplication-header"
 DEFAULT_SIZE = 128
+# the key of a journal entry that says "this window was deleted": what came before it is void
+DROPPED = None
 # message-id is flag bit 7 of the properties' 16-bit flag word (its second byte)
 _MESSAGE_ID_FLAG = 0x80
 
@@ -128,7 +138,11 @@ class Dedup:
     def __init__(self) -> None:
         self.windows: dict[str, Window] = {}
         self._restored: dict[str, list[tuple[str, float | None]]] = {}
-        self._added: list[tuple[str, str, float | None]] = []  # (window id, key, expires) to journal
+        # (window id, key or DROPPED, expires) to journal, in order
+        self._added: list[tuple[str, str | None, float | None]] = []
+        # (queue name or None for the exchange, window id, window, key, TTL override): keys of the
+        # publish being screened, remembered by ``commit`` where it was accepted
+        self._pending: list[tuple[str | None, str, Window, str, int | None]] = []
         # window id -> the arguments a policy gives that exchange or queue (policies.py merges them)
         self.policy_arguments: dict[str, dict[str, Any]] = {}
 
@@ -161,7 +175,9 @@ class Dedup:
         return window
 
     def _check(self, wid: str, arguments: Mapping[str, Any], headers: Mapping[str, Any] | None,
-               props_raw: bytes, now: float) -> bool:
+               props_raw: bytes, now: float, queue: str | None) -> bool:
+        """True: a duplicate in ``wid``'s window. Otherwise the key (if any) waits in ``_pending``
+        for ``commit``."""
         if arguments.get(ARG_ENABLE) is not True:
             return False
         window = self._window(wid, arguments, now)
@@ -172,19 +188,23 @@ class Dedup:
             return False
         if window.seen(key, now):
             return True
-        self._added.append((wid, key, window.add(key, now, _ttl_override(headers))))
+        self._pending.append((queue, wid, window, key, _ttl_override(headers)))
         return False
 
     def screen(self, vhost: str, exchange: str, exchange_arguments: Mapping[str, Any],
                queue_names: Sequence[str], queues: Mapping[str, Any], props_raw: bytes,
                headers: Mapping[str, Any] | None, now: float) -> Sequence[str] | None:
         """The queues a routed message still goes to: None when it is a duplicate for the exchange,
-        or for every queue it was routed to; the queues whose own window saw it are left out."""
+        or for every queue it was routed to; the queues whose own window saw it are left out. The
+        new keys wait for ``commit`` (``pending`` says whether any does)."""
+        if self._pending:
+            self._pending = []
         by_policy = self.policy_arguments
         if by_policy:
             exchange_arguments = by_policy.get(window_id("exchange", vhost, exchange), exchange_arguments)
         if exchange_arguments and ARG_ENABLE in exchange_arguments \
-                and self._check(window_id("exchange", vhost, exchange), exchange_arguments, headers, props_raw, now):
+                and self._check(window_id("exchange", vhost, exchange), exchange_arguments, headers, props_raw,
+                                now, None):
             return None
         kept: list[str] | None = None
         for i, name in enumerate(queue_names):
@@ -193,7 +213,7 @@ class Dedup:
             if by_policy:
                 arguments = by_policy.get(window_id("queue", vhost, name), arguments)
             if arguments and ARG_ENABLE in arguments \
-                    and self._check(window_id("queue", vhost, name), arguments, headers, props_raw, now):
+                    and self._check(window_id("queue", vhost, name), arguments, headers, props_raw, now, name):
                 if kept is None:
                     kept = list(queue_names[:i])
             elif kept is not None:
@@ -202,15 +222,61 @@ class Dedup:
             return queue_names
         return kept or None
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def commit(self, now: float, acked: bool, accepted: Callable[[str], bool] | None = None) -> None:
+        """The publish ``screen`` last passed is settled: the exchange's key is remembered when the
+        publisher gets an ack (``acked``), a queue's when ``accepted(queue)`` (it took the message)."""
+        pending, self._pending = self._pending, []
+        for queue, wid, window, key, ttl in pending:
+            if (acked if queue is None else accepted is not None and accepted(queue)) \
+                    and self.windows.get(wid) is window:
+                self._added.append((wid, key, window.add(key, now, ttl)))
+
+    def drop(self, kind: str, vhost: str, name: str) -> bool:
+        """The exchange or queue is deleted: its window goes, in memory and (queued) in the journal.
+        True when there was one (the journal has an entry to write)."""
+        wid = window_id(kind, vhost, name)
+        self.policy_arguments.pop(wid, None)
+        had = self.windows.pop(wid, None) is not None
+        had = self._restored.pop(wid, None) is not None or had
+        if had:
+            self._added.append((wid, DROPPED, None))
+        return had
+
+    def drop_vhost(self, vhost: str) -> bool:
+        """Every window of a deleted vhost goes (its exchanges are not deleted one by one)."""
+        dropped = False
+        for wid in [w for w in (*self.windows, *self._restored, *self.policy_arguments)
+                    if w.split("\x00")[1] == vhost]:
+            kind, _, name = wid.split("\x00", 2)
+            dropped = self.drop(kind, vhost, name) or dropped
+        return dropped
+
     # ------------------------------------------------------------------ persistence
-    def take_added(self) -> list[tuple[str, str, float | None]]:
+    def take_added(self) -> list[tuple[str, str | None, float | None]]:
         added, self._added = self._added, []
         return added
 
-    def restore(self, items: Iterable[tuple[str, str, float | None]]) -> None:
-        """Keys recovered from the journal, oldest first; each window takes its own when created."""
+    def restore(self, items: Iterable[tuple[str, str | None, float | None]]) -> None:
+        """Journal entries, oldest first; each window takes its keys when created. A ``DROPPED``
+        entry voids what its window had before it."""
+        restored = self._restored
         for wid, key, expires in items:
-            self._restored.setdefault(wid, []).append((key, expires))
+            if key is DROPPED:
+                restored.pop(wid, None)
+            else:
+                restored.setdefault(wid, []).append((key, expires))
+
+    def keep_only(self, exists: Callable[[str, str, str], bool]) -> None:
+        """Recovery: forgets the recovered windows whose exchange or queue (kind, vhost, name) is
+        gone (deleted, or transient and so not restored)."""
+        for wid in list(self._restored):
+            kind, vhost, name = wid.split("\x00", 2)
+            if not exists(kind, vhost, name):
+                del self._restored[wid]
 
     def snapshot(self, now: float) -> list[tuple[str, str, float | None]]:
         """Every live key, oldest first per window, the restored ones not yet claimed included: what

@@ -82,7 +82,10 @@ class Delivery(Settlement):
         result = exchange.route(routing_key, headers, vhost.exchanges.get)
         targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
                                     props_raw, headers, now)
+        dedup = self.dedup if self.dedup.pending else None  # new keys, remembered once accepted
         if targets is None:  # a duplicate (dedup.py): confirmed once what came before it is, not routed nor stored
+            if dedup is not None:
+                dedup.commit(now, True)
             return PublishResult(True, False, self.store.ticket)
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
@@ -92,6 +95,8 @@ class Delivery(Settlement):
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
         if not targets:
+            if dedup is not None:
+                dedup.commit(now, True)
             vhost.unroutable += 1
             return PublishResult(False)
         rejected = False
@@ -122,6 +127,8 @@ class Delivery(Settlement):
             if left:
                 dropped.append((queue, left))
                 left = []
+        if dedup is not None:  # before any dead letter below screens a publish of its own
+            dedup.commit(now, not rejected, lambda name: _took(name, accepted, queues, cycle_guard))
         if durable and store.enabled:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
@@ -145,6 +152,12 @@ class Delivery(Settlement):
         vhost.delayed.add(due, exchange, routing_key, props_raw, body, message_id)
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
         return PublishResult(True, False, ticket)
+
+    def window_deleted(self, kind: str, vhost: str, name: str | None = None) -> None:
+        """An exchange or queue (``name``), or a whole vhost (None), is gone: so are its publish
+        dedup windows; the flusher is woken to journal that at once."""
+        if self.dedup.drop(kind, vhost, name) if name is not None else self.dedup.drop_vhost(vhost):
+            self.store.on_pending()
 
     def exchange_deleted(self, vhost: VHostView, name: str) -> None:
         """A delayed exchange went: the messages it held go with it."""
@@ -205,6 +218,7 @@ class Delivery(Settlement):
         message it held) and tell its consumers' sinks."""
         consumers = queue.delete()
         self.deadlines.disarm((queue.vhost, queue.name))
+        self.window_deleted("queue", queue.vhost, queue.name)
         if self.store.enabled and queue.durable:
             self.store.add(DropQueue(queue.vhost, queue.name))
         for consumer in consumers:
@@ -265,3 +279,9 @@ class Delivery(Settlement):
                 vhost.delete_queue(queue.name)
             else:
                 self.arm(vhost, queue)
+
+
+def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], skipped: str | None) -> bool:
+    """Whether queue ``name`` took the message just published (a stream always does)."""
+    queue = queues.get(name)
+    return name != skipped and queue is not None and (type(queue) is StreamQueue or queue in accepted)

@@ -172,6 +172,7 @@ class VHost:
         if if_unused and (exchange.has_bindings() or self._is_destination(name)):
             raise errors.in_use("exchange", name, self.name)
         del self.exchanges[name]
+        self.broker.delivery.window_deleted("exchange", self.name, name)
         self.mirrored.discard(name)
         self.mirror_retention.pop(name, None)
         if name in self.delayed_exchanges:

@@ -66,8 +66,11 @@ class Storage:
         recover(self.store, broker)
         for vhost in broker.vhosts.values():
             trim_recovered(broker.delivery, vhost, time.time())  # a lower limit applies at once (policies.py)
-        broker.delivery.dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
-        self.dedup.rewrite(broker.delivery.dedup.snapshot(time.time()))  # compacted, torn tail gone
+        dedup = broker.delivery.dedup
+        dedup.restore(self.dedup.load())  # publish dedup windows (server/broker/dedup.py)
+        dedup.keep_only(lambda kind, vhost, name: (v := broker.vhosts.get(vhost)) is not None
+                        and name in (v.exchanges if kind == "exchange" else v.queues))
+        self.dedup.rewrite(dedup.snapshot(time.time()))  # compacted, torn tail gone
         self.streams.recover(broker)
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:

@@ -63,3 +63,15 @@ def test_port_in_use_is_one_line_before_recovery(tmp_path):
             assert len(lines) == 1, result.stderr
             assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
             assert not (data_dir / "definitions.json").exists()  # recovery never ran
+
+
+def test_damaged_definitions_file_is_one_line_and_exit_1(tmp_path):
+    (tmp_path / "definitions.json").write_text("{not json")
+
+    started = _serve(tmp_path, "--amqp-port", "0", "--http-port", "0")
+
+    assert started.returncode == 1
+    lines = started.stderr.strip().splitlines()
+    assert len(lines) == 1, started.stderr
+    assert "definitions.json" in lines[0] and "not valid JSON" in lines[0]
+    assert (tmp_path / "definitions.json").read_text() == "{not json"  # left as it was, for the operator

@@ -14,12 +14,12 @@ N = 6000
 BODY = b"b" * 300
 
 
-def fill(ch, name: str) -> None:
-    """N messages in several segments, published without confirms; the stream's length (its
+def fill(ch, name: str, n: int = N) -> None:
+    """``n`` messages in several segments, published without confirms; the stream's length (its
     committed end) says when they are all in."""
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream",
                                                     "x-stream-max-segment-size-bytes": 200_000})
-    for i in range(N):
+    for i in range(n):
         ch.basic_publish("", name, BODY + b"%d" % i,
                          pika.BasicProperties(content_type="text/plain", headers={"i": i}, priority=i % 3))
 
@@ -53,27 +53,28 @@ def test_prefetch_window_larger_than_one_read_is_filled_without_acks(broker):
     conn.close()
 
 
-def test_publisher_on_another_queue_is_served_while_a_consumer_reads_from_first(broker):
-    """Ten consumers reading the stream from its start, acking as they go, and meanwhile a
-    publisher with confirms on a classic queue: every confirm comes, and the readers get the
-    whole stream in order."""
+def test_publisher_on_another_queue_is_served_while_consumers_read_from_first(broker):
+    """Four consumers reading the stream from its start (more than one turn's reads each), acking
+    as they go, and meanwhile a publisher with confirms on a classic queue: every confirm comes,
+    and the readers get the whole stream in order."""
     name = unique("s")
     other = unique("q")
+    n, readers_count = 3000, 4
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
-    fill(ch, name)
+    fill(ch, name, n)
     ch.queue_declare(other, durable=True)
-    assert wait_until(lambda: length(ch, name) == N, conn, 60)
+    assert wait_until(lambda: length(ch, name) == n, conn, 60)
     readers = conn.channel()
     readers.basic_qos(prefetch_count=1000)
-    seen = [[] for _ in range(10)]
+    seen: list[list[int]] = [[] for _ in range(readers_count)]
 
     def on_message(chan, method, props, body, k: int) -> None:
         seen[k].append(props.headers["x-stream-offset"])
         if len(seen[k]) % 100 == 0:
             chan.basic_ack(method.delivery_tag, multiple=True)
 
-    for k in range(10):
+    for k in range(readers_count):
         readers.basic_consume(name, lambda c, m, p, b, k=k: on_message(c, m, p, b, k),
                               arguments={"x-stream-offset": "first"})
     pub_conn = pika.BlockingConnection(pika.URLParameters(broker.url))
@@ -81,8 +82,8 @@ def test_publisher_on_another_queue_is_served_while_a_consumer_reads_from_first(
     pub.confirm_delivery()
     for i in range(50):
         pub.basic_publish("", other, b"%d" % i, pika.BasicProperties(delivery_mode=2))  # raises unless confirmed
-    assert wait_until(lambda: all(len(s) == N for s in seen), conn, 60), [len(s) for s in seen]
-    assert all(s == list(range(N)) for s in seen)
+    assert wait_until(lambda: all(len(s) == n for s in seen), conn, 60), [len(s) for s in seen]
+    assert all(s == list(range(n)) for s in seen)
     assert pub.queue_declare(other, durable=True, passive=True).method.message_count == 50
     pub_conn.close()
     conn.close()

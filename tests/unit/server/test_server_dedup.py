@@ -55,11 +55,14 @@ def test_snapshot_restore_round_trip_keeps_order_and_drops_expired():
     args = {"x-message-deduplication": True, "x-cache-size": 3}
     for key in ("a", "b", "c", "d"):
         assert d.screen("/", "ex", args, ["q"], {}, props(message_id=key), None, 10.0) == ["q"]
+        assert d.screen("/", "ex", args, ["q"], {}, props(message_id=key), None, 10.0) == ["q"]  # not committed
+        d.commit(10.0, True)
     added = d.take_added()
     assert [k for _, k, _ in added] == ["a", "b", "c", "d"] and d.take_added() == []
     again = Dedup()
     again.restore(added)  # the journal holds every key; the window keeps the newest three
     assert again.screen("/", "ex", args, ["q"], {}, props(message_id="a"), None, 11.0) == ["q"]
+    again.commit(11.0, True)
     assert again.screen("/", "ex", args, ["q"], {}, props(message_id="d"), None, 11.0) is None
     assert [k for w, k, _ in again.snapshot(11.0) if w == window_id("exchange", "/", "ex")] == ["c", "d", "a"]
 
@@ -108,3 +111,43 @@ def test_queue_window_drops_only_for_that_queue(broker):
     vhost.unbind("amq.fanout", "plain-q", QUEUE, "", None)
     result = publish(vhost, "amq.fanout", "", props(message_id="same"), b"x")
     assert result.routed and vhost.queues["dedup-q"].messages_ready == 1
+
+
+def test_a_refused_publish_leaves_no_key_so_its_retry_is_taken(broker):
+    vhost = broker.vhosts["/"]
+    vhost.declare_exchange("ex", "fanout", durable=True, arguments={"x-message-deduplication": True})
+    vhost.declare_queue("full", owner=None, now=1000.0, arguments={
+        "x-max-length": 1, "x-overflow": "reject-publish", "x-message-deduplication": True})
+    vhost.bind("ex", "full", QUEUE, "", None)
+    assert not publish(vhost, "ex", "", props(message_id="a"), b"a").rejected
+    refused = publish(vhost, "ex", "", props(message_id="b"), b"b")
+    assert refused.rejected and vhost.queues["full"].messages_ready == 1
+    assert [k for _, k, _ in broker.delivery.dedup.take_added()] == ["a", "a"]  # exchange's and queue's
+    vhost.queues["full"].purge()
+    assert not publish(vhost, "ex", "", props(message_id="b"), b"b").rejected  # the retry
+    assert vhost.queues["full"].messages_ready == 1
+    publish(vhost, "ex", "", props(message_id="b"), b"b")  # now a duplicate
+    assert vhost.queues["full"].messages_ready == 1
+
+
+def test_deleting_an_exchange_or_queue_drops_its_window_and_journals_that(broker):
+    vhost = broker.vhosts["/"]
+    dedup = broker.delivery.dedup
+    args = {"x-message-deduplication": True}
+    vhost.declare_exchange("ex", "fanout", durable=True, arguments=args)
+    vhost.declare_queue("q", owner=None, now=1000.0, durable=True, arguments=args)
+    vhost.bind("ex", "q", QUEUE, "", None)
+    publish(vhost, "ex", "", props(message_id="a"), b"a")
+    vhost.delete_exchange("ex")
+    vhost.delete_queue("q")
+    journal = dedup.take_added()
+    assert [(w.split("\x00")[0], k) for w, k, _ in journal] == [
+        ("exchange", "a"), ("queue", "a"), ("exchange", None), ("queue", None)]
+    vhost.declare_exchange("ex", "fanout", durable=True, arguments=args)
+    vhost.declare_queue("q", owner=None, now=1000.0, durable=True, arguments=args)
+    vhost.bind("ex", "q", QUEUE, "", None)
+    publish(vhost, "ex", "", props(message_id="a"), b"a")
+    assert vhost.queues["q"].messages_ready == 1
+    recovered = Dedup()
+    recovered.restore(journal)  # the drops void the keys before them
+    assert recovered.snapshot(1000.0) == []

@@ -1,0 +1,201 @@
+"""Replay's publishing side: a Spark sink (``format("headrace-replay")``) whose tasks each publish
+one partition of the log into a broker, and the progress files that let a re-run resume.
+
+Why a sink: its writer gets the partition as Arrow record batches (``DataSourceArrowWriter``), so
+no Row object is made per message and no pandas is needed; each batch is filtered by routing key
+and saved progress in bulk, encoded to AMQP frames in pieces (``replay_frames``) and written back
+to back with a window of confirms (``ConfirmPublisher.send_encoded``). Progress per routing key is
+the highest offset below which every publish is confirmed: one piece's worth at a time, saved once
+per batch of confirms that completes a piece (``part-<n>.json``, with the run's published count).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from .amqp_publisher import ConfirmPublisher
+from .replay_frames import FrameEncoder
+
+__all__ = ["PIECE_ROWS", "ReplaySink", "load_progress", "publish_partition", "run_total", "topic_matches"]
+
+
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """RabbitMQ's topic rules: ``*`` one word, ``#`` zero or more, empty key = zero words."""
+    p = pattern.split(".") if pattern else []
+    k = routing_key.split(".") if routing_key else []
+
+    def match(i: int, j: int) -> bool:
+        if i == len(p):
+            return j == len(k)
+        if p[i] == "#":
+            return any(match(i + 1, jj) for jj in range(j, len(k) + 1))
+        return j < len(k) and (p[i] == "*" or p[i] == k[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def load_progress(progress_dir: str) -> dict[str, int]:
+    """Confirmed offset per routing key, merged over every partition's file (the highest wins)."""
+    done: dict[str, int] = {}
+    for path in Path(progress_dir).glob("part-*.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for rk, offset in doc.get("offsets", {}).items():
+            if offset > done.get(rk, -1):
+                done[rk] = offset
+    return done
+
+
+def _save(progress_dir: str, partition: int, offsets: dict[str, int], run: str = "", published: int = 0) -> None:
+    path = Path(progress_dir) / f"part-{partition}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"offsets": offsets, "run": run, "published": published}))
+    os.replace(tmp, path)
+
+
+def run_total(progress_dir: str, run: str) -> int:
+    """How many messages the partitions of run ``run`` published (each says so in its file)."""
+    total = 0
+    for path in Path(progress_dir).glob("part-*.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if doc.get("run") == run:
+            total += int(doc.get("published", 0))
+    return total
+
+
+# rows per encoded batch (and per step of saved progress): small against the window, so a kill
+# re-sends little more than the window, and big enough that the per-batch calls vanish
+PIECE_ROWS = 256
+
+
+def _keep_mask(batch: pa.RecordBatch, done: dict[str, int], pattern: str | None,
+               matches: dict[str, bool]) -> pa.Array | None:
+    """Rows still to publish: their routing key matches ``pattern`` and their offset is past what
+    an earlier run confirmed for that key (None: all of them). One decision per distinct key."""
+    if not done and pattern is None:
+        return None
+    encoded = batch.column("routing_key").dictionary_encode()
+    keys = encoded.dictionary.to_pylist()
+    if pattern is not None:
+        for rk in keys:
+            if rk not in matches:
+                matches[rk] = topic_matches(pattern, rk)
+    # a key the pattern excludes gets a threshold no offset passes
+    floor = [done.get(rk, -1) if pattern is None or matches[rk] else 2 ** 62 for rk in keys]
+    return pc.greater(batch.column("offset"), pc.take(pa.array(floor, pa.int64()), encoded.indices))
+
+
+def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp_url: str, exchange: str,
+                      to_exchange: str, progress_dir: str, rate: float | None, pattern: str | None,
+                      window: int, dedup_header: str, run: str = "") -> int:
+    """Publishes one partition's rows (offset order; every routing key in one partition) with a
+    window of confirms, skipping what ``progress_dir`` says an earlier run confirmed; returns how
+    many it published, also written to its progress file under ``run``."""
+    done = load_progress(progress_dir)
+    saved: dict[str, int] = {}  # what this partition's file holds: every key it saw, at least as loaded
+    # (last tag of a piece, last offset per routing key in it), in publish order
+    pending: deque[tuple[int, dict[str, int]]] = deque()
+    matches: dict[str, bool] = {}
+    encoder = FrameEncoder(to_exchange, exchange, ("x-replayed-from", dedup_header))
+    pub: ConfirmPublisher | None = None
+    published = 0
+    start = time.monotonic()
+    piece_rows = 1 if rate else max(1, min(PIECE_ROWS, window // 4))
+
+    def confirmed(tag: int) -> None:
+        moved = False
+        while pending and pending[0][0] <= tag:
+            saved.update(pending.popleft()[1])
+            moved = True
+        if moved:
+            _save(progress_dir, partition, saved, run, published)
+
+    try:
+        for batch in batches:
+            mask = _keep_mask(batch, done, pattern, matches)
+            for rk in batch.column("routing_key").unique().to_pylist():
+                if rk not in saved and (pattern is None or matches[rk]):
+                    saved[rk] = done.get(rk, -1)
+            if mask is not None:
+                batch = batch.filter(mask)
+            if not batch.num_rows:
+                continue
+            if pub is None:
+                pub = ConfirmPublisher(amqp_url, window=window).connect()
+                pub.on_confirmed = confirmed
+                encoder.frame_max = pub.frame_max
+            offsets = batch.column("offset").to_pylist()
+            keys = batch.column("routing_key").to_pylist()
+            props = batch.column("properties").to_pylist()
+            bodies = batch.column("body").to_pylist()
+            for lo in range(0, len(offsets), piece_rows):
+                hi = lo + piece_rows
+                if rate:
+                    delay = start + published / rate - time.monotonic()
+                    if delay > 0:
+                        pub.wait_confirms()  # a paced replay keeps its progress current
+                        time.sleep(delay)
+                piece_offsets, piece_keys = offsets[lo:hi], keys[lo:hi]
+                frames = encoder.encode(piece_offsets, piece_keys, props[lo:hi], bodies[lo:hi])
+                tag = pub.send_encoded(frames, len(piece_offsets))
+                # offsets rise within a partition: the last one per key is its highest
+                pending.append((tag, dict(zip(piece_keys, piece_offsets))))
+                if pub.confirmed >= tag:  # its acks came in while it was being sent
+                    confirmed(pub.confirmed)
+                published += len(piece_offsets)
+        if pub is not None:
+            pub.wait_confirms()
+            confirmed(pub.confirmed)
+        if saved or published:  # a partition without rows leaves an earlier run's file alone
+            _save(progress_dir, partition, saved, run, published)
+    finally:
+        if pub is not None:
+            pub.close()
+    return published
+
+
+class ReplaySink(DataSource):
+    """``df.write.format("headrace-replay")``: options ``amqp_url``, ``exchange`` (the source, for
+    the keys), ``to_exchange``, ``progress_dir``, ``window``, ``dedup_header``, ``run``, and
+    optionally ``rate`` (per partition) and ``pattern``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace-replay"
+
+    def schema(self) -> str:
+        return "offset long, routing_key string, properties binary, body binary"
+
+    def writer(self, schema: Any, overwrite: bool) -> _PartitionPublisher:
+        return _PartitionPublisher(dict(self.options))
+
+
+class _PartitionPublisher(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        o = self.options
+        context = TaskContext.get()
+        publish_partition(iterator, partition=context.partitionId() if context else 0, amqp_url=o["amqp_url"],
+                          exchange=o["exchange"], to_exchange=o["to_exchange"], progress_dir=o["progress_dir"],
+                          rate=float(o["rate"]) if o.get("rate") else None, pattern=o.get("pattern") or None,
+                          window=int(o["window"]), dedup_header=o["dedup_header"], run=o.get("run", ""))
+        return WriterCommitMessage()
