@@ -6,12 +6,9 @@ and compaction (``store_compaction.py``, which moves entries). The bookkeeping h
 per-segment and per-queue live counts that compaction decides on.
 
 Layout (why: a persistent backlog of ten million messages must fit in a few hundred MB, so there is
-no Python object per message). Entries live in ``_Chunk``s: parallel typed arrays, one slot per
-message, sorted by message id, about 29 bytes a message in all:
+no Python object per message). Entries live in ``Chunk``s (``index_chunks.py``: parallel typed
+arrays, one slot per message, sorted by message id, about 29 bytes a message in all):
 
-- ``ids`` (u64), ``seg`` (u32, segment seq), ``off`` (u32, record offset in its segment),
-  ``size`` (u32, record bytes), ``q`` (u32, the queue's slot number, ``DEAD`` or ``MULTI``),
-  ``cnt`` (u32, delivery count).
 - A queue is a small slot number (``_slots`` / ``_keys``), so a key costs nothing per message.
 - A message held by two or more queues has ``q == MULTI`` and its queues and counts in ``_multi``
   (id -> {slot: count}); fanout of one persistent message to several durable queues is the rare
@@ -31,14 +28,13 @@ Delayed messages (x-delay) keep a dict entry each (``_delayed``): they are few a
 from __future__ import annotations
 
 import mmap
-from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import compress
 from pathlib import Path
 from typing import Any
 
 from .fsync import FsyncMode
+from .index_chunks import DEAD, MULTI, Chunk
 from .segments import SegmentWriter
 from .store_ops import Kind, QKey
 
@@ -67,44 +63,8 @@ REC_PURGE = int(Kind.PURGE)
 
 # Entries a chunk takes by appending before a new one starts; inserts may grow it to twice that.
 CHUNK = 4096
-DEAD = 0  # ``q`` of an entry no queue holds any more (slot 0 is never a queue)
-MULTI = 0xFFFFFFFF  # ``q`` of an entry held by several queues: see ``_multi``
 # A delayed message's index entry: [segment seq, record bytes].
 SEG, SIZE = 0, 1
-_FIELDS = (("ids", "Q"), ("seg", "I"), ("off", "I"), ("size", "I"), ("q", "I"), ("cnt", "I"))
-assert array("I").itemsize == 4 and array("Q").itemsize == 8
-
-
-class _Chunk:
-    """Entries of a run of message ids, sorted by id (see the module docstring)."""
-
-    __slots__ = ("cnt", "ids", "live", "off", "q", "seg", "size")
-
-    def __init__(self) -> None:
-        self.ids = array("Q")
-        self.seg = array("I")
-        self.off = array("I")
-        self.size = array("I")
-        self.q = array("I")
-        self.cnt = array("I")
-        self.live = 0  # entries whose q is not DEAD
-
-    def keep_live(self) -> None:
-        """Rewrite the arrays with the live entries only."""
-        dead = len(self.ids) - self.live
-        if not self.q[dead:].count(DEAD):
-            # the live entries are the tail (a queue drained in order): slices, no ints made
-            for name, _ in _FIELDS:
-                setattr(self, name, getattr(self, name)[dead:])
-            return
-        mask = self.q
-        for name, code in _FIELDS:
-            setattr(self, name, array(code, compress(getattr(self, name), mask)))
-
-    def take_tail(self, other: _Chunk) -> None:
-        for name, _ in _FIELDS:
-            getattr(self, name).extend(getattr(other, name))
-        self.live += other.live
 
 
 class StoreIndex:
@@ -116,7 +76,7 @@ class StoreIndex:
     _segments: dict[int, Segment]  # in log order (insertion order)
     _writer: SegmentWriter | None
     _current: Segment | None
-    _chunks: list[_Chunk]
+    _chunks: list[Chunk]
     _firsts: list[int]  # lowest id each chunk may hold
     _multi: dict[int, dict[int, int]]  # id -> {queue slot: delivery count}, 2+ queues
     _entries: int  # live messages in the chunks
@@ -183,7 +143,7 @@ class StoreIndex:
 
     # -- lookups --------------------------------------------------------------------------------
 
-    def _find(self, mid: int) -> tuple[_Chunk, int] | None:
+    def _find(self, mid: int) -> tuple[Chunk, int] | None:
         """The chunk and position of live message ``mid``, or None."""
         k = bisect_right(self._firsts, mid) - 1
         if k < 0:
@@ -197,7 +157,7 @@ class StoreIndex:
             return c, i
         return None
 
-    def _holds(self, mid: int, slot: int) -> tuple[_Chunk, int] | None:
+    def _holds(self, mid: int, slot: int) -> tuple[Chunk, int] | None:
         """Where ``mid`` is, if queue ``slot`` holds it."""
         loc = self._find(mid)
         if loc is None:
@@ -207,7 +167,7 @@ class StoreIndex:
             return loc
         return None
 
-    def _queues_of(self, mid: int, c: _Chunk, i: int) -> dict[int, int]:
+    def _queues_of(self, mid: int, c: Chunk, i: int) -> dict[int, int]:
         """{slot: delivery count} of a live entry."""
         q = c.q[i]
         return self._multi[mid] if q == MULTI else {q: c.cnt[i]}
@@ -231,7 +191,7 @@ class StoreIndex:
         c = chunks[-1] if chunks else None
         if c is None or mid > c.ids[-1]:
             if c is None or len(c.ids) >= CHUNK:
-                c = _Chunk()
+                c = Chunk()
                 chunks.append(c)
                 self._firsts.append(mid)
             c.ids.append(mid)
@@ -264,22 +224,13 @@ class StoreIndex:
             c.seg[i], c.off[i], c.size[i], c.q[i], c.cnt[i] = seq, off, size, q, cnt
             c.live += 1
             return
-        for (name, _), value in zip(_FIELDS, (mid, seq, off, size, q, cnt), strict=True):
-            getattr(c, name).insert(i, value)
-        c.live += 1
+        c.insert(i, mid, seq, off, size, q, cnt)
         if len(c.ids) > 2 * CHUNK:
-            half = len(c.ids) // 2
-            tail = _Chunk()
-            for name, _ in _FIELDS:
-                whole = getattr(c, name)
-                setattr(tail, name, whole[half:])
-                setattr(c, name, whole[:half])
-            tail.live = len(tail.q) - tail.q.count(DEAD)
-            c.live -= tail.live
+            tail = c.split()
             self._chunks.insert(k + 1, tail)
             firsts.insert(k + 1, tail.ids[0])
 
-    def _forget(self, mid: int, c: _Chunk, i: int) -> None:
+    def _forget(self, mid: int, c: Chunk, i: int) -> None:
         """Drop a live entry that a newer record of the same id replaces (slot kept, refilled)."""
         q = c.q[i]
         if q == MULTI:
@@ -291,7 +242,7 @@ class StoreIndex:
 
     # -- removing -------------------------------------------------------------------------------
 
-    def _uncount(self, c: _Chunk, i: int) -> None:
+    def _uncount(self, c: Chunk, i: int) -> None:
         size = c.size[i]
         seg = self._segments[c.seg[i]]
         seg.live_count -= 1
@@ -301,12 +252,12 @@ class StoreIndex:
         c.live -= 1
         self._entries -= 1
 
-    def _remove_queue(self, mid: int, c: _Chunk, i: int, slot: int) -> None:
+    def _remove_queue(self, mid: int, c: Chunk, i: int, slot: int) -> None:
         """Queue ``slot`` no longer holds ``mid``; the entry dies with its last queue."""
         self._unhold(mid, c, i, slot)
         self._release(slot)
 
-    def _unhold(self, mid: int, c: _Chunk, i: int, slot: int) -> None:
+    def _unhold(self, mid: int, c: Chunk, i: int, slot: int) -> None:
         """``_remove_queue`` without the slot count (``_kill_queue`` releases them at once)."""
         if c.q[i] == MULTI:
             queues = self._multi[mid]
@@ -318,7 +269,7 @@ class StoreIndex:
             self._uncount(c, i)
             self._tidy(c)
 
-    def _count_delivery(self, mid: int, c: _Chunk, i: int, slot: int) -> None:
+    def _count_delivery(self, mid: int, c: Chunk, i: int, slot: int) -> None:
         if c.q[i] == MULTI:
             self._multi[mid][slot] += 1
         else:
@@ -358,7 +309,7 @@ class StoreIndex:
         if removed:
             self._release(slot, removed)
 
-    def _tidy(self, c: _Chunk) -> None:
+    def _tidy(self, c: Chunk) -> None:
         """Drop a chunk with nothing live; rewrite one under a quarter live with its live entries
         and merge it with a neighbour that fits (see the module docstring)."""
         n = len(c.ids)

@@ -67,7 +67,9 @@ class App:
         )
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
-        self.broker.delivery.saturation.on_release = self.gate.notify  # saturated queues drained
+        saturation = self.broker.delivery.saturation
+        saturation.on_release = self.gate.notify  # saturated queues drained
+        saturation.high, saturation.low = settings.saturation_ready, settings.saturation_resume_ready
         self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
                                   settings.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
@@ -215,6 +217,8 @@ class App:
                 raise StartupError(f"cannot listen for {name.upper()} on {host}:{port}: "
                                    f"{exc.strerror or exc}") from None
             self.bound[name] = bound[name][0].socket.getsockname()[:2]
+            if name.startswith("amqp"):
+                _bound_buffers(bound[name], s.amqp_rcvbuf, s.amqp_mss)
         return bound
 
     def _start_listeners(self, bound: dict[str, list[trio.SocketListener]], listeners: trio.Nursery,
@@ -276,6 +280,23 @@ def _http_available() -> bool:
 
 def _tls(listeners: list[trio.SocketListener], ctx: ssl.SSLContext) -> list[trio.SSLListener[trio.SocketStream]]:
     return [trio.SSLListener(listener, ctx, https_compatible=False) for listener in listeners]
+
+
+def _bound_buffers(listeners: list[trio.SocketListener], rcvbuf: int, mss: int) -> None:
+    """Every accepted AMQP socket inherits the listener's receive buffer and segment bound, so the
+    window and MSS offered in the SYN-ACK are small from the start: what a publisher the broker
+    stopped reading has in flight (its send buffer, which Linux sizes from its congestion window
+    times the segment size, plus our receive buffer) stays at hundreds of KiB instead of MiBs
+    (ARCHITECTURE.md, "Backpressure"). Off by default: see the amqp_rcvbuf setting."""
+    for listener in listeners:
+        sock = listener.socket
+        try:
+            if rcvbuf:
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
+            if mss:
+                sock.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_MAXSEG, mss)
+        except OSError as exc:  # a platform without TCP_MAXSEG on listeners: autotuned buffers
+            log.warning("cannot bound the AMQP socket buffers (amqp_rcvbuf, amqp_mss): %s", exc)
 
 
 def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -35,6 +35,21 @@ class Settings(BaseSettings):
     http_enabled: bool = True
     # where the port actually bound is written (useful with port 0); empty = not written
     ports_file: Path | None = None
+
+    # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
+    # "Backpressure"), set on the AMQP listeners so they apply from the SYN-ACK on: the receive buffer
+    # of every accepted socket (bytes, the kernel doubles it) and the largest segment a client may
+    # send (bytes). 0 = the kernel's own sizing: autotuned buffers up to tcp_rmem's max and the
+    # route's MSS (64 KiB on loopback), which let a held publisher queue seconds of messages in TCP.
+    # The latency profile (amqp_rcvbuf 8192, amqp_mss 1448, saturation_ready 500,
+    # saturation_resume_ready 150) cut saturated latency 4-6x but cost ~14% of throughput and CPU
+    # per message on a loaded machine (benchmarks/RESULTS.md, "Saturated pubsub, second pass").
+    amqp_rcvbuf: int = Field(0, ge=0)
+    amqp_mss: int = Field(0, ge=0, le=32767)
+    # a queue with consumers holds its publishers at this many ready messages and releases them once
+    # it is down to saturation_resume_ready (broker/saturation.py)
+    saturation_ready: int = Field(1000, ge=1)
+    saturation_resume_ready: int = Field(250, ge=0)
 
     data_dir: Path = Path("headrace-data")
 
@@ -127,6 +142,20 @@ class Settings(BaseSettings):
     # shutdown
     shutdown_grace: float = Field(5.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("amqp_mss")
+    @classmethod
+    def _mss_in_range(cls, v: int) -> int:
+        if 0 < v < 88:
+            raise ValueError("amqp_mss must be 0 (the route's) or at least 88 (the kernel's minimum segment)")
+        return v
+
+    @model_validator(mode="after")
+    def _resume_below_bound(self) -> Settings:
+        if self.saturation_resume_ready >= self.saturation_ready:
+            raise ValueError(f"saturation_resume_ready ({self.saturation_resume_ready}) must be below "
+                             f"saturation_ready ({self.saturation_ready})")
+        return self
 
     @field_validator("default_vhost")
     @classmethod

@@ -4,14 +4,16 @@ Rule 1: one ``Saturation`` per broker, owned by the delivery owner (``Delivery.s
 delivery owner notes each queue a publish enqueued into (``touched``, one dict store per routed
 message); the session turns that into the signal once per batch (``check``) and keeps the
 saturated queues it published into; its ``read_paused`` holds while any of them stays saturated.
-Rule 2: a queue is saturated when it has consumers and at least ``SATURATED_READY`` messages ready:
-its consumers are being fed, yet the publishers are ahead of them, so every message more waits
-behind the others and only adds latency. A queue without consumers is a backlog, never saturated.
+Rule 2: a queue is saturated when it has consumers and at least ``high`` messages ready (the
+``saturation_ready`` setting): its consumers are being fed, yet the publishers are ahead of them,
+so every message more waits behind the others and only adds latency. A queue without consumers is
+a backlog, never saturated.
 Rule 3: release is the owner's: after a dispatch that follows acks or new credit (``drained``) once
-the queue is down to ``RESUME_READY``, and on the clock (``tick``) for a queue that lost its
-consumers, was deleted, or delivered nothing for ``STALLED_TICKS`` ticks (its consumers stalled: a
-backlog again, which must not hold publishers; it stays exempt until it drains). Each release calls
-``on_release`` (the shell's ``Gate.notify``) so paused readers look again.
+the queue is down to ``low`` (``saturation_resume_ready``), and on the clock (``tick``) for a queue
+that lost its consumers, was deleted, or delivered nothing for ``STALLED_TICKS`` ticks (its
+consumers stalled: a backlog again, which must not hold publishers; it stays exempt until it
+drains). Each release calls ``on_release`` (the shell's ``Gate.notify``) so paused readers look
+again.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from headrace.queues import Queue
 
 __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS", "Saturation"]
 
-# Ready messages behind which a consumer-backed queue holds its publishers. At the ~5-10k msg/s one
-# core delivers, 1000 messages are 100-200 ms of waiting; lower bounds starve the consumers between
-# a pause and the next read (a resumed publisher's socket holds ~1000 publishes).
+# Ready messages behind which a consumer-backed queue holds its publishers (the default of the
+# saturation_ready setting). At the ~5-10k msg/s one core delivers, 1000 messages are 100-200 ms of
+# waiting; lower bounds only help with small socket buffers (amqp_rcvbuf): with Linux's autotuned
+# ones a resumed publisher's read brings ~1000 publishes at once, past any lower bound.
 SATURATED_READY = 1000
-# Publishers read again once the queue is down to this: enough left that the consumers keep
-# working while the first batch after the pause arrives.
+# Publishers read again once the queue is down to this (saturation_resume_ready): enough left that
+# the consumers keep working while the first batch after the pause arrives.
 RESUME_READY = 250
 # Clock ticks (100 ms each) without a single delivery after which a saturated queue's consumers
 # count as stalled: a second, so a loaded machine that starves the consumers' processes for a
@@ -43,9 +46,11 @@ def _nothing() -> None:
 
 
 class Saturation:
-    __slots__ = ("touched", "saturated", "stalled", "on_release", "on_saturated")
+    __slots__ = ("touched", "saturated", "stalled", "on_release", "on_saturated", "high", "low")
 
-    def __init__(self) -> None:
+    def __init__(self, high: int = SATURATED_READY, low: int = RESUME_READY) -> None:
+        self.high = high  # ready messages at which a consumer-backed queue holds its publishers
+        self.low = low  # ... and at which it releases them
         self.touched: dict[Queue, None] = {}  # queues published into by the batch being applied
         self.saturated: dict[Queue, tuple[int, int]] = {}  # queue -> (delivered count, ticks without)
         self.stalled: set[Queue] = set()  # consumers delivered nothing for a tick: exempt till drained
@@ -56,8 +61,9 @@ class Saturation:
         """Once per publishing batch: the queues it published into that are now saturated."""
         found: list[Queue] = []
         saturated = self.saturated
+        high = self.high
         for queue in self.touched:
-            if (queue.consumer_count and queue.messages_ready >= SATURATED_READY and not queue.deleted
+            if (queue.consumer_count and queue.messages_ready >= high and not queue.deleted
                     and queue not in self.stalled):
                 if queue not in saturated:
                     if not saturated and not self.stalled:
@@ -69,7 +75,7 @@ class Saturation:
 
     def drained(self, queue: Queue) -> None:
         """After a dispatch that followed acks or new credit: release the queue once it drained."""
-        if queue.messages_ready <= RESUME_READY:
+        if queue.messages_ready <= self.low:
             self.stalled.discard(queue)
             if self.saturated.pop(queue, None) is not None:
                 self.on_release()
@@ -78,13 +84,13 @@ class Saturation:
         """The clock, every 100 ms: release the queues no longer fed, or not draining at all."""
         self.touched.clear()  # left by publishes outside a session batch (HTTP, delayed, expiry)
         if self.stalled:
-            self.stalled = {q for q in self.stalled if not q.deleted and q.messages_ready > RESUME_READY}
+            self.stalled = {q for q in self.stalled if not q.deleted and q.messages_ready > self.low}
         if not self.saturated:
             return
         released = False
         for queue, (seen, idle) in list(self.saturated.items()):
             delivered = queue.stats.delivered
-            if queue.deleted or not queue.consumer_count or queue.messages_ready <= RESUME_READY:
+            if queue.deleted or not queue.consumer_count or queue.messages_ready <= self.low:
                 del self.saturated[queue]
                 released = True
             elif delivered != seen:

@@ -1,6 +1,8 @@
 """Delivery's share of the loop: a publisher outrunning the consumers of a queue stops being read
 once that queue is saturated (server/broker/saturation.py); a queue without consumers, or whose
-consumers stopped taking, never holds its publishers.
+consumers stopped taking, never holds its publishers. What a held publisher has in flight in TCP is
+bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py) when the
+latency profile is set, as this module's broker has it.
 
 The publisher is a raw socket that writes a whole burst of pipelined publishes at once (from a
 thread: ``sendall`` blocks while the broker does not read), so the only thing that can keep the
@@ -11,20 +13,31 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pika
 from e2e_support import raw_open, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_content, encode_method_frame
-from headrace.server.broker.saturation import SATURATED_READY
+from headrace.server.broker.saturation import SATURATION_TICK, STALLED_TICKS
 
+# The latency profile (server/config.py): small socket buffers and segments, lower gate bounds.
+RCVBUF, MSS, SATURATED_READY = 8192, 1448, 500
+BROKER_ENV = {"HEADRACE_AMQP_RCVBUF": str(RCVBUF), "HEADRACE_AMQP_MSS": str(MSS),
+              "HEADRACE_SATURATION_READY": str(SATURATED_READY), "HEADRACE_SATURATION_RESUME_READY": "150"}
 BURST = 15_000
 FED_BURST = 7_000  # to a queue with a consumer: consumed whole by the test, so kept shorter
-BODY = b"s" * 200  # ~265 bytes a publish: a 256 KiB read applies ~1000 of them at once
+BODY = b"s" * 200  # ~265 bytes a publish
 # What the queue may reach while the publisher is held: the bound, plus the batch that crossed it
 # (one read), plus one more read per publisher that was already being applied. Without the gate the
 # whole burst lands in well under the time a one-by-one acking consumer needs to take it.
 HELD_DEPTH = SATURATED_READY + 3_000
+# The same with pika publishers on sockets of the small receive buffer (doubled by the kernel): the
+# bound, plus one read of each of the two publishers (a full receive buffer of ~265-byte publishes),
+# plus slack. With Linux's autotuned buffers one read of a held publisher brings up to 256 KiB,
+# ~1000 publishes.
+PIKA_HELD_DEPTH = SATURATED_READY + 2 * (2 * RCVBUF // 265) + 200
+STALL_SECONDS = STALLED_TICKS * SATURATION_TICK
 
 
 def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.Thread]:
@@ -35,6 +48,9 @@ def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.
     one = (encode_method_frame(1, m.BasicPublish(exchange="", routing_key=queue))
            + encode_content(1, 60, b"\x00\x00", BODY, 131072))
     data = one * count
+    # sendall's timeout bounds the whole burst, and a held publisher now waits for the consumers
+    # instead of having its burst swallowed by MiBs of socket buffers
+    sock.settimeout(120)
     thread = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
     thread.start()
     return sock, thread
@@ -42,6 +58,32 @@ def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.
 
 def _depth(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
     return ch.queue_declare(queue, passive=True).method.message_count
+
+
+class _Taken:
+    """What a one-by-one consumer took: how many, and the longest pause between two deliveries."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = 0.0
+        self.longest_gap = 0.0
+
+
+def _consume_one_by_one(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, prefetch: int) -> _Taken:
+    """A consumer on ``ch`` that acks each delivery on its own (slower than a pipelined publisher)."""
+    taken = _Taken()
+
+    def on_message(channel, method, props, body) -> None:
+        now = time.monotonic()
+        if taken.count:
+            taken.longest_gap = max(taken.longest_gap, now - taken.last)
+        taken.count += 1
+        taken.last = now
+        channel.basic_ack(method.delivery_tag)
+
+    ch.basic_qos(prefetch_count=prefetch)
+    ch.basic_consume(queue, on_message)
+    return taken
 
 
 def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) -> None:
@@ -60,15 +102,7 @@ def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) 
 def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
     queue = unique("sat-fed")
     ch.queue_declare(queue)
-    ch.basic_qos(prefetch_count=20)  # acked one by one from this process: slower than the burst
-    got = 0
-
-    def on_message(channel, method, props, body) -> None:
-        nonlocal got
-        got += 1
-        channel.basic_ack(method.delivery_tag)
-
-    ch.basic_consume(queue, on_message)
+    got = _consume_one_by_one(ch, queue, 20)
     watcher = conn.channel()
     sock, thread = _burst(broker.amqp_port, queue, FED_BURST)
     peak = 0
@@ -76,9 +110,9 @@ def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
         def all_consumed() -> bool:
             nonlocal peak
             peak = max(peak, _depth(watcher, queue))
-            return got == FED_BURST
+            return got.count == FED_BURST
 
-        assert wait_until(all_consumed, conn, timeout=90), (got, peak)
+        assert wait_until(all_consumed, conn, timeout=90), (got.count, peak)
         thread.join(10)
         assert not thread.is_alive()
         assert peak <= HELD_DEPTH, peak
@@ -99,4 +133,62 @@ def test_stalled_consumer_does_not_hold_the_publisher(broker, conn, ch) -> None:
         assert not thread.is_alive()
     finally:
         sock.close()
+        ch.queue_delete(queue)
+
+
+def test_clients_are_offered_small_segments(broker) -> None:
+    """The listener's segment bound reaches the client in the SYN-ACK: its segments, and so the send
+    buffer Linux sizes from them, stay small even on loopback (64 KiB segments otherwise)."""
+    sock = raw_open(broker.amqp_port)
+    try:
+        assert 0 < sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) <= MSS
+    finally:
+        sock.close()
+
+
+def _pika_publisher(url: str, queue: str, count: int, failures: list[BaseException]) -> None:
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        for _ in range(count):
+            ch.basic_publish("", queue, BODY)  # blocks while the broker does not read us
+        conn.close()
+    except BaseException as exc:  # reported by the test thread
+        failures.append(exc)
+
+
+def test_pika_publishers_held_by_a_saturated_queue_stay_bounded_and_resume(broker, conn, ch) -> None:
+    """Two pika publishers at full speed into a queue one pika consumer takes one ack at a time:
+    the queue reaches the bound, never goes far past it (each read of a held publisher is one small
+    receive window), and the publishers are read again until every message got through."""
+    queue = unique("sat-pika")
+    per = 4_000
+    ch.queue_declare(queue)
+    got = _consume_one_by_one(ch, queue, 10)
+    watcher = conn.channel()
+    failures: list[BaseException] = []
+    threads = [threading.Thread(target=_pika_publisher, args=(broker.url, queue, per, failures), daemon=True)
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    peak = 0
+    try:
+        def all_consumed() -> bool:
+            nonlocal peak
+            peak = max(peak, _depth(watcher, queue))
+            return got.count == 2 * per or bool(failures)
+
+        assert wait_until(all_consumed, conn, timeout=120), (got.count, peak)
+        assert not failures, failures
+        for thread in threads:
+            thread.join(10)
+            assert not thread.is_alive()
+        assert got.count == 2 * per
+        assert peak >= SATURATED_READY, peak  # the publishers were held
+        # Consumers that delivered nothing for a second count as stalled and exempt the queue
+        # (saturation.py), and then the publishers' socket buffers are read whole: on a machine
+        # loaded enough to starve this process that long, the depth bound does not apply.
+        if got.longest_gap < STALL_SECONDS - 0.2:
+            assert peak <= PIKA_HELD_DEPTH, (peak, got.longest_gap)
+    finally:
         ch.queue_delete(queue)

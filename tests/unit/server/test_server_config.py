@@ -29,3 +29,11 @@ def test_bad_values_are_refused(tmp_path):
         Settings(amqp_port=70000)
     with pytest.raises(FileNotFoundError):
         load_settings(tmp_path / "missing.toml")
+
+
+def test_saturation_and_socket_bounds_are_checked():
+    with pytest.raises(ValueError, match="saturation_resume_ready"):
+        Settings(saturation_ready=100, saturation_resume_ready=100)
+    with pytest.raises(ValueError, match="amqp_mss"):
+        Settings(amqp_mss=40)
+    assert Settings(amqp_mss=0, amqp_rcvbuf=0).amqp_mss == 0  # 0 = the kernel's own sizing

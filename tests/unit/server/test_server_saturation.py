@@ -80,3 +80,17 @@ def test_stalled_consumers_release_their_publishers_and_leave_the_queue_exempt()
     assert not publisher.read_paused
     publisher.handle(pconn.receive_data(publishes("fed", SATURATED_READY)), NOW + 1.1)
     assert not publisher.read_paused  # a backlog now, until it drains
+
+
+def test_configured_bounds_hold_and_release():
+    """``saturation_ready`` / ``saturation_resume_ready`` land in ``high`` / ``low``."""
+    b, publisher, pconn, consumer, cconn = setup()
+    b.delivery.saturation.high, b.delivery.saturation.low = 50, 20
+    publisher.handle(pconn.receive_data(publishes("fed", 59)), NOW)  # the consumer holds 10
+    assert b.vhosts["/"].queues["fed"].messages_ready == 49
+    assert not publisher.read_paused
+    publisher.handle(pconn.receive_data(publishes("fed", 1)), NOW)
+    assert publisher.read_paused
+    consumer.handle(cconn.receive_data(encode_method_frame(1, m.BasicQos(prefetch_count=40))), NOW)
+    assert b.vhosts["/"].queues["fed"].messages_ready == 20  # 30 more taken: down to the low bound
+    assert not publisher.read_paused
