@@ -31,7 +31,7 @@ def aliveness(ctx: Context, req: Request, vhost: VHost) -> Response:
     its own, declared and deleted within this one synchronous call, so it never takes a message
     somebody else published to ``aliveness-test``."""
     for kind in ("configure", "write", "read"):
-        check_permission(ctx, user_of(req), vhost.name, kind, ALIVENESS_QUEUE, status=401)
+        check_permission(ctx, user_of(req), vhost.name, kind, ALIVENESS_QUEUE)
     name = f"{ALIVENESS_QUEUE}.{secrets.token_hex(8)}"
     token = secrets.token_bytes(16)
     queue = vhost.declare_queue(name, owner=None, now=ctx.now, durable=False)

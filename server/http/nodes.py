@@ -23,7 +23,7 @@ class ClusterNameBody(BaseModel):
 
 def require_monitor(req: Request) -> None:
     if not user_of(req).can_monitor:
-        raise HTTPError(403, "not_authorised", "Not monitor user")
+        raise HTTPError(401, "not_authorised", "Not monitor user")
 
 
 def node_of(ctx: Context) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class TopicPermissionBody(BaseModel):
 def _policymaker(req: Request) -> None:
     """RabbitMQ: parameters need the policymaker (or administrator) tag."""
     if not {"administrator", "policymaker"} & set(user_of(req).tags):
-        raise HTTPError(403, "not_authorised", "Not policymaker user")
+        raise HTTPError(401, "not_authorised", "Not policymaker user")
 
 
 def _known_user(ctx: Context, name: str) -> None:

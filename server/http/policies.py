@@ -25,9 +25,9 @@ NOT_FOUND = HTTPError(404, "Object Not Found", "Not Found")  # RabbitMQ's body f
 def _allowed(req: Request, operator: bool) -> None:
     user = user_of(req)
     if operator and not user.is_administrator:
-        raise HTTPError(403, "not_authorised", "Not administrator user")
+        raise HTTPError(401, "not_authorised", "Not administrator user")
     if not user.is_administrator and "policymaker" not in user.tags:
-        raise HTTPError(403, "not_authorised", "Not policymaker user")
+        raise HTTPError(401, "not_authorised", "Not policymaker user")
 
 
 def _each(method: str, suffix: str) -> Callable[[Handler], Handler]:

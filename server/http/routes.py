@@ -18,13 +18,16 @@ preamble its route declares, applied once here in this order:
 
 1. the user: every route needs a user with a management tag (administrator, management,
    monitoring or policymaker; else 401 "Not management user", as RabbitMQ), and ``admin=True``
-   the administrator tag (403). ``auth=False`` routes (``/metrics``) take no user at all.
+   the administrator tag (401 "Not administrator user"). ``auth=False`` routes (``/metrics``) take no user at all.
 2. the vhost: the path parameter named by ``vhost`` (``"vhost"`` by default, when the path has it)
-   is looked up and replaced by the ``VHost``: 404 if unknown, 403 if the user has no permissions
+   is looked up and replaced by the ``VHost``: 404 if unknown, 401 if the user has no permissions
    there (administrators see every vhost). ``vhost=None`` leaves such a parameter a plain string.
-3. ``reader=True``: reading message contents needs the management or administrator tag (403).
+3. ``reader=True``: reading message contents needs the management or administrator tag (401).
 4. ``perms``: ``(kind, parameter)`` pairs, each the user's configure/write/read permission on the
-   object that parameter names (403 access_refused), in the order given.
+   object that parameter names (401 not_authorised), in the order given.
+
+Every refusal of access is 401 ``not_authorised``, as RabbitMQ 3.10's management plugin answers;
+the console tells a failed login (reason "Login failed") from a refused action by the reason.
 
 ``params`` adds fixed keyword arguments, so one handler can serve several paths.
 """
@@ -55,11 +58,12 @@ log = logging.getLogger("headrace.http")
 
 # AMQP reply code -> HTTP status. RabbitMQ's management plugin answers 404 for a missing object and
 # 400 bad_request for every other channel error it meets (precondition failed, resource locked, not
-# implemented: a stream's basic.get is 400 "540 basic.get not supported ..."); refused access is 403
-# here (RabbitMQ: 401), as for the permission checks of the route preamble. The label follows the
-# status, so a client branching on either reads the same thing.
-_STATUS = {404: 404, 403: 403}
-_LABELS = {404: "not_found", 403: "access_refused", 400: "bad_request"}
+# implemented: a stream's basic.get is 400 "540 basic.get not supported ..."); refused access
+# (AMQP 403 ACCESS_REFUSED) is 401 not_authorised, as RabbitMQ answers and as the permission checks of
+# the route preamble do. The label follows the status, so a client branching on either reads the
+# same thing.
+_STATUS = {404: 404, 403: 401}
+_LABELS = {404: "not_found", 401: "not_authorised", 400: "bad_request"}
 NESTED_TOO_DEEP = "invalid JSON body: nested too deeply"
 
 
@@ -188,7 +192,7 @@ def admit(ctx: Context, route: Route, req: Request, params: dict[str, Any]) -> N
     if not user.can_manage:  # RabbitMQ: 401, as for a failed login (the user may not use the API at all)
         raise HTTPError(401, "not_authorised", "Not management user")
     if route.admin and not user.is_administrator:
-        raise HTTPError(403, "not_authorised", "Not administrator user")
+        raise HTTPError(401, "not_authorised", "Not administrator user")
     vhost_name: str | None = None
     if route.vhost is not None and route.vhost in params:
         vhost_name = params[route.vhost]
@@ -196,20 +200,19 @@ def admit(ctx: Context, route: Route, req: Request, params: dict[str, Any]) -> N
         if vhost is None:
             raise HTTPError(404, "not_found", f"vhost '{vhost_name}' not found")
         if not user.is_administrator and ctx.broker.users.permission(user.name, vhost_name) is None:
-            raise HTTPError(403, "not_authorised", f"access to vhost '{vhost_name}' refused")
+            raise HTTPError(401, "not_authorised", f"access to vhost '{vhost_name}' refused")
         params[route.vhost] = vhost
     if route.reader and not {"administrator", "management"} & set(user.tags):
         # monitoring and policymaker only grant visibility of stats
-        raise HTTPError(403, "not_authorised", "reading messages needs the management or administrator tag")
+        raise HTTPError(401, "not_authorised", "reading messages needs the management or administrator tag")
     for kind, param in route.perms:
         assert vhost_name is not None, f"{route.pattern}: permissions need a vhost"
         check_permission(ctx, user, vhost_name, kind, params[param])
 
 
-def check_permission(ctx: Context, user: User, vhost: str, kind: str, name: str, status: int = 403) -> None:
+def check_permission(ctx: Context, user: User, vhost: str, kind: str, name: str) -> None:
     if not ctx.broker.users.allowed(user.name, vhost, kind, name):
-        error = "access_refused" if status == 403 else "not_authorised"
-        raise HTTPError(status, error, f"{kind} access to '{name}' in vhost '{vhost}' refused for user "
+        raise HTTPError(401, "not_authorised", f"{kind} access to '{name}' in vhost '{vhost}' refused for user "
                                        f"'{user.name}'")
 
 

@@ -228,7 +228,7 @@ def test_monitoring_user_sees_no_message_contents(browser, broker):
     assert not browser.find_elements(By.CSS_SELECTOR, "#get-form")
     assert "top secret" not in browser.page_source
     with httpx.Client(base_url=base, auth=(user, "pw"), timeout=5) as http:  # and not through the API
-        assert http.post(f"/api/queues/%2F/{q}/get", json={"count": 1, "ackmode": "ack_requeue_true"}).status_code == 403
+        assert http.post(f"/api/queues/%2F/{q}/get", json={"count": 1, "ackmode": "ack_requeue_true"}).status_code == 401
     go(browser, base, "admin")
     wait(browser, lambda d: "needs the administrator tag" in css(d, "main").text)
 

@@ -110,8 +110,8 @@ def test_unbind_needs_read_on_the_source(broker, http):
     key = next(b for b in http.get("/api/bindings/%2F").json() if b["destination"] == q)["properties_key"]
     with httpx.Client(base_url=broker.http_url, auth=(user, "pw"), timeout=10) as client:
         r = client.delete(f"/api/bindings/%2F/e/{x}/q/{q}/{key}")
-        assert r.status_code == 403 and f"read access to '{x}'" in r.json()["reason"]
-        assert client.post(f"/api/bindings/%2F/e/{x}/q/{q}", json={"routing_key": "k2"}).status_code == 403
+        assert r.status_code == 401 and f"read access to '{x}'" in r.json()["reason"]
+        assert client.post(f"/api/bindings/%2F/e/{x}/q/{q}", json={"routing_key": "k2"}).status_code == 401
     assert http.delete(f"/api/bindings/%2F/e/{x}/q/{q}/{key}").status_code == 204
     http.delete(f"/api/queues/%2F/{q}")
     http.delete(f"/api/exchanges/%2F/{x}")
@@ -189,8 +189,8 @@ def test_reading_messages_needs_management_or_administrator(broker, http):
         with httpx.Client(base_url=broker.http_url, auth=(watcher, "pw"), timeout=10) as client:
             assert client.get(f"/api/queues/%2F/{q}").status_code == 200  # stats stay visible
             r = client.post(f"/api/queues/%2F/{q}/get", json={"count": 1})
-            assert r.status_code == 403 and r.json()["error"] == "not_authorised", tags
-            assert client.get(f"/api/queues/%2F/{q}/consume").status_code == 403
+            assert r.status_code == 401 and r.json()["error"] == "not_authorised", tags
+            assert client.get(f"/api/queues/%2F/{q}/consume").status_code == 401
     reader = make_user(http, "management")
     with httpx.Client(base_url=broker.http_url, auth=(reader, "pw"), timeout=10) as client:
         got = client.post(f"/api/queues/%2F/{q}/get", json={"count": 1})
@@ -356,8 +356,8 @@ def test_listings_and_single_objects(broker, http):
     assert vhost["name"] == "/" and {"messages", "messages_ready", "messages_unacknowledged"} <= set(vhost)
     assert http.get("/api/vhosts/" + unique("novhost")).status_code == 404
     with httpx.Client(base_url=broker.http_url, auth=(name, "pw"), timeout=10) as user:
-        assert user.get(f"/api/users/{name}").status_code == 403  # administrators only, as in RabbitMQ
-        assert user.get(f"/api/permissions/%2F/{name}").status_code == 403
+        assert user.get(f"/api/users/{name}").status_code == 401  # administrators only, as in RabbitMQ
+        assert user.get(f"/api/permissions/%2F/{name}").status_code == 401
 
     ex = http.get(f"/api/exchanges/%2F/{x}").json()
     expected = {"name": x, "vhost": "/", "type": "topic", "durable": False, "auto_delete": False,

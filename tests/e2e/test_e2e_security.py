@@ -198,10 +198,10 @@ HTTP_DENIED: list[tuple[str, str, str, dict | None]] = [
 
 @pytest.mark.parametrize(("method", "path", "body"), [(m_, p, b) for _, m_, p, b in HTTP_DENIED],
                          ids=[name for name, _, _, _ in HTTP_DENIED])
-def test_http_operation_without_permission_is_403_json(broker, limited, method, path, body):
+def test_http_operation_without_permission_is_401_json(broker, limited, method, path, body):
     with httpx.Client(base_url=broker.http_url, auth=(limited["user"], "pw"), timeout=10) as http:
         r = http.request(method, path.format(**limited), json=body)
-    assert r.status_code == 403, r.text
+    assert r.status_code == 401, r.text
     doc = r.json()
     assert set(doc) >= {"error", "reason"} and "refused" in doc["reason"]
     with admin(broker) as http:  # nothing happened
@@ -414,7 +414,7 @@ def test_cli_user_passwd_list_and_vhost_add_delete_list(broker):
     missing = cli(broker, "vhost", "delete", vhost, json_out=False)
     assert missing.returncode == 1 and missing.stderr == f"Error: vhost '{vhost}' not found (HTTP 404)\n"
     denied = cli(broker, "user", "list", "--user", user, "--password", "new", json_out=False)
-    assert denied.returncode == 1 and denied.stderr == "Error: Not administrator user (HTTP 403)\n"
+    assert denied.returncode == 1 and denied.stderr == "Error: Not administrator user (HTTP 401)\n"
     assert cli(broker, "user", "delete", user).returncode == 0
 
 
@@ -432,7 +432,7 @@ def test_monitoring_user_sees_stats_but_not_messages(broker, limited):
             assert queues.status_code == 200 and limited["theirs_q"] in {q["name"] for q in queues.json()}
             r = mon.post(f"/api/queues/%2F/{limited['theirs_q']}/get",
                          json={"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})
-            assert r.status_code == 403 and set(r.json()) >= {"error", "reason"}
+            assert r.status_code == 401 and set(r.json()) >= {"error", "reason"}
     finally:
         with admin(broker) as http:
             http.delete(f"/api/users/{user}")
@@ -471,11 +471,11 @@ def test_http_publish_to_the_default_exchange_checks_write_on_amq_default(broker
             message = {"routing_key": q, "payload": "x"}
             with httpx.Client(base_url=broker.http_url, auth=(users["denied"], "pw"), timeout=10) as denied:
                 r = denied.post("/api/exchanges/%2F/amq.default/publish", json=message)
-                assert r.status_code == 403
-                assert r.json() == {"error": "access_refused", "reason": "write access to 'amq.default' in vhost "
+                assert r.status_code == 401
+                assert r.json() == {"error": "not_authorised", "reason": "write access to 'amq.default' in vhost "
                                                                           f"'/' refused for user '{users['denied']}'"}
                 r = denied.post("/api/exchanges/%2F/amq.default/publish-batch", content=json.dumps(message))
-                assert r.status_code == 403 and r.json()["error"] == "access_refused"
+                assert r.status_code == 401 and r.json()["error"] == "not_authorised"
             with httpx.Client(base_url=broker.http_url, auth=(users["allowed"], "pw"), timeout=10) as allowed:
                 assert allowed.post("/api/exchanges/%2F/amq.default/publish", json=message).json() == {"routed": True}
                 r = allowed.post("/api/exchanges/%2F/amq.default/publish-batch", content=json.dumps(message))

