@@ -213,7 +213,9 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(broke
     """No --rate: publishes stream with confirms in flight when the kill lands; the re-run sends
     those again and the target's dedup window drops the ones the broker already had."""
     proc = broker_factory()
-    n = 20_000
+    # long enough that the kill lands mid-replay even at full speed (~20k msg/s: 3 s), since the kill
+    # follows the first few hundred deliveries, which arrive within a second of the replay starting
+    n = 60_000
     write_log(proc.data_dir, n=n, keys=7)
     target = Target(proc.url, "deduped", "q-deduped", {"x-message-deduplication": True, "x-cache-size": 4 * 500 * 2})
     args = spark_cli("replay", "--data-dir", str(proc.data_dir), "--exchange", "orders", "--to-exchange", "deduped",
@@ -222,7 +224,7 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(broke
     first = subprocess.Popen(args, env=spark_env(), start_new_session=True, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 120
-        while len(target.got) < 1000:
+        while len(target.got) < 300:
             assert time.monotonic() < deadline and first.poll() is None, \
                 "replay did not get going: " + (tmp_path / "first.log").read_text()[-2000:]
             target.pump(0.01)
