@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from .replay_frames import split_properties
+
 __all__ = ["AMQPError", "ConfirmPublisher", "with_headers"]
 
 FRAME_END = b"\xce"
@@ -22,8 +24,6 @@ _FRAME = struct.Struct(">BHI")
 _METHOD = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQ")
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-# property flag bits of basic's content header
-_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS = 0x8000, 0x4000, 0x2000
 
 
 class AMQPError(Exception):
@@ -49,19 +49,8 @@ def with_headers(props_raw: bytes, extra: dict[str, str]) -> bytes:
     """``props_raw`` (an encoded basic content header's flags and properties) with ``extra`` string
     headers appended to its headers table (or a table added), the rest left byte for byte."""
     entries = _string_entries(extra)
-    if len(props_raw) < 2:
-        return struct.pack(">H", _HEADERS) + _longstr(entries)
-    flags = (props_raw[0] << 8) | props_raw[1]
-    pos = 2
-    for bit in (_CONTENT_TYPE, _CONTENT_ENCODING):
-        if flags & bit:
-            pos += 1 + props_raw[pos]
-    if flags & _HEADERS:
-        (size,) = struct.unpack_from(">I", props_raw, pos)
-        end = pos + 4 + size
-        return props_raw[:pos] + struct.pack(">I", size + len(entries)) + props_raw[pos + 4:end] + entries \
-            + props_raw[end:]
-    return struct.pack(">H", flags | _HEADERS) + props_raw[2:pos] + _longstr(entries) + props_raw[pos:]
+    before, table, after = split_properties(props_raw)
+    return before + struct.pack(">I", len(table) + len(entries)) + table + entries + after
 
 
 def _method(channel: int, class_id: int, method_id: int, args: bytes) -> bytes:

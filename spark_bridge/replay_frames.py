@@ -20,7 +20,7 @@ _U32 = struct.Struct(">I")
 _HEADER_PREFIX = struct.Struct(">BHIHHQ")  # frame type, channel, size; class, weight, body size
 _FRAME = struct.Struct(">BHI")
 FRAME_END = b"\xce"
-# property flag bits of basic's content header (amqp_publisher.with_headers reads them alike)
+# property flag bits of basic's content header (``split_properties`` serves amqp_publisher.with_headers too)
 _CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS = 0x8000, 0x4000, 0x2000
 
 
