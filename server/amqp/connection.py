@@ -330,7 +330,7 @@ class AMQPConnection(FrameWriter):
                 return
             raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
                                       f"UNEXPECTED_FRAME - content header on channel {channel} without a method")
-        size, props_raw = parse_header(payload)
+        size, props_raw, headers = parse_header(payload)
         if size > self.max_message_size:
             del self._content[channel]
             exc = ChannelException(ReplyCode.PRECONDITION_FAILED,
@@ -340,10 +340,11 @@ class AMQPConnection(FrameWriter):
             events.append(ChannelClosed(channel, exc.reply_code, exc.reply_text, False))
             return
         content.props_raw = props_raw
+        content.headers = headers
         content.size = size
         if size == 0:
             del self._content[channel]
-            events.append(ContentReceived(channel, content.method, content.props_raw, b"", 0))
+            events.append(ContentReceived(channel, content.method, content.props_raw, b"", 0, headers))
 
     def _body_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
         content = self._content.get(channel)
@@ -361,5 +362,6 @@ class AMQPConnection(FrameWriter):
             del self._content[channel]
             parts = content.parts
             body = parts[0] if len(parts) == 1 else b"".join(parts)
-            events.append(ContentReceived(channel, content.method, content.props_raw, body, content.size))
+            events.append(ContentReceived(channel, content.method, content.props_raw, body, content.size,
+                                          content.headers))
 

@@ -8,6 +8,7 @@ body frame; ``parse_header`` is the check every content header frame passes.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from . import methods as m
 from .errors import ConnectionException
@@ -24,18 +25,19 @@ _BASIC = m.BasicPublish.CLASS_ID
 class PendingContent:
     """A basic.publish waiting for its header and body frames."""
 
-    __slots__ = ("method", "props_raw", "size", "parts", "received")
+    __slots__ = ("method", "props_raw", "headers", "size", "parts", "received")
 
     def __init__(self, method: m.BasicPublish) -> None:
         self.method = method
         self.props_raw = b""
+        self.headers: dict[str, Any] | None = None  # the headers table, parsed once by parse_header
         self.size = -1  # unknown until the header frame
         self.parts: list[bytes] = []
         self.received = 0
 
 
-def parse_header(payload: bytes) -> tuple[int, bytes]:
-    """(body size, property bytes) of a content header frame's payload."""
+def parse_header(payload: bytes) -> tuple[int, bytes, dict[str, Any] | None]:
+    """(body size, property bytes, headers table or None) of a content header frame's payload."""
     if len(payload) < 14:
         raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - content header too short")
     class_id, _weight, size = _CONTENT_HEADER.unpack_from(payload, 0)
@@ -43,13 +45,13 @@ def parse_header(payload: bytes) -> tuple[int, bytes]:
         raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
     props_raw = payload[12:]
     if FIXED_SIZES.get(payload[12] << 8 | payload[13]) == len(props_raw):
-        return size, props_raw  # the common case, and nothing to walk
+        return size, props_raw, None  # the common case, and nothing to walk
     try:
-        check_properties(props_raw)
+        headers = check_properties(props_raw)
     except FrameSyntaxError as exc:
         # RabbitMQ fails to parse such a property list in the channel and closes the connection
         # with 541; consumers could not parse these bytes either, so they go no further.
         raise ConnectionException(ReplyCode.INTERNAL_ERROR,
                                   f"INTERNAL_ERROR - malformed content header properties: {exc}",
                                   _BASIC, m.BasicPublish.METHOD_ID) from None
-    return size, props_raw
+    return size, props_raw, headers

@@ -26,13 +26,15 @@ class MethodReceived:
 
 @dataclass(frozen=True, slots=True)
 class ContentReceived:
-    """A complete basic.publish: method, the publisher's property bytes, and the body."""
+    """A complete basic.publish: method, the publisher's property bytes, and the body; with the
+    headers table the frame check already parsed (None when the properties have none)."""
 
     channel: int
     method: Any
     props_raw: bytes
     body: bytes
     body_size: int
+    headers: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

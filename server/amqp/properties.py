@@ -97,11 +97,13 @@ def _flags(raw: bytes) -> tuple[int, int]:
     return flags, offset
 
 
-def check_properties(raw: bytes) -> None:
+def check_properties(raw: bytes) -> dict[str, Any] | None:
     """Raise ``FrameSyntaxError`` unless ``raw`` is exactly one property list: the flag word(s),
     a next word wherever the continuation bit says so, the values the flags announce and nothing
-    after them. Runs once per published message, so it only skips over values (the headers table
-    is parsed, since later readers of it must not fail)."""
+    after them. Runs once per published message, so it only skips over values. The headers table
+    is parsed, since later readers of it must not fail, and returned (None without one): routing
+    and deduplication use it instead of parsing it a second time."""
+    headers = None
     end = len(raw)
     if end < 2:
         raise FrameSyntaxError("no property flags")
@@ -110,7 +112,7 @@ def check_properties(raw: bytes) -> None:
     if size is not None:  # the common case: no property but delivery mode, priority or timestamp
         if end != size:
             raise FrameSyntaxError("content properties longer or shorter than their flags announce")
-        return
+        return None
     if flags & 1:
         flags, offset = _flags(raw)
     else:
@@ -124,13 +126,14 @@ def check_properties(raw: bytes) -> None:
                     elif skip == _SHORTSTR:
                         offset += 1 + raw[offset]
                     else:
-                        _, offset = decode_table(raw, offset)
+                        headers, offset = decode_table(raw, offset)
                     if not flags & rest:
                         break
         except IndexError:
             raise FrameSyntaxError("truncated content properties") from None
     if offset != end:
         raise FrameSyntaxError("content properties longer or shorter than their flags announce")
+    return headers
 
 
 def decode_properties(raw: bytes) -> BasicProperties:

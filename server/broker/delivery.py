@@ -47,9 +47,10 @@ class Delivery(Settlement):
     # ------------------------------------------------------------------ publish
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
                 now: float, *, check_internal: bool = True, cycle_guard: str | None = None,
-                delayed: bool = True) -> PublishResult:
+                delayed: bool = True, headers: dict[str, Any] | None = None) -> PublishResult:
         """Route, enqueue in every target queue, record the Publish once for all durable ones,
-        then settle what the bounds dropped and dispatch."""
+        then settle what the bounds dropped and dispatch. ``headers`` is the headers table when
+        the caller has already parsed it (the AMQP frame check has); otherwise it is parsed here."""
         if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
             # delivered to its consumer or dropped, and in both cases routed to no queue: as
             # RabbitMQ 3.10 does, a mandatory reply is returned (312 NO_ROUTE) even when delivered
@@ -62,7 +63,8 @@ class Delivery(Settlement):
             raise errors.access_refused(
                 f"cannot publish to internal exchange '{exchange_name}' in vhost '{vhost.name}'")
         delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
-        headers = decode_properties(props_raw).headers if has_headers else None
+        if headers is None and has_headers:
+            headers = decode_properties(props_raw).headers
         expiration_ms = None
         if expiration is not None:
             try:

@@ -189,7 +189,7 @@ class ChannelSession:
             self._tx_buffer(event)
             return
         result = self.delivery.publish(self.vhost, exchange, method.routing_key, props_raw, event.body,
-                                       self.session.now)
+                                       self.session.now, headers=event.headers)
         if result.ticket:
             self.last_ticket = result.ticket
         session = self.session

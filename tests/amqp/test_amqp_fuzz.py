@@ -100,7 +100,8 @@ class Watched:
                 check_close(event.reply_code, event.reply_text, 0, 0)
             elif isinstance(event, ContentReceived):
                 assert len(event.body) == event.body_size
-                check_properties(event.props_raw)
+                assert check_properties(event.props_raw) == event.headers
+                assert event.headers == decode_properties(event.props_raw).headers
         assert conn.state is {"open": conn.state, "closing": ConnectionState.CLOSING,
                               "closed": ConnectionState.CLOSED}[self.phase]
         if conn.state is ConnectionState.CLOSING:
@@ -251,9 +252,10 @@ def test_fuzz_a_table_parse_returns_a_table_or_raises_frame_syntax_error(raw, cu
 @given(properties)
 def test_fuzz_properties_that_pass_the_header_check_are_readable_by_everything_later(raw):
     try:
-        check_properties(raw)
+        headers = check_properties(raw)
     except FrameSyntaxError:
         return
     props = decode_properties(raw)
+    assert headers == props.headers  # what routing uses instead of decoding them again
     assert quick_props(raw)[:3] == (props.delivery_mode, props.priority, props.expiration)
     assert decode_properties(replace_headers(raw, {"x": 1})).headers == {"x": 1}
