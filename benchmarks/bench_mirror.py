@@ -1,7 +1,10 @@
 """Mirror log and Spark bridge figures: publish overhead of mirroring, Spark read time of a large
 log, replay rate.
 
-    .venv/bin/python benchmarks/bench_mirror.py [--messages 1000000] [--replay 20000]
+    .venv/bin/python benchmarks/bench_mirror.py [--messages 1000000] [--replay 20000] [--pairs 3] [--publish 50000]
+
+The overhead is given two ways per A B / B A pair: publish throughput (mirrored against plain)
+and the broker's CPU time per message (from /proc). ``--replay 0`` stops after the overhead.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import tempfile
@@ -24,16 +28,26 @@ from run import Headrace  # noqa: E402
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord  # noqa: E402
 
 
-def publish_rate(target: amqp_load.Target, exchange: str, queue: str, count: int, ch: Any) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the process has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def publish_rate(target: amqp_load.Target, exchange: str, queue: str, count: int, ch: Any,
+                 pid: int) -> tuple[float, float]:
     """Messages per second until the broker has routed all of them into ``queue`` (the producer's own
-    rate would mostly measure how fast pika fills the socket buffers)."""
+    rate would mostly measure how fast pika fills the socket buffers), and the broker's CPU
+    microseconds per message meanwhile (what mirroring costs it, whatever the machine's load)."""
     out: mp.Queue = mp.Queue()
+    cpu0 = cpu_seconds(pid)
     start = time.perf_counter()
     amqp_load.producer(target, exchange, ["k"], b"x" * 256, count, False, False, 0, out)
     out.get()
     while ch.queue_declare(queue, passive=True).method.message_count < count:
         time.sleep(0.005)
-    return count / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return count / wall, (cpu_seconds(pid) - cpu0) / count * 1e6
 
 
 def main() -> None:
@@ -54,21 +68,27 @@ def main() -> None:
                 ch.exchange_declare(name, "fanout", arguments=args_)
                 ch.queue_declare(f"{name}-q")
                 ch.queue_bind(f"{name}-q", name)
-            ratios = []
+            ratios, cpu_ratios = [], []
             for pair in range(args.pairs):
-                rates = {}
+                rates, cpus = {}, {}
                 for name in (("plain", "mirrored") if pair % 2 == 0 else ("mirrored", "plain")):  # A B, then B A
-                    rates[name] = publish_rate(target, name, f"{name}-q", args.publish, ch)
+                    rates[name], cpus[name] = publish_rate(target, name, f"{name}-q", args.publish, ch,
+                                                           server.proc.pid)
                 plain, mirrored = rates["plain"], rates["mirrored"]
                 ratios.append(mirrored / plain)
+                cpu_ratios.append(cpus["mirrored"] / cpus["plain"])
                 ch.queue_purge("plain-q")
                 ch.queue_purge("mirrored-q")
-                print(json.dumps({"plain_msg_s": round(plain), "mirrored_msg_s": round(mirrored)}), flush=True)
+                print(json.dumps({"plain_msg_s": round(plain), "mirrored_msg_s": round(mirrored),
+                                  "plain_cpu_us": round(cpus["plain"], 2),
+                                  "mirrored_cpu_us": round(cpus["mirrored"], 2)}), flush=True)
             overhead = (1 - statistics.median(ratios)) * 100
-            print(json.dumps({"metric": "mirror_publish_overhead_pct", "median": round(overhead, 1)}), flush=True)
+            cpu_overhead = (statistics.median(cpu_ratios) - 1) * 100
+            print(json.dumps({"metric": "mirror_publish_overhead_pct", "median": round(overhead, 1),
+                              "broker_cpu_overhead_pct": round(cpu_overhead, 1)}), flush=True)
+            if not args.replay:  # --replay 0: the publish overhead alone
+                return
             # replay rate: a log of --replay messages published back through AMQP
-            import os
-
             os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need headrace importable
             os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
             from pyspark.sql import SparkSession

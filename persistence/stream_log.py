@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, seek_position
-from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRecord, decode_entry, list_segments, mirror_dir
+from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 
 __all__ = [
@@ -51,7 +51,7 @@ class StreamAppend:
     """Append ``record`` to the stream ``queue``; the publisher's confirm waits for it."""
     vhost: str
     queue: str
-    record: MirrorRecord
+    record: MirrorRow
 
 
 @dataclass(frozen=True, slots=True)

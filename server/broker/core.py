@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from headrace.persistence.mirror_log import MirrorRecord
+from headrace.persistence.mirror_log import MirrorRow
 from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
 from headrace.queues import Queue
@@ -297,7 +297,7 @@ class Broker:
     def ticket_failed(self, ticket: int) -> bool:
         return any(lo < ticket <= hi for lo, hi in self.failed_ranges)
 
-    def take_mirror_records(self) -> list[tuple[str, str, MirrorRecord]]:
+    def take_mirror_records(self) -> list[tuple[str, str, MirrorRow]]:
         return self.mirrors.take()
 
     @property

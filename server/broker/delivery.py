@@ -32,7 +32,7 @@ from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, Queu
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
-from .outbox import mirror_record
+from .outbox import mirror_row
 from .reply_to import REPLY_PREFIX
 from .settlement import PublishResult, Settle, Settlement
 from .stream_queue import StreamQueue
@@ -116,7 +116,7 @@ class Delivery(Settlement):
                 continue
             if type(queue) is StreamQueue:  # appended once, with an offset, by the flusher
                 if record is None:
-                    record = mirror_record(message, exchange_name)
+                    record = mirror_row(message, exchange_name)
                 queue.enqueue(message, now)
                 ticket = store.add_ticketed(StreamAppend(vhost.name, qname, record))
                 continue

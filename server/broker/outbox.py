@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from headrace.persistence.mirror_log import MirrorRecord
+from headrace.persistence.mirror_records import MirrorRow, encode_meta
 from headrace.persistence.stream_log import StreamAppend, StreamOp
 from headrace.persistence.store_ops import Delay, Publish, PurgeQueue, StoreOp
 from headrace.queues import Message
 from headrace.server.amqp.properties import decode_properties
 
-__all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "MirrorOutbox", "StoreOutbox", "mirror_record"]
+__all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "MirrorOutbox", "StoreOutbox", "mirror_row"]
 
 # Mirror records waiting for the writer task. Beyond this, connections that publish stop being
 # read until the writer catches up: ~50k records of a few hundred bytes bound the backlog to tens
@@ -73,38 +73,37 @@ class MirrorOutbox:
     __slots__ = ("records", "on_pending")
 
     def __init__(self) -> None:
-        self.records: list[tuple[str, str, MirrorRecord]] = []  # (vhost, exchange, record)
+        self.records: list[tuple[str, str, MirrorRow]] = []  # (vhost, exchange, row)
         self.on_pending: Callable[[], None] = _noop
 
     def add(self, vhost: str, exchange: str, message: Message) -> None:
-        record = mirror_record(message)
         records = self.records
-        records.append((vhost, exchange, record))
+        records.append((vhost, exchange, mirror_row(message)))
         if len(records) == 1:
             self.on_pending()
 
-    def take(self) -> list[tuple[str, str, MirrorRecord]]:
+    def take(self) -> list[tuple[str, str, MirrorRow]]:
         records, self.records = self.records, []
         return records
 
 
-def mirror_record(message: Message, source: str | None = None) -> MirrorRecord:
+def mirror_row(message: Message, source: str | None = None) -> MirrorRow:
     """The log record of a message (mirror logs and stream queues): headers as text for Spark,
-    the raw properties and body untouched for AMQP consumers."""
+    the raw properties and body untouched for AMQP consumers. Runs on the event loop for every
+    mirrored or streamed publish, so a message without headers, content type or message id (the
+    flag bits 15 and 7) is one tuple and no decoding."""
     headers = message.headers
     raw = message.props_raw
-    # decode only when content-type (flag bit 15) or message-id (bit 7) is present
-    props = decode_properties(raw) if len(raw) >= 2 and (raw[0] & 0x80 or raw[1] & 0x80) else None
-    return MirrorRecord(
-        timestamp_ms=int(message.timestamp * 1000),
-        routing_key=message.routing_key,
-        props_raw=message.props_raw,
-        body=message.body,
-        headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
-        content_type=props.content_type if props else None,
-        message_id=props.message_id if props else None,
-        source=source,
-    )
+    ts = int(message.timestamp * 1000)
+    if len(raw) >= 2 and (raw[0] & 0x80 or raw[1] & 0x80):
+        props = decode_properties(raw)
+        content_type, message_id = props.content_type, props.message_id
+    elif not headers:
+        return (ts, message.routing_key, raw, message.body, encode_meta(None, None, None, source))
+    else:
+        content_type = message_id = None
+    text = {str(k): _text(v) for k, v in headers.items()} if headers else None
+    return (ts, message.routing_key, raw, message.body, encode_meta(text, content_type, message_id, source))
 
 
 def _text(value: object) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention
+from headrace.persistence.mirror_log import MirrorLog, MirrorRow, Retention
 from headrace.server.broker import Broker
 from headrace.server.config import Settings
 
@@ -41,7 +41,7 @@ class MirrorWriter:
         self.disk = disk
         self.settings = settings
         self.logs: dict[Key, MirrorLog] = {}
-        self._waiting: dict[Key, list[MirrorRecord]] = {}  # not written for want of room
+        self._waiting: dict[Key, list[MirrorRow]] = {}  # not written for want of room
         self._kick = trio.Event()
         self._last_retention = 0.0
 
@@ -107,7 +107,7 @@ class MirrorWriter:
             log.warning("mirror retention stopped: %s", exc)
 
     async def write(self, broker: Broker) -> None:
-        groups: dict[Key, list[MirrorRecord]] = defaultdict(list)
+        groups: dict[Key, list[MirrorRow]] = defaultdict(list)
         waiting, self._waiting = self._waiting, {}
         for key, recs in waiting.items():
             groups[key] += recs
@@ -121,7 +121,7 @@ class MirrorWriter:
             age, size = owner.mirror_retention.get(key[1], (None, None)) if owner else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
         fsync = self.settings.fsync != "off"
-        failed: dict[Key, tuple[list[MirrorRecord], OSError]] = {}
+        failed: dict[Key, tuple[list[MirrorRow], OSError]] = {}
 
         def write() -> None:
             for key, recs in groups.items():
@@ -129,7 +129,7 @@ class MirrorWriter:
                 try:
                     log_ = self._log(key, retention[key])
                     start = log_.next_offset
-                    log_.append_many(recs)
+                    log_.append_rows(recs)
                     log_.flush(fsync=fsync)
                 except OSError as exc:
                     self._reopen_after_failure(key)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention, list_segments
+from headrace.persistence.mirror_log import MirrorLog, MirrorRow, Retention, list_segments
 from headrace.persistence.store_ops import DropQueue
 from headrace.persistence.stream_log import (
     StreamAppend,
@@ -97,12 +97,12 @@ class StreamWriter:
                     queue.restore(log_.next_offset, segs[0].base_offset if segs else 0,
                                   read_offsets(stream_dir(self.data_dir, vname, qname)), log_._stamp or None)
 
-    def plan(self, broker: Broker, ops: Sequence[object]) -> tuple[dict[tuple[str, str], list[MirrorRecord]],
+    def plan(self, broker: Broker, ops: Sequence[object]) -> tuple[dict[tuple[str, str], list[MirrorRow]],
                                                                  dict[tuple[str, str], dict[str, int]],
                                                                  list[tuple[str, str]]]:
         """On the event loop: what the worker thread will write (records, offset snapshots, and
         the logs of deleted streams to remove)."""
-        appends: dict[tuple[str, str], list[MirrorRecord]] = {}
+        appends: dict[tuple[str, str], list[MirrorRow]] = {}
         tracks: dict[tuple[str, str], dict[str, int]] = {}
         drops: list[tuple[str, str]] = []
         for op in ops:
@@ -124,17 +124,17 @@ class StreamWriter:
         return appends, tracks, drops
 
     def write(self, settings: dict[tuple[str, str], Settings | None],
-              appends: dict[tuple[str, str], list[MirrorRecord]], tracks: dict[tuple[str, str], dict[str, int]],
+              appends: dict[tuple[str, str], list[MirrorRow]], tracks: dict[tuple[str, str], dict[str, int]],
               drops: list[tuple[str, str]]) -> list[Written]:
         """In the flusher's worker thread: append, sync, retention of the logs written, offsets."""
         written: list[Written] = []
         for key, records in appends.items():
             log_ = self._log(key, settings.get(key))
-            log_.append_many(records)
+            log_.append_rows(records)
             log_.flush(fsync=self.fsync)
-            log_.enforce_retention(records[-1].timestamp_ms)
+            log_.enforce_retention(log_.stamp_ms)
             segs = list_segments(log_.root, *key)
-            written.append(Written(key, log_.next_offset, records[-1].timestamp_ms,
+            written.append(Written(key, log_.next_offset, log_.stamp_ms,
                                    segs[0].base_offset if segs else log_.next_offset))
         for key, offsets in tracks.items():
             write_offsets(stream_dir(self.data_dir, *key), offsets)
