@@ -23,19 +23,21 @@ skipped, logged and counted (``damaged``, ``take_lost``), never fatal.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import shutil
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.queues.message import QueueEntry
 
 from .segments import segment_path
-from .spill_records import Parsed, ReadPlan, count_records, encode, parse
+from .spill_records import Parsed, ReadPlan, count_records, encode, encode_recovered, parse
 
 __all__ = [
     "DEFAULT_SPILL_SEGMENT_BYTES",
@@ -124,6 +126,38 @@ class SpillBacking:
             self._depth += 1
             if len(buf) >= WRITE_BUFFER_BYTES and self.write_error is None:
                 flushed += self._flush()
+        self._reported(flushed, failing)
+
+    def append_recovered(self, first_seq: int, rows: Iterable[RecoveredRow], props_info: PropsInfo,
+                         ttl: float | None) -> tuple[int, int]:
+        """Recovered persistent messages copied from the store's bytes (``encode_recovered``), a
+        write buffer's worth per call, so the per-entry work is the encoding alone."""
+        if self._closed:
+            raise SpillClosedError(str(self._dir))
+        flushed = 0
+        failing = self.write_error is not None
+        buf = self._buf
+        it = iter(rows)
+        seq = first_seq
+        depth, byte_depth = self._depth, self._byte_depth
+        while (first := next(it, None)) is not None:  # a file is rolled only for rows to put in it
+            if self._write_fd is None or (self._files[-1].size + len(buf) >= self._max
+                                          and self.write_error is None):
+                flushed += self._roll()
+            count, body_bytes = encode_recovered(itertools.chain((first,), it), seq, buf, props_info, ttl,
+                                                 WRITE_BUFFER_BYTES)
+            tail = self._files[-1]
+            tail.count += count
+            tail.body_bytes += body_bytes
+            self._byte_depth += body_bytes
+            self._depth += count
+            seq += count
+            if len(buf) >= WRITE_BUFFER_BYTES and self.write_error is None:
+                flushed += self._flush()
+        self._reported(flushed, failing)
+        return self._depth - depth, self._byte_depth - byte_depth
+
+    def _reported(self, flushed: int, failing: bool) -> None:
         report = self._report
         if report is not None:  # the disk alarm reacts at once
             if flushed:

@@ -10,14 +10,16 @@ import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.queues.message import Message, QueueEntry
 
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 
-__all__ = ["Parsed", "ReadPlan", "count_records", "encode", "parse", "read_range"]
+__all__ = ["Parsed", "ReadPlan", "count_records", "encode", "encode_recovered", "parse", "read_range"]
 
 log = logging.getLogger("headrace.persistence.spill")
 
@@ -59,6 +61,44 @@ def encode(entry: QueueEntry, out: bytearray) -> int:
     out += props
     out += body
     return len(body)
+
+
+def encode_recovered(rows: Iterator[RecoveredRow], seq: int, out: bytearray, props_info: PropsInfo,
+                     ttl: float | None, until: int) -> tuple[int, int]:
+    """Append the records ``encode`` would write for recovered persistent messages, numbered from
+    ``seq``, until ``out`` holds ``until`` bytes (at least one) or ``rows`` ends; returns (records,
+    body bytes). Each takes its exchange, routing key, props and body as the one span they
+    already are in the store; the properties are read only when their flags announce a priority
+    or an expiration (``props_info``), as recovery's message path does."""
+    count = body_bytes = 0
+    pack_entry, pack_frame, crc32 = _ENTRY.pack, HEADER.pack, zlib.crc32
+    for mid, deliveries, ts_ms, tail, n_ex, n_rk, n_props in rows:
+        priority, expiration = 0, None
+        if n_props >= 2:
+            at = n_ex + n_rk
+            if tail[at] & 0x09 or tail[at + 1] & 0x01:  # priority (bit 11), expiration (bit 8), more flags
+                found, expiration = props_info(tail[at:at + n_props])
+                priority = found or 0
+        timestamp = ts_ms / 1000
+        life = ttl
+        flags = _PERSISTENT | (_REDELIVERED if deliveries else 0)
+        if expiration is not None:
+            flags |= _HAS_EXPIRATION
+            life = expiration / 1000 if life is None else min(life, expiration / 1000)
+        expires_at = 0.0
+        if life is not None:
+            flags |= _HAS_EXPIRES_AT
+            expires_at = timestamp + life
+        meta = pack_entry(seq + count, mid, deliveries, flags, priority, expires_at, timestamp,
+                          expiration if expiration is not None else 0, n_ex, n_rk, n_props)
+        out += pack_frame(len(meta) + len(tail), crc32(tail, crc32(meta, _KIND_CRC)), _KIND_ENTRY)
+        out += meta
+        out += tail
+        count += 1
+        body_bytes += len(tail) - n_ex - n_rk - n_props
+        if len(out) >= until:
+            break
+    return count, body_bytes
 
 
 def _decode(buf: bytes, start: int, end: int) -> QueueEntry:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import mmap
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+
+from headrace.queues.backing import RecoveredRow
 
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "QKey",
     "Recovered",
     "RecoveredMessage",
+    "RecoveredQueue",
     "StoreOp",
     "Undelay",
     "decode_delay",
@@ -133,11 +136,19 @@ class RecoveredMessage:
     timestamp_ms: int
 
 
+class RecoveredQueue(Sequence[RecoveredMessage]):
+    """One queue's recovered messages, read from the segments as they are iterated; ``rows``
+    gives them from ``start`` on still in the store's bytes, for recovery to spill."""
+
+    def rows(self, start: int) -> Iterator[RecoveredRow]:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True, slots=True)
 class Recovered:
     # (vhost, queue) -> live messages in publish order, read from the segments as they are iterated
     # (valid until the store's next write)
-    queues: dict[tuple[str, str], Sequence[RecoveredMessage]]
+    queues: dict[tuple[str, str], RecoveredQueue]
     delayed: list[Delay]  # in id order
     next_message_id: int  # > every id seen in any record
     truncated_bytes: int  # bytes after the last good record of any segment (0 if clean)

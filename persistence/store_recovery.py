@@ -14,6 +14,8 @@ import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 
+from headrace.queues.backing import RecoveredRow
+
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, Record
 from .segments import SegmentWriter, list_segments
 from .store_index import (
@@ -36,6 +38,7 @@ from .store_ops import (
     QKey,
     Recovered,
     RecoveredMessage,
+    RecoveredQueue,
     PUB_HEAD,
     PUB_QUEUE,
     decode_delay,
@@ -200,7 +203,7 @@ class StoreRecovery(StoreIndex):
             log.warning("skipping record of unknown kind %d in segment %d", kind, seq)
         return 0
 
-    def _recovered_queues(self) -> dict[QKey, Sequence[RecoveredMessage]]:
+    def _recovered_queues(self) -> dict[QKey, RecoveredQueue]:
         """Each queue's live entries in id (publish) order, as positions in the chunks (chunk
         number << ``_POS_BITS`` | index): 8 bytes a message while they load, and no lookup."""
         per_slot: dict[int, array[int]] = {}
@@ -234,16 +237,40 @@ class StoreRecovery(StoreIndex):
         i = at & _POS_MASK
         mid, seq, offset = c.ids[i], c.seg[i], c.off[i]
         count = self._multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
-        view = self._maps.get(seq)
-        if view is None:
-            # one segment mapped at a time: a mapping's touched pages count in the broker's RSS
-            # (loads go in id order, so mostly segment by segment)
-            self._unmap()
-            with open(self._segments[seq].path, "rb") as f:
-                view = self._maps[seq] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = self._maps.get(seq) or self._map(seq)
         ts, exchange, routing_key, props, body = decode_publish_at(
             view, offset + HEADER_SIZE, offset + c.size[i])
         return RecoveredMessage(mid, exchange, routing_key, props, body, count > 0, count, ts)
+
+    def _rows(self, positions: array[int], slot: int) -> Iterator[RecoveredRow]:
+        """``_load`` for recovery's spill: each message as (id, delivery count, timestamp,
+        exchange + routing key + props + body as one copied span, three lengths), no decoding."""
+        chunks, multi, maps = self._chunks, self._multi, self._maps
+        unpack_head, head_size = PUB_HEAD.unpack_from, HEADER_SIZE + PUB_HEAD.size
+        unpack_queue, queue_size = PUB_QUEUE.unpack_from, PUB_QUEUE.size
+        for at in positions:
+            c = chunks[at >> _POS_BITS]
+            i = at & _POS_MASK
+            mid, seq, offset = c.ids[i], c.seg[i], c.off[i]
+            count = multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
+            view = maps.get(seq) or self._map(seq)
+            end = offset + c.size[i]
+            _, ts, nq, vlen, elen, rlen, plen = unpack_head(view, offset + HEADER_SIZE)
+            off = offset + head_size  # past the queue names and the vhost (decode_publish_at's walk)
+            for _ in range(nq):
+                off += queue_size + unpack_queue(view, off)[0]
+            e_at = off + vlen
+            if e_at + elen + rlen + plen > end:
+                raise ValueError("field runs past the end of the record")
+            yield mid, count, ts, view[e_at:end], elen, rlen, plen
+
+    def _map(self, seq: int) -> mmap.mmap:
+        # one segment mapped at a time: a mapping's touched pages count in the broker's RSS
+        # (loads go in id order, so mostly segment by segment)
+        self._unmap()
+        with open(self._segments[seq].path, "rb") as f:
+            view = self._maps[seq] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return view
 
     def _unmap(self) -> None:
         for view in self._maps.values():
@@ -251,7 +278,7 @@ class StoreRecovery(StoreIndex):
         self._maps.clear()
 
 
-class _Recovering(Sequence[RecoveredMessage]):
+class _Recovering(RecoveredQueue):
     """One queue's recovered messages, read from the segments as they are iterated: the shell adds
     them to the queue one by one, and those past the resident window go to spill, so a large
     backlog restarts in about the memory of the window plus the index."""
@@ -276,3 +303,6 @@ class _Recovering(Sequence[RecoveredMessage]):
         slot = self._slot
         for at in self._at:
             yield load(at, slot)
+
+    def rows(self, start: int) -> Iterator[RecoveredRow]:
+        return self._store._rows(self._at[start:], self._slot)

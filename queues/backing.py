@@ -6,12 +6,19 @@ pure queue code never imports file I/O. Shape follows nsq's BackendQueue.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .message import QueueEntry
 
-__all__ = ["Backing"]
+__all__ = ["Backing", "PropsInfo", "RecoveredRow"]
+
+# A persistent message recovered from the message store, still in the store's bytes: (message id,
+# delivery count, timestamp ms, exchange + routing key + props + body back to back, and the
+# lengths of the first three). Recovery spills these without building a message per row.
+RecoveredRow = tuple[int, int, int, bytes, int, int, int]
+# (priority, expiration ms) read from property bytes whose flags announce either.
+PropsInfo = Callable[[bytes], tuple[int | None, int | None]]
 
 
 @runtime_checkable
@@ -25,6 +32,11 @@ class Backing(Protocol):
 
     def append(self, entries: Sequence[QueueEntry]) -> None:
         """Add entries at the tail, in order."""
+
+    def append_recovered(self, first_seq: int, rows: Iterable[RecoveredRow], props_info: PropsInfo,
+                         ttl: float | None) -> tuple[int, int]:
+        """Add recovered persistent messages at the tail, in order, numbered from ``first_seq``,
+        with the queue's message TTL ``ttl`` (seconds); returns (entries, body bytes) added."""
 
     def read_batch(self, max_count: int, max_bytes: int) -> list[QueueEntry]:
         """Remove and return up to ``max_count`` entries (or ``max_bytes`` of bodies) from the head."""

@@ -17,11 +17,11 @@ Requeued entries always stay resident. Priority queues do not spill.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .args import Overflow, QueueArgs
-from .backing import Backing
+from .backing import Backing, PropsInfo, RecoveredRow
 from .consumer import Consumer
 from .message import Message, QueueEntry
 from .outcome import EnqueueOutcome, Left, QueueStats, left_entry
@@ -174,6 +174,20 @@ class Queue(QueueUpkeep):
         entry.delivery_count = delivery_count
         self._push(entry)
         return entry
+
+    def spills_next(self) -> bool:
+        """The next entry added would go to the spill (the resident window is full, or entries
+        are spilled already): recovery then spills the rest with ``add_recovered_spilled``."""
+        spill, ready = self._spill, self._ready
+        return spill.enabled and (spill.count > 0 or ready.count >= self.resident_max_messages
+                                  or ready.bytes >= self.resident_max_bytes)
+
+    def add_recovered_spilled(self, rows: Iterable[RecoveredRow], props_info: PropsInfo) -> int:
+        """Rebuild the spilled part from the store at start, in original order, without a message
+        object per entry (``Backing.append_recovered``); call only once ``spills_next``."""
+        count = self._spill.append_recovered(self._seq + 1, rows, props_info, self._ttl)
+        self._seq += count
+        return count
 
     # ------------------------------------------------------------------ taking entries
     def _pop_any(self) -> QueueEntry | None:

@@ -7,9 +7,9 @@ message costs two integers in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from .backing import Backing
+from .backing import Backing, PropsInfo, RecoveredRow
 from .message import QueueEntry
 
 __all__ = ["GET_READ_BATCH", "PURGE_READ_BATCH", "SpilledRange"]
@@ -52,6 +52,19 @@ class SpilledRange:
         self.count += 1
         self.bytes += len(entry.message.body)
         return True
+
+    def append_recovered(self, first_seq: int, rows: Iterable[RecoveredRow], props_info: PropsInfo,
+                         ttl: float | None) -> int:
+        """Spill recovered messages straight from the store's bytes (``Backing.append_recovered``);
+        returns how many. Only at start, before anything reads the queue."""
+        backing = self.backing
+        if backing is None:
+            assert self._factory is not None
+            backing = self.backing = self._factory()
+        count, body_bytes = backing.append_recovered(first_seq, rows, props_info, ttl)
+        self.count += count
+        self.bytes += body_bytes
+        return count
 
     def lost(self, count: int, body_bytes: int) -> None:
         """The backing skipped ``count`` entries it could not read back (damaged records)."""

@@ -23,12 +23,13 @@ object, split by code path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from headrace.persistence.store_ops import Delay, DropQueue, Publish, PurgeQueue, Undelay
 from headrace.persistence.stream_log import StreamAppend
 from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueArgs, QueueEntry
+from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
@@ -248,6 +249,11 @@ class Delivery(Settlement):
     def recover(self, queue: Queue, message: Message, *, redelivered: bool, delivery_count: int) -> None:
         """Rebuild a queue from the store at start, in original order."""
         queue.add_recovered(message, redelivered=redelivered, delivery_count=delivery_count)
+
+    def recover_spilled(self, queue: Queue, rows: Iterable[RecoveredRow], props_info: PropsInfo) -> int:
+        """The rest of a queue's recovered messages, past its resident window, straight to its
+        spill; returns how many."""
+        return queue.add_recovered_spilled(rows, props_info)
 
     # ------------------------------------------------------------------ time
     def arm_all(self, vhost: VHostView) -> None:

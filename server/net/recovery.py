@@ -1,6 +1,10 @@
 """Recovery at start: the message store's live records go back into their queues and delayed
 exchanges before any client connects.
 
+Past a queue's resident window the rest of its messages go to its spill file as the span of
+bytes they already are in the store (``Queue.add_recovered_spilled``): no message object per
+entry, which is most of a large backlog's restart time.
+
 Records nothing will ever ack (a queue or delayed exchange that did not survive: exclusive, deleted
 while down, ...) are killed in the log, or they would pin disk forever and come back the day a
 queue of that name is declared again. On a full disk that kill record waits in the store, which
@@ -21,6 +25,13 @@ __all__ = ["recover"]
 log = logging.getLogger("headrace.storage")
 
 
+def _props_info(props_raw: bytes) -> tuple[int | None, int | None]:
+    """(priority, expiration ms) of a recovered message's properties; an expiration that is not
+    a number of milliseconds counts as none."""
+    _, priority, expiration, _ = quick_props(props_raw)
+    return priority, int(expiration) if expiration and expiration.isdigit() else None
+
+
 def recover(store: MessageStore, broker: Broker) -> int:
     """Load ``store`` into ``broker``'s queues (definitions already loaded); returns messages."""
     recovered = store.recover()
@@ -37,14 +48,18 @@ def recover(store: MessageStore, broker: Broker) -> int:
                         len(messages), qname, vname)
             orphans.append(DropQueue(vname, qname))
             continue
+        loaded = 0
         for rm in messages:
-            _, priority, expiration, _ = quick_props(rm.props_raw)
+            if queue.spills_next():  # the rest goes to the spill as it lies in the store
+                count += broker.delivery.recover_spilled(queue, messages.rows(loaded), _props_info)
+                break
+            priority, expiration = _props_info(rm.props_raw)
             message = Message(rm.message_id, rm.exchange, rm.routing_key, rm.props_raw, rm.body, True,
-                              priority or 0, int(expiration) if expiration and expiration.isdigit() else None,
-                              None, rm.timestamp_ms / 1000)
+                              priority or 0, expiration, None, rm.timestamp_ms / 1000)
             broker.delivery.recover(queue, message, redelivered=rm.redelivered,
                                     delivery_count=rm.delivery_count)
-            count += 1
+            loaded += 1
+        count += loaded
     for delay in recovered.delayed:
         vhost = broker.vhosts.get(delay.vhost)
         exchange = vhost.exchanges.get(delay.exchange) if vhost is not None else None
