@@ -147,6 +147,7 @@ class App:
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
+                                        on_first_hold=_shrinker(sock, self.settings.amqp_held_rcvbuf),
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
@@ -297,6 +298,18 @@ def _bound_buffers(listeners: list[trio.SocketListener], rcvbuf: int, mss: int) 
                 sock.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_MAXSEG, mss)
         except OSError as exc:  # a platform without TCP_MAXSEG on listeners: autotuned buffers
             log.warning("cannot bound the AMQP socket buffers (amqp_rcvbuf, amqp_mss): %s", exc)
+
+
+def _shrinker(sock: trio.socket.SocketType, rcvbuf: int) -> Callable[[], None]:
+    """What a connection does the first time a saturated queue holds it: its receive buffer
+    drops to ``rcvbuf`` (the amqp_held_rcvbuf setting; nothing when 0)."""
+    def shrink() -> None:
+        if rcvbuf:
+            try:
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
+            except OSError as exc:  # the connection is going: nothing to bound
+                log.debug("cannot shrink a held connection's receive buffer: %s", exc)
+    return shrink
 
 
 def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:

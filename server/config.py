@@ -37,19 +37,23 @@ class Settings(BaseSettings):
     ports_file: Path | None = None
 
     # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
-    # "Backpressure"), set on the AMQP listeners so they apply from the SYN-ACK on: the receive buffer
-    # of every accepted socket (bytes, the kernel doubles it) and the largest segment a client may
-    # send (bytes). 0 = the kernel's own sizing: autotuned buffers up to tcp_rmem's max and the
-    # route's MSS (64 KiB on loopback), which let a held publisher queue seconds of messages in TCP.
-    # The latency profile (amqp_rcvbuf 8192, amqp_mss 1448, saturation_ready 500,
-    # saturation_resume_ready 150) cut saturated latency 4-6x but cost ~14% of throughput and CPU
-    # per message on a loaded machine (benchmarks/RESULTS.md, "Saturated pubsub, second pass").
+    # "Backpressure"). amqp_rcvbuf and amqp_mss are set on the AMQP listeners, so they apply from the
+    # SYN-ACK on: every accepted socket's receive buffer (bytes, the kernel doubles it; 0 = Linux's
+    # autotuning, up to tcp_rmem's max) and the largest segment either side sends (1448, Ethernet's:
+    # it changes nothing off loopback, where the route's is 64 KiB; 0 = the route's). amqp_held_rcvbuf
+    # is the receive buffer a connection gets the first time a saturated queue holds it, for the rest
+    # of its life (0 = never changed): a publisher that outruns a queue's consumers then keeps little
+    # in TCP, while every other connection keeps an autotuned window. It needs the small MSS: a window
+    # under the segment size stalls the connection (RESULTS.md, "Saturated pubsub, third pass").
+    # The latency profile (amqp_rcvbuf 8192 on every connection) holds less still but caps each
+    # publisher at 16 KiB per round trip over long links.
     amqp_rcvbuf: int = Field(0, ge=0)
-    amqp_mss: int = Field(0, ge=0, le=32767)
+    amqp_mss: int = Field(1448, ge=0, le=32767)
+    amqp_held_rcvbuf: int = Field(8192, ge=0)
     # a queue with consumers holds its publishers at this many ready messages and releases them once
     # it is down to saturation_resume_ready (broker/saturation.py)
-    saturation_ready: int = Field(1000, ge=1)
-    saturation_resume_ready: int = Field(250, ge=0)
+    saturation_ready: int = Field(500, ge=1)
+    saturation_resume_ready: int = Field(150, ge=0)
 
     data_dir: Path = Path("headrace-data")
 
@@ -149,6 +153,14 @@ class Settings(BaseSettings):
         if 0 < v < 88:
             raise ValueError("amqp_mss must be 0 (the route's) or at least 88 (the kernel's minimum segment)")
         return v
+
+    @model_validator(mode="after")
+    def _held_window_needs_small_segments(self) -> Settings:
+        if self.amqp_held_rcvbuf and not 0 < self.amqp_mss <= self.amqp_held_rcvbuf:
+            raise ValueError(f"amqp_held_rcvbuf ({self.amqp_held_rcvbuf}) needs amqp_mss between 88 and "
+                             f"{self.amqp_held_rcvbuf} (it is {self.amqp_mss}): a window smaller than a segment "
+                             "stalls the connection; set amqp_held_rcvbuf = 0 to keep the route's MSS")
+        return self
 
     @model_validator(mode="after")
     def _resume_below_bound(self) -> Settings:

@@ -84,8 +84,11 @@ class AMQPConnectionHandler:
                  after_batch: Callable[[], int] = _no_definitions,
                  on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
                  definitions_synced: Callable[[int], Awaitable[None]] = _synced,
-                 on_read: Callable[[int], None] = _ignore) -> None:
+                 on_read: Callable[[int], None] = _ignore,
+                 on_first_hold: Callable[[], None] = _nothing) -> None:
         self.stream = stream
+        # the first time a saturated queue holds this publisher (app.py shrinks its receive window)
+        self.on_first_hold: Callable[[], None] | None = on_first_hold
         # after each batch: its durable definition changes are handed to the flusher, and the
         # replies wait (``_definitions_ticket``) until ``definitions_synced`` says they are on disk
         self.after_batch = after_batch
@@ -230,6 +233,9 @@ class AMQPConnectionHandler:
             self._batch_done()
 
     async def _wait_unpaused(self) -> None:
+        if self.on_first_hold is not None and self.session.saturating:
+            self.on_first_hold()
+            self.on_first_hold = None
         while self.session.read_paused and self.session.reading:
             await self.gate.wait_changed()
 

@@ -100,11 +100,12 @@ def make_broker() -> Broker:
     return broker
 
 
-async def start(nursery: trio.Nursery, broker: Broker | None = None, **settings: Any) -> Running:
+async def start(nursery: trio.Nursery, broker: Broker | None = None, *,
+                on_first_hold: Any = lambda: None, **settings: Any) -> Running:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     gate = Gate()
     handler = AMQPConnectionHandler(server_stream, broker or make_broker(), Settings(**settings), gate,
-                                    ("127.0.0.1", 40000), "test")
+                                    ("127.0.0.1", 40000), "test", on_first_hold=on_first_hold)
     running = Running(handler, Client(client_stream), gate)
     nursery.start_soon(running.run)
     nursery.start_soon(running.client.read)
@@ -253,6 +254,35 @@ async def test_an_alarm_holds_a_publishers_reads_until_the_gate_says_it_cleared(
         conn.gate.notify()
         await trio.testing.wait_all_tasks_blocked()
         assert queue.messages_ready == 4 and not conn.session.read_paused
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_first_saturation_hold_calls_on_first_hold_once_and_an_alarm_hold_does_not(autojump_clock):
+    """What app.py uses to shrink a publisher's receive window (the amqp_held_rcvbuf setting): it
+    runs when a saturated queue first holds the connection, never for an alarm, and only once."""
+    broker = make_broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)
+    holds: list[float] = []
+    async with trio.open_nursery() as nursery:
+        conn = await start(nursery, broker, on_first_hold=lambda: holds.append(trio.current_time()))
+        await conn.client.send(opening() + publish("q"))
+        await trio.testing.wait_all_tasks_blocked()
+        broker.set_alarm("memory", True)
+        await conn.client.send(publish("q"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert conn.session.read_paused and holds == []  # held by the alarm: the window stays
+        broker.set_alarm("memory", False)
+        conn.gate.notify()
+        await trio.testing.wait_all_tasks_blocked()
+        # a consumer that takes one message and never acks, then more publishes than the bound
+        await conn.client.send(encode_method_frame(1, m.BasicQos(0, 1, False))
+                               + encode_method_frame(1, m.BasicConsume(queue="q"))
+                               + publish("q") * (broker.delivery.saturation.high + 100))
+        await trio.testing.wait_all_tasks_blocked()
+        assert conn.session.read_paused and len(holds) == 1
+        conn.gate.notify()  # looks again, still saturated: held on, nothing more
+        await trio.sleep(1)
+        assert conn.session.read_paused and len(holds) == 1
         nursery.cancel_scope.cancel()
 
 
