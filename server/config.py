@@ -39,21 +39,25 @@ class Settings(BaseSettings):
     # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
     # "Backpressure"). amqp_rcvbuf and amqp_mss are set on the AMQP listeners, so they apply from the
     # SYN-ACK on: every accepted socket's receive buffer (bytes, the kernel doubles it; 0 = Linux's
-    # autotuning, up to tcp_rmem's max) and the largest segment either side sends (1448, Ethernet's:
-    # it changes nothing off loopback, where the route's is 64 KiB; 0 = the route's). amqp_held_rcvbuf
-    # is the receive buffer a connection gets the first time a saturated queue holds it, for the rest
-    # of its life (0 = never changed): a publisher that outruns a queue's consumers then keeps little
-    # in TCP, while every other connection keeps an autotuned window. It needs the small MSS: a window
-    # under the segment size stalls the connection (RESULTS.md, "Saturated pubsub, third pass").
-    # The latency profile (amqp_rcvbuf 8192 on every connection) holds less still but caps each
-    # publisher at 16 KiB per round trip over long links.
+    # autotuning, up to tcp_rmem's max) and the largest segment either side sends (0 = the route's:
+    # 64 KiB on loopback; 1448 is Ethernet's). amqp_held_rcvbuf is the receive buffer a connection
+    # gets the first time a saturated queue holds it, for the rest of its life (0 = never changed),
+    # while every other connection keeps its window; it needs a small MSS, since a window under the
+    # segment size stalls the connection.
+    # Two profiles, both opt-in (benchmarks/RESULTS.md, "Saturated pubsub, third pass"):
+    # - held: amqp_mss 1448, amqp_held_rcvbuf 8192, saturation_ready 500, saturation_resume_ready 150:
+    #   saturated p50/p99 0.74/1.12 s -> 0.26/0.45 s, no publisher capped over long links;
+    # - latency: amqp_rcvbuf 8192, amqp_mss 1448, 500/150: 0.13/0.17 s, every publisher capped at
+    #   16 KiB per round trip.
+    # Both cost ~30% of small-message throughput on loopback when the broker is the bottleneck
+    # (the 1448-byte segments make for more, smaller reads), hence not the defaults.
     amqp_rcvbuf: int = Field(0, ge=0)
-    amqp_mss: int = Field(1448, ge=0, le=32767)
-    amqp_held_rcvbuf: int = Field(8192, ge=0)
+    amqp_mss: int = Field(0, ge=0, le=32767)
+    amqp_held_rcvbuf: int = Field(0, ge=0)
     # a queue with consumers holds its publishers at this many ready messages and releases them once
     # it is down to saturation_resume_ready (broker/saturation.py)
-    saturation_ready: int = Field(500, ge=1)
-    saturation_resume_ready: int = Field(150, ge=0)
+    saturation_ready: int = Field(1000, ge=1)
+    saturation_resume_ready: int = Field(250, ge=0)
 
     data_dir: Path = Path("headrace-data")
 
@@ -159,7 +163,7 @@ class Settings(BaseSettings):
         if self.amqp_held_rcvbuf and not 0 < self.amqp_mss <= self.amqp_held_rcvbuf:
             raise ValueError(f"amqp_held_rcvbuf ({self.amqp_held_rcvbuf}) needs amqp_mss between 88 and "
                              f"{self.amqp_held_rcvbuf} (it is {self.amqp_mss}): a window smaller than a segment "
-                             "stalls the connection; set amqp_held_rcvbuf = 0 to keep the route's MSS")
+                             "stalls the connection; set amqp_mss too (1448, Ethernet's)")
         return self
 
     @model_validator(mode="after")

@@ -36,12 +36,13 @@ def test_saturation_and_socket_bounds_are_checked():
         Settings(saturation_ready=100, saturation_resume_ready=100)
     with pytest.raises(ValueError, match="amqp_mss"):
         Settings(amqp_mss=40)
-    assert Settings(amqp_mss=0, amqp_held_rcvbuf=0).amqp_mss == 0  # 0 = the kernel's own sizing
+    assert Settings(amqp_mss=0, amqp_rcvbuf=0).amqp_mss == 0  # 0 = the kernel's own sizing
     # a held connection's small window needs segments that fit in it (or it stalls)
     with pytest.raises(ValueError, match="amqp_held_rcvbuf .8192. needs amqp_mss between 88 and 8192"):
-        Settings(amqp_mss=0)
+        Settings(amqp_held_rcvbuf=8192)
     with pytest.raises(ValueError, match="amqp_held_rcvbuf"):
         Settings(amqp_held_rcvbuf=1024, amqp_mss=1448)
+    assert Settings(amqp_held_rcvbuf=8192, amqp_mss=1448).amqp_held_rcvbuf == 8192
     defaults = Settings()
-    assert (defaults.amqp_rcvbuf, defaults.amqp_mss, defaults.amqp_held_rcvbuf) == (0, 1448, 8192)
-    assert (defaults.saturation_ready, defaults.saturation_resume_ready) == (500, 150)
+    assert (defaults.amqp_rcvbuf, defaults.amqp_mss, defaults.amqp_held_rcvbuf) == (0, 0, 0)
+    assert (defaults.saturation_ready, defaults.saturation_resume_ready) == (1000, 250)
