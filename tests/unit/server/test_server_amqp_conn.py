@@ -433,7 +433,7 @@ async def test_a_paused_publisher_closed_by_the_management_api_goes_after_close_
     assert conn.done_at == t + CLOSE_TIMEOUT and conn.session.state is Lifecycle.CLOSED
 
 
-def test_the_held_window_is_set_on_the_real_socket_and_only_when_configured():
+async def test_the_held_window_is_set_on_the_real_socket_and_only_when_configured():
     """app.py's ``on_first_hold``: ``amqp_held_rcvbuf`` becomes the socket's receive buffer (Linux
     doubles what it is given); with the setting at 0 the socket keeps its autotuned buffer."""
     import socket
