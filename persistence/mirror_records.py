@@ -6,16 +6,13 @@ the readers (``mirror_reader.py``, the Spark bridge) and stream queues' logs (``
 
 from __future__ import annotations
 
-
+import functools
 import json
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
-
-from .records import HEADER as _FRAME_HEADER
 
 __all__ = [
     "ENTRY_HEAD", "INDEX_ENTRY", "INDEX_SUFFIX", "KIND_ENTRY", "SEGMENT_SUFFIX", "MirrorEntry", "MirrorRecord",
@@ -121,9 +118,11 @@ def list_segments(root: Path, vhost: str, exchange: str) -> list[SegmentInfo]:
     return segs
 
 
-# The meta of a record with no headers, content type nor message id, per source exchange: every
-# stream append has one (its source), and building the same JSON per message cost 2 us.
-_SOURCE_ONLY: dict[str, bytes] = {}
+@functools.lru_cache(maxsize=4096)
+def _source_only(source: str) -> bytes:
+    """The meta of a record with no headers, content type nor message id, per source exchange:
+    every stream append has one (its source), and building the same JSON per message cost 2 us."""
+    return json.dumps({"h": None, "ct": None, "id": None, "x": source}, separators=(",", ":")).encode()
 
 
 def encode_meta(headers: dict[str, str] | None, content_type: str | None, message_id: str | None,
@@ -131,15 +130,7 @@ def encode_meta(headers: dict[str, str] | None, content_type: str | None, messag
     """The record's JSON meta (Spark's headers, content_type, message_id and source columns);
     empty when there is none of them."""
     if not (headers or content_type or message_id):
-        if source is None:
-            return b""
-        meta = _SOURCE_ONLY.get(source)
-        if meta is None:
-            if len(_SOURCE_ONLY) >= 4096:
-                _SOURCE_ONLY.clear()
-            meta = _SOURCE_ONLY[source] = json.dumps(
-                {"h": None, "ct": None, "id": None, "x": source}, separators=(",", ":")).encode()
-        return meta
+        return b"" if source is None else _source_only(source)
     fields: dict[str, Any] = {"h": headers, "ct": content_type, "id": message_id}
     if source is not None:
         fields["x"] = source

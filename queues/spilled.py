@@ -40,11 +40,7 @@ class SpilledRange:
         """Spill ``entry``; False when the disk has no room even for a first spill file (nothing
         is spilled yet, so the queue keeps it in memory without breaking FIFO order)."""
         try:
-            backing = self.backing
-            if backing is None:
-                assert self._factory is not None
-                backing = self.backing = self._factory()
-            backing.append((entry,))
+            self._open().append((entry,))
         except OSError:
             if self.count:
                 raise
@@ -57,14 +53,18 @@ class SpilledRange:
                          ttl: float | None) -> int:
         """Spill recovered messages straight from the store's bytes (``Backing.append_recovered``);
         returns how many. Only at start, before anything reads the queue."""
+        count, body_bytes = self._open().append_recovered(first_seq, rows, props_info, ttl)
+        self.count += count
+        self.bytes += body_bytes
+        return count
+
+    def _open(self) -> Backing:
+        """The backing, created on first use (may raise OSError: no room for a spill file)."""
         backing = self.backing
         if backing is None:
             assert self._factory is not None
             backing = self.backing = self._factory()
-        count, body_bytes = backing.append_recovered(first_seq, rows, props_info, ttl)
-        self.count += count
-        self.bytes += body_bytes
-        return count
+        return backing
 
     def lost(self, count: int, body_bytes: int) -> None:
         """The backing skipped ``count`` entries it could not read back (damaged records)."""

@@ -48,17 +48,17 @@ def recover(store: MessageStore, broker: Broker) -> int:
                         len(messages), qname, vname)
             orphans.append(DropQueue(vname, qname))
             continue
-        loaded = 0
-        for rm in messages:
-            if queue.spills_next():  # the rest goes to the spill as it lies in the store
-                count += broker.delivery.recover_spilled(queue, messages.rows(loaded), _props_info)
-                break
+        total, loaded = len(messages), 0
+        while loaded < total and not queue.spills_next():  # the resident window, as messages
+            rm = messages[loaded]
             priority, expiration = _props_info(rm.props_raw)
             message = Message(rm.message_id, rm.exchange, rm.routing_key, rm.props_raw, rm.body, True,
                               priority or 0, expiration, None, rm.timestamp_ms / 1000)
             broker.delivery.recover(queue, message, redelivered=rm.redelivered,
                                     delivery_count=rm.delivery_count)
             loaded += 1
+        if loaded < total:  # the rest goes to the spill as it lies in the store
+            loaded += broker.delivery.recover_spilled(queue, messages.rows(loaded), _props_info)
         count += loaded
     for delay in recovered.delayed:
         vhost = broker.vhosts.get(delay.vhost)
