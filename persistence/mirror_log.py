@@ -10,6 +10,11 @@ the index only lets them seek. Retention drops whole old segments (never the act
 Rule: one ``MirrorLog`` per exchange, used by one writer task; readers only read files and
 tolerate a torn tail (a record being written).
 
+The files are unbuffered: a batch is built in memory and written with one ``write`` loop, so no
+bytes wait in a Python buffer. A buffered file whose write failed on a full disk kept the bytes
+it could not write, and its finalizer appended them later, after the records written since the
+reopen: a torn record in the middle of the log that hid every record after it from the readers.
+
 This module holds the writer and retention (``MirrorLog``); the record codec and segment layout are
 in ``mirror_records.py`` and the readers in ``mirror_reader.py``, re-exported here.
 """
@@ -22,7 +27,7 @@ import os
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from .records import HEADER as _FRAME
 from .records import iter_records
@@ -122,8 +127,8 @@ class MirrorLog:
                 os.fsync(f.fileno())
             self._truncate_index(last.path.with_suffix(INDEX_SUFFIX), valid_end)
         self.next_offset = next_offset
-        self._file = open(last.path, "ab")  # noqa: SIM115 - owned until close()
-        self._index = open(last.path.with_suffix(INDEX_SUFFIX), "ab")  # noqa: SIM115
+        self._file = _append_only(last.path)
+        self._index = _append_only(last.path.with_suffix(INDEX_SUFFIX))
         self._size = valid_end
         self._base = last.base_offset
         return next_offset
@@ -141,14 +146,10 @@ class MirrorLog:
         path.write_bytes(bytes(keep))
 
     def _open(self, base: int) -> None:
-        if self._file is not None:
-            self.flush(fsync=True)
-            self._file.close()
-            assert self._index is not None
-            self._index.close()
+        self.close()  # the segment before, if any: synced and closed
         path = self.directory / f"{base:020d}{SEGMENT_SUFFIX}"
-        self._file = open(path, "ab")  # noqa: SIM115
-        self._index = open(path.with_suffix(INDEX_SUFFIX), "ab")  # noqa: SIM115
+        self._file = _append_only(path)
+        self._index = _append_only(path.with_suffix(INDEX_SUFFIX))
         self._size = path.stat().st_size
         self._since_index = self.index_interval_bytes  # index the first record
         self._base = base
@@ -211,18 +212,14 @@ class MirrorLog:
                stamp: int) -> None:
         assert self._file is not None and self._index is not None
         if chunks:
-            self._file.write(b"".join(chunks))
+            _write_all(self._file, b"".join(chunks))
         if index:
-            self._index.write(b"".join(index))
+            _write_all(self._index, b"".join(index))
         self._size, self._since_index, self.next_offset, self._stamp = size, since, offset, stamp
 
     def flush(self, fsync: bool = True) -> None:
-        if self._file is None:
-            return
-        self._file.flush()
-        assert self._index is not None
-        self._index.flush()
-        if fsync:
+        """Every write is already in the OS (the files are unbuffered); ``fsync`` makes it durable."""
+        if self._file is not None and fsync:
             os.fsync(self._file.fileno())
 
     def enforce_retention(self, now_ms: int) -> int:
@@ -249,9 +246,26 @@ class MirrorLog:
         return dropped
 
     def close(self) -> None:
+        """Sync and close; the files are closed even when the sync fails (which is raised)."""
         if self._file is not None:
-            self.flush(fsync=True)
-            self._file.close()
-            assert self._index is not None
-            self._index.close()
+            file, index = self._file, self._index
             self._file = self._index = None
+            try:
+                os.fsync(file.fileno())
+            finally:
+                file.close()
+                assert index is not None
+                index.close()
+
+
+def _append_only(path: Path) -> BinaryIO:
+    """An unbuffered append-mode file (module docstring: nothing may wait in a Python buffer)."""
+    return cast(BinaryIO, open(path, "ab", buffering=0))  # noqa: SIM115 - owned until close()
+
+
+def _write_all(file: BinaryIO, data: bytes) -> None:
+    """``data`` to an unbuffered file, through short writes; an OSError (a full disk) leaves a
+    torn tail in the file, which the next ``recover`` cuts back to the last whole record."""
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view):]

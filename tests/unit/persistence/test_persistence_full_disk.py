@@ -90,3 +90,41 @@ def test_spill_drained_from_memory_is_no_longer_failing(small_tmpfs):
     assert spill.retry() and not spill.failing()  # nothing waits: the failure is over
     filler.unlink()
     spill.close()
+
+
+def test_a_mirror_write_that_failed_on_a_full_disk_never_resurfaces_after_the_reopen(small_tmpfs):
+    """The mirror writer's way with a failed write: close the log, reopen it (which cuts the torn
+    tail) and write on. No byte of the failed write may reach the file later (a buffered file's
+    finalizer used to append them after the new records, hiding those from every reader)."""
+    import gc
+
+    from headrace.persistence.mirror_log import MirrorLog, read_entries
+
+    fs = small_tmpfs("2m")
+    first = MirrorLog(fs.path, "/", "x")
+    first.recover()
+    first.append_rows([(1_000 + i, "k", b"", b"%d:" % i + b"." * 997, b"") for i in range(50)])
+    first.flush()
+    filler = fs.fill(leave=0)
+    with pytest.raises(OSError):  # a small batch (one that a buffered file would hold) with no room
+        for n in range(50, 400, 4):  # past what the file's last page still holds
+            first.append_rows([(2_000 + i, "k", b"", b"%d:" % i + b"." * 997, b"") for i in range(n, n + 4)])
+            first.flush()
+    try:
+        first.close()
+    except OSError:
+        pass  # the writer ignores it too: the reopen cuts what did not make it
+    filler.unlink()
+    again = MirrorLog(fs.path, "/", "x")
+    resume = again.recover()
+    again.append_rows([(3_000 + i, "k", b"", b"%d:" % i + b"." * 997, b"")
+                       for i in range(resume, resume + 100)])
+    again.flush()
+    del first
+    gc.collect()  # a finalizer of the failed log runs here, if it has anything to write
+    again.close()
+    (segment,) = sorted((fs.path / "mirror").rglob("*.log"))
+    entries = list(read_entries(segment))
+    assert sum(len(r.payload) + 9 for r in iter_records(segment.read_bytes())) == segment.stat().st_size
+    assert [e.offset for e in entries] == list(range(resume + 100))
+    assert [int(e.body.split(b":")[0]) for e in entries] == list(range(resume + 100))
