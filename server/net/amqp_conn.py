@@ -29,6 +29,7 @@ from headrace.server.config import Settings
 from headrace.server.session import Lifecycle, Session
 
 from .gate import Gate
+from .socket_io import SocketIO, stream_io
 
 __all__ = ["READ_SIZE", "AMQPConnectionHandler", "server_properties"]
 
@@ -87,6 +88,8 @@ class AMQPConnectionHandler:
                  on_read: Callable[[int], None] = _ignore,
                  on_first_hold: Callable[[], None] = _nothing) -> None:
         self.stream = stream
+        # reads and writes: a plain TCP socket's fast path, or the stream itself (TLS)
+        self.io: SocketIO | trio.abc.Stream = stream_io(stream) or stream
         # the first time a saturated queue holds this publisher (app.py shrinks its receive window)
         self.on_first_hold: Callable[[], None] | None = on_first_hold
         # after each batch: its durable definition changes are handed to the flusher, and the
@@ -150,7 +153,7 @@ class AMQPConnectionHandler:
                     await self.stream.aclose()
 
     async def _receive(self) -> bytes:
-        data = bytes(await self.stream.receive_some(READ_SIZE))  # bytes already (sockets, TLS): no copy
+        data = bytes(await self.io.receive_some(READ_SIZE))  # bytes already (sockets, TLS): no copy
         if not data:
             self._stop_reading = True
         io = self.session.io
@@ -242,7 +245,7 @@ class AMQPConnectionHandler:
     async def _writer(self) -> None:
         conn = self.conn
         session = self.session
-        send_all = self.stream.send_all
+        send_all = self.io.send_all
         try:
             while True:
                 await self._wake_event.wait()
