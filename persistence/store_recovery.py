@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from headrace.queues.backing import RecoveredRow
 
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, Record
-from .segments import SegmentWriter, list_segments
+from .segments import SegmentWriter, list_segments, zero_tail
 from .store_index import (
     DEAD,
     MULTI,
@@ -94,7 +94,9 @@ class StoreRecovery(StoreIndex):
             end, top = self._replay_segment(data, seq, delayed)
             max_id = max(max_id, top)
             is_last = index == len(segs) - 1
-            if end < len(data):
+            if end < len(data) and zero_tail(data, end):
+                seg.size = end  # the zeros a syncing writer keeps ahead (segments.py): not damage
+            elif end < len(data):
                 damaged += len(data) - end
                 log.warning(
                     "%s: %d bytes after offset %d are torn or corrupt; %s",

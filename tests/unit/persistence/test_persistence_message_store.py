@@ -27,7 +27,7 @@ from headrace.persistence import (
     Undelay,
 )
 from headrace.persistence.records import iter_records
-from headrace.persistence.segments import list_segments
+from headrace.persistence.segments import list_segments, zero_tail
 
 VH = "/"
 
@@ -382,7 +382,8 @@ def test_torn_or_corrupt_last_segment_keeps_everything_before_the_damage(
         store = MessageStore(store_dir, fsync=FsyncMode.OFF, segment_max_bytes=700)
         rec = store.recover()
         valid_end = max((r.end for r in iter_records(raw) if r.end <= at), default=0)
-        assert rec.truncated_bytes == len(damaged) - valid_end
+        # a tail of zeros alone is a syncing writer's space ahead (segments.py): cut, not damage
+        assert rec.truncated_bytes == (0 if zero_tail(damaged, valid_end) else len(damaged) - valid_end)
         assert last.stat().st_size == valid_end  # the tail is cut off
         assert summary(rec) == expected.summary()
         store.write([pub(1000, "after")])  # and the log goes on after the cut
@@ -397,14 +398,14 @@ def test_damage_in_an_older_segment_ignores_only_the_rest_of_that_segment(store_
     _, second = segs[1]
     raw = second.read_bytes()
     records = list(iter_records(raw))
-    second.write_bytes(raw[: records[1].end + 3])  # two good records, then a torn one
+    second.write_bytes(raw[: records[1].end + 5])  # two good records, then a torn one (past its zero bytes)
     lost = {r for r in range(len(records)) if r >= 2}
     first_count = len(list(iter_records(segs[0][1].read_bytes())))
     rec = reopen(store_dir, segment_max_bytes=300)
     ids = [m for m, _ in summary(rec)[(VH, "q")]]
     dropped = {first_count + 1 + r for r in lost}
     assert ids == [i for i in range(1, 40) if i not in dropped]
-    assert rec.truncated_bytes == 3
+    assert rec.truncated_bytes == 5
 
 
 # -- the model, with compaction and restarts in between ----------------------------------------
@@ -528,3 +529,28 @@ def test_a_fully_live_store_is_not_rewritten(store_dir: Path) -> None:
     assert store.maybe_compact() == 0
     assert [(p.name, p.stat().st_size) for _, p in list_segments(store_dir)] == before
     store.close()
+
+
+def test_a_store_killed_after_a_sync_recovers_its_zeros_ahead_as_no_damage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A syncing store keeps zeros past its last record (segments.py); after kill -9 they are still
+    there: recovery keeps every record, reports no damage, warns of none, and writes on after them."""
+    live = tmp_path / "live"
+    store = MessageStore(live)  # fsync on: each group commit keeps the zeros ahead
+    store.recover()
+    store.write_and_sync([pub(i, "q") for i in range(1, 21)])
+    store.write_and_sync([Ack(3, VH, "q")])
+    _, segment = list_segments(live)[-1]
+    assert zero_tail(segment.read_bytes(), 0) is False and segment.read_bytes().endswith(bytes(1024))
+    killed = tmp_path / "killed"
+    shutil.copytree(live, killed)  # the files as a kill -9 leaves them: nothing closed
+    store.close()
+    with caplog.at_level("WARNING", logger="headrace"):
+        again = MessageStore(killed)
+        rec = again.recover()
+    assert rec.truncated_bytes == 0 and not [r for r in caplog.records if "torn" in r.getMessage()]
+    assert [m for m, _ in summary(rec)[(VH, "q")]] == [i for i in range(1, 21) if i != 3]
+    again.write_and_sync([pub(21, "q")])  # on after the last record, not after the zeros
+    again.close()
+    assert [m for m, _ in summary(reopen(killed))[(VH, "q")]] == [i for i in range(1, 22) if i != 3]
