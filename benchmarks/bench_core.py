@@ -5,18 +5,29 @@ shell would feed them, and the deliveries are drained from the consumer's buffer
 the synchronous core (protocol, session, delivery owner, queues), so it is steady on a busy machine
 where the socket benchmarks in ``run.py`` are not.
 
-    .venv/bin/python benchmarks/bench_core.py [--messages 200000] [--queues 1] [--rounds 5]
+    .venv/bin/python benchmarks/bench_core.py [--messages 200000] [--queues 1] [--rounds 5] [--mirror]
 
 ``--queues 10`` with a fanout exchange is the fanout shape; 1 is pubsub. Prints the best round's
 process CPU time per published message (microseconds) and messages per CPU second.
+
+``--mirror`` measures what mirroring costs: the publishes go through a fanout exchange, plain and
+mirrored rounds alternate, and in a mirrored round the mirror writer's work (take the outbox,
+group by exchange, ``MirrorLog.append_rows`` into a real log, an fsync per ``--sync-every``
+batches) runs after each batch, in this process. Prints both figures and their ratio: the CPU share
+of mirroring, which the machine's load does not move the way it moves ``bench_mirror.py``'s rates.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import struct
+import tempfile
 import time
+from collections import defaultdict
+from pathlib import Path
 
+from headrace.persistence.mirror_log import MirrorLog, MirrorRow
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 from headrace.server.amqp.connection import AMQPConnection
@@ -57,17 +68,45 @@ def delivery_tags(data: bytes) -> int:
     return last
 
 
-def run(messages: int, queues: int) -> float:
+class MirrorSink:
+    """The mirror writer's work for one batch, in this process: group, append, sync now and then."""
+
+    def __init__(self, root: Path, sync_every: int) -> None:
+        self.logs: dict[tuple[str, str], MirrorLog] = {}
+        self.root = root
+        self.sync_every = sync_every
+        self.batches = 0
+
+    def write(self, broker: Broker) -> None:
+        groups: dict[tuple[str, str], list[MirrorRow]] = defaultdict(list)
+        for vhost, exchange, row in broker.take_mirror_records():
+            groups[(vhost, exchange)].append(row)
+        self.batches += 1
+        for key, rows in groups.items():
+            log = self.logs.get(key)
+            if log is None:
+                log = self.logs[key] = MirrorLog(self.root, *key)
+                log.recover()
+            log.append_rows(rows)
+            log.flush(fsync=bool(self.sync_every) and self.batches % self.sync_every == 0)
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
+
+
+def run(messages: int, queues: int, mirror: MirrorSink | None = None, fanout: bool = False) -> float:
     broker = Broker()
     broker.ensure_default("/", "guest", "guest")
     pub, pconn = session(broker)
     consumers = []
-    exchange = "" if queues == 1 else "amq.fanout"
-    setup = b""
+    exchange = "" if queues == 1 and not fanout else "bench.fanout"
+    setup = encode_method_frame(1, m.ExchangeDeclare(
+        exchange="bench.fanout", type="fanout", arguments={"x-mirror": True} if mirror else {}))
     for i in range(queues):
         setup += encode_method_frame(1, m.QueueDeclare(queue=f"q{i}"))
-        if queues > 1:
-            setup += encode_method_frame(1, m.QueueBind(queue=f"q{i}", exchange="amq.fanout"))
+        if exchange:
+            setup += encode_method_frame(1, m.QueueBind(queue=f"q{i}", exchange=exchange))
     pub.handle(pconn.receive_data(setup), NOW)
     pconn.data_to_send()
     for i in range(queues):
@@ -84,6 +123,8 @@ def run(messages: int, queues: int) -> float:
     for _ in range(messages // BATCH):
         pub.handle(pconn.receive_data(batch), NOW)
         pconn.data_to_send()
+        if mirror is not None:
+            mirror.write(broker)
         for c, cconn in consumers:
             tag = delivery_tags(cconn.data_to_send())
             if tag:
@@ -100,7 +141,26 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--queues", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mirror", action="store_true", help="plain against mirrored fanout, alternating")
+    ap.add_argument("--sync-every", type=int, default=0,
+                    help="with --mirror: fsync the log every N batches (0: never, as the writer between syncs)")
     args = ap.parse_args()
+    if args.mirror:
+        plain, mirrored = [], []
+        for r in range(args.rounds):
+            for kind in (("plain", "mirrored") if r % 2 == 0 else ("mirrored", "plain")):
+                with tempfile.TemporaryDirectory(prefix="bench-core-mirror-") as tmp:
+                    sink = MirrorSink(Path(tmp), args.sync_every) if kind == "mirrored" else None
+                    took = run(args.messages, args.queues, sink, fanout=True)
+                    if sink is not None:
+                        sink.close()
+                (plain if kind == "plain" else mirrored).append(took / args.messages * 1e6)
+        ratios = [mi / pl for pl, mi in zip(plain, mirrored)]
+        print(f"queues={args.queues} messages={args.messages} rounds={args.rounds} sync_every={args.sync_every}: "
+              f"plain {statistics.median(plain):.2f} us/msg, mirrored {statistics.median(mirrored):.2f} us/msg, "
+              f"mirroring +{(statistics.median(ratios) - 1) * 100:.1f}% CPU (per-round ratios "
+              f"{', '.join(f'{x:.3f}' for x in ratios)})")
+        return
     best = min(run(args.messages, args.queues) for _ in range(args.rounds))
     print(f"queues={args.queues} messages={args.messages} best CPU {best:.3f} s: "
           f"{best / args.messages * 1e6:.2f} us/msg, {args.messages / best:,.0f} msg/CPU-s")

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     # retention runs, also while a mirror is idle (seconds)
     mirror_segment_max_bytes: int = Field(64 * MiB, ge=4096)
     mirror_retention_interval: float = Field(10.0, gt=0)
+    # a mirror log is fsynced at most this often (seconds), and when a segment rolls and at shutdown:
+    # what its writer wrote survives a crash of the process (the page cache holds it), a power loss
+    # can take the last interval's records; nothing waits on it (confirms cover the store, not the
+    # mirror), and a sync after every batch was more than half of mirroring's cost. 0: every batch
+    mirror_sync_interval: float = Field(1.0, ge=0)
     # persistent publishes a connection may have waiting for fsync before it stops being read
     max_unconfirmed_per_connection: int = Field(10_000, ge=1)
 

@@ -7,6 +7,10 @@ bridge only reads their files); writes run in a worker thread.
 A full disk: a log whose write fails is closed and reopened, which cuts its torn tail back to the
 last whole record; the records that did not make it wait here, in order, ahead of the next batch,
 and the disk alarm stays up until they are written.
+
+Syncs: a log written since its last fsync is synced once ``mirror_sync_interval`` has passed since
+then (the writer wakes for it even with nothing new to write), when a segment rolls, and when it is
+closed; each write is in the page cache as soon as its batch is written.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class MirrorWriter:
         self._waiting: dict[Key, list[MirrorRow]] = {}  # not written for want of room
         self._kick = trio.Event()
         self._last_retention = 0.0
+        self._unsynced: set[Key] = set()  # logs written since their last fsync
+        self._last_sync = 0.0  # trio time of the last sync pass
 
     def kick(self) -> None:
         """The broker's mirror outbox got its first record."""
@@ -54,7 +60,10 @@ class MirrorWriter:
         while True:
             # wake for records, and at least every retention interval: an idle mirror must still
             # drop segments that aged out
-            with trio.move_on_after(WRITE_RETRY_INTERVAL if self._waiting else interval):
+            wait = WRITE_RETRY_INTERVAL if self._waiting else interval
+            if self._unsynced:
+                wait = min(wait, max(self._last_sync + self.settings.mirror_sync_interval - trio.current_time(), 0))
+            with trio.move_on_after(wait):
                 await self._kick.wait()
             self._kick = trio.Event()
             await self.write(broker)
@@ -113,15 +122,19 @@ class MirrorWriter:
             groups[key] += recs
         for vhost, exchange, record in broker.take_mirror_records():
             groups[(vhost, exchange)].append(record)
+        sync_now = self.settings.fsync != "off" and (
+            trio.current_time() - self._last_sync >= self.settings.mirror_sync_interval)
         if not groups:
+            if sync_now and self._unsynced:
+                await self._sync_all()
             return
         retention: dict[Key, Retention] = {}
         for key in groups:
             owner = broker.vhosts.get(key[0])
             age, size = owner.mirror_retention.get(key[1], (None, None)) if owner else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
-        fsync = self.settings.fsync != "off"
         failed: dict[Key, tuple[list[MirrorRow], OSError]] = {}
+        unsynced = self._unsynced if self.settings.fsync != "off" else set()  # fsync off: never synced
 
         def write() -> None:
             for key, recs in groups.items():
@@ -130,7 +143,9 @@ class MirrorWriter:
                     log_ = self._log(key, retention[key])
                     start = log_.next_offset
                     log_.append_rows(recs)
-                    log_.flush(fsync=fsync)
+                    unsynced.add(key)
+                    if sync_now:
+                        self._sync(key)
                 except OSError as exc:
                     self._reopen_after_failure(key)
                     done = 0
@@ -142,6 +157,10 @@ class MirrorWriter:
                     failed[key] = (recs[done:], exc)
 
         await trio.to_thread.run_sync(write)
+        if sync_now:
+            self._last_sync = trio.current_time()
+            if self._unsynced:  # logs written earlier that this batch did not touch
+                await self._sync_all()
         for key, (recs, exc) in failed.items():
             if recs:
                 self._waiting[key] = recs
@@ -152,6 +171,26 @@ class MirrorWriter:
             self.disk.write_failed("mirror")
         else:
             self.disk.write_ok("mirror")
+
+    def _sync(self, key: Key) -> None:
+        """fsync one log written since its last sync (in the writer's thread)."""
+        log_ = self.logs.get(key)
+        if log_ is not None:
+            log_.flush(fsync=True)
+        self._unsynced.discard(key)
+
+    async def _sync_all(self) -> None:
+        """fsync every log written since its last sync; a failure is the next write's to report."""
+        self._last_sync = trio.current_time()
+
+        def sync() -> None:
+            for key in list(self._unsynced):
+                try:
+                    self._sync(key)
+                except OSError as exc:
+                    log.warning("mirror %s/%s: fsync failed: %s", key[0], key[1], exc.strerror or exc)
+
+        await trio.to_thread.run_sync(sync)
 
     @property
     def backlog(self) -> int:
