@@ -58,8 +58,15 @@ def visible_sessions(ctx: Context, req: Request) -> list[Any]:
             if s.user is not None and (user.can_monitor or s.user.name == user.name)]
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 host in brackets
+
+
 def connection_name(s: Any) -> str:
-    return f"{s.peer[0]}:{s.peer[1]} -> headrace ({s.id})"
+    """RabbitMQ's name for a connection, ``peer -> listener`` (``127.0.0.1:39884 -> 127.0.0.1:5672``):
+    unique while the connection lives (a TCP connection's four addresses), and what tools that
+    close or look up connections by name expect."""
+    return f"{_address(s.peer[0], s.peer[1])} -> {_address(s.local[0], s.local[1])}"
 
 
 def connection_basic_json(s: Any) -> dict[str, Any]:
@@ -90,7 +97,7 @@ def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
 
 
 def _channel_name(s: Any, ch: Any) -> str:
-    return f"{s.peer[0]}:{s.peer[1]} ({ch.id})"
+    return f"{connection_name(s)} ({ch.id})"  # as RabbitMQ: the connection's name, then the number
 
 
 def channel_details(s: Any, ch: Any) -> dict[str, Any]:

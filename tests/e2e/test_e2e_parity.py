@@ -167,3 +167,34 @@ def test_pika_rejected_message_with_expiration_loses_it(conn, ch):
     assert got[0].expiration is None
     assert got[0].headers["x-death"][0]["original-expiration"] == "60000"
     assert got[0].headers["x-death"][0]["reason"] == "rejected"
+
+
+# ---------------------------------------------------------------------- connection and channel names
+def test_connections_and_channels_are_named_as_rabbitmq_names_them_and_found_by_that_name(broker, http):
+    """``peer -> listener`` and ``<connection> (<number>)`` (RabbitMQ 3.10's ``rabbitmqctl
+    list_connections name`` gives ``127.0.0.1:39884 -> 127.0.0.1:5672``): tools that look up or
+    close a connection by the name they built from its addresses find it."""
+    from urllib.parse import quote, urlsplit
+
+    label = unique("named")
+    params = pika.URLParameters(broker.url)
+    params.client_properties = {"connection_name": label}
+    conn = pika.BlockingConnection(params)
+    conn.channel()
+    listener = urlsplit(broker.url).port
+    def ours() -> list[dict]:
+        return [c for c in http.get("/api/connections").json()
+                if c["client_properties"].get("connection_name") == label]
+
+    assert wait_until(lambda: bool(ours()))
+    (row,) = ours()
+    assert (row["host"], row["port"]) == ("127.0.0.1", listener)
+    name = f"{row['peer_host']}:{row['peer_port']} -> 127.0.0.1:{listener}"
+    assert row["name"] == name
+    (channel,) = http.get(f"/api/connections/{quote(name, safe='')}/channels").json()
+    assert channel["name"] == f"{name} (1)" and channel["connection_details"]["name"] == name
+    assert http.get(f"/api/channels/{quote(channel['name'], safe='')}").json()["number"] == 1
+    assert http.delete(f"/api/connections/{quote(name, safe='')}").status_code == 204
+    with pytest.raises(pika.exceptions.ConnectionClosed):
+        for _ in range(50):
+            conn.process_data_events(time_limit=0.1)
