@@ -11,8 +11,8 @@ Why a synced segment ends in zeros: ``fsync`` after an append that grew the file
 new size and block allocation through the filesystem's journal, a second disk write and, on ext4,
 a wait for its journal thread, which a busy machine schedules late. So ``fsync`` keeps up to
 ``PREALLOC_BYTES`` of zeros, written and synced once, past the last record, and the group commits
-that follow overwrite them and need only ``fdatasync``: the data, no journal (225-330 us down to
-180-250 us per group on this machine's disk, and publish-to-confirm latency with it). A zero header
+that follow overwrite them and need only ``fdatasync``: the data, no journal (334 -> 248 us per
+sync on an idle machine, 283 -> 180 us on a busy one: benchmarks/RESULTS.md). A zero header
 fails its CRC, so every reader already stops there; recovery tells such a tail from damage
 (``zero_tail``), and ``close`` cuts it off so sealed segments end at their last record.
 """
@@ -197,7 +197,7 @@ class SegmentWriter:
         self.flush()
         if self._reserved - self.flushed < PREALLOC_LOW_BYTES:
             self._preallocate()
-        os.fdatasync(self._fd)  # the size and blocks are the ones an earlier sync committed, or new ones it commits
+        os.fdatasync(self._fd)  # also commits a new size or new blocks, when there are any
 
     def _preallocate(self) -> None:
         """Zeros up to ``PREALLOC_BYTES`` past the last record. On a full disk the zeros already

@@ -122,8 +122,8 @@ class MirrorWriter:
             groups[key] += recs
         for vhost, exchange, record in broker.take_mirror_records():
             groups[(vhost, exchange)].append(record)
-        sync_now = self.settings.fsync != "off" and (
-            trio.current_time() - self._last_sync >= self.settings.mirror_sync_interval)
+        syncing = self.settings.fsync != "off"
+        sync_now = syncing and trio.current_time() - self._last_sync >= self.settings.mirror_sync_interval
         if not groups:
             if sync_now and self._unsynced:
                 await self._sync_all()
@@ -134,7 +134,7 @@ class MirrorWriter:
             age, size = owner.mirror_retention.get(key[1], (None, None)) if owner else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
         failed: dict[Key, tuple[list[MirrorRow], OSError]] = {}
-        unsynced = self._unsynced if self.settings.fsync != "off" else set()  # fsync off: never synced
+        unsynced = self._unsynced if syncing else set()  # fsync off: never synced
 
         def write() -> None:
             for key, recs in groups.items():

@@ -36,25 +36,25 @@ class SocketIO:
         # nothing here can close it; the handler's tasks end before the stream closes it
         self._fd = stream.socket.fileno()
 
-    async def receive_some(self, max_bytes: int) -> bytes:
-        await trio.lowlevel.checkpoint_if_cancelled()
+    def _read(self, max_bytes: int) -> bytes | None:
+        """One non-blocking read: its bytes (b"" at end of stream), or None when the socket is empty."""
         try:
-            data = os.read(self._fd, max_bytes)
+            return os.read(self._fd, max_bytes)
         except BlockingIOError:
-            pass
+            return None
         except OSError as exc:
             raise trio.BrokenResourceError(str(exc)) from exc
-        else:
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        data = self._read(max_bytes)
+        if data is not None:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return data
-        while True:
+        while data is None:  # None again after a wake-up: a spurious one
             await trio.lowlevel.wait_readable(self._sock)
-            try:
-                return os.read(self._fd, max_bytes)
-            except BlockingIOError:
-                continue  # a spurious wake-up
-            except OSError as exc:
-                raise trio.BrokenResourceError(str(exc)) from exc
+            data = self._read(max_bytes)
+        return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()

@@ -24,6 +24,14 @@ async def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
     return server, client
 
 
+async def _connected() -> tuple[SocketIO, trio.SocketStream, trio.SocketStream]:
+    """The broker end's fast path, the broker end and the client end of one connection."""
+    server, client = await _pair()
+    io = stream_io(server)
+    assert io is not None
+    return io, server, client
+
+
 async def test_a_plain_tcp_stream_gets_the_fast_path_and_other_streams_do_not() -> None:
     server, client = await _pair()
     assert isinstance(stream_io(server), SocketIO)
@@ -34,9 +42,7 @@ async def test_a_plain_tcp_stream_gets_the_fast_path_and_other_streams_do_not() 
 
 
 async def test_a_write_larger_than_the_kernel_buffers_arrives_whole_and_in_order() -> None:
-    server, client = await _pair()
-    io = stream_io(server)
-    assert io is not None
+    io, server, client = await _connected()
     payload = bytes(range(256)) * (64 * 1024)  # 16 MiB: the send blocks many times over
     got = bytearray()
 
@@ -54,9 +60,7 @@ async def test_a_write_larger_than_the_kernel_buffers_arrives_whole_and_in_order
 
 
 async def test_a_read_cancelled_before_it_starts_leaves_the_bytes_for_the_next_read() -> None:
-    server, client = await _pair()
-    io = stream_io(server)
-    assert io is not None
+    io, server, client = await _connected()
     await client.send_all(b"close-ok")
     await trio.lowlevel.wait_readable(server.socket)  # the bytes are there to be taken
     with trio.CancelScope() as scope:
@@ -70,9 +74,7 @@ async def test_a_read_cancelled_before_it_starts_leaves_the_bytes_for_the_next_r
 
 
 async def test_a_reader_that_always_finds_data_still_lets_other_tasks_run() -> None:
-    server, client = await _pair()
-    io = stream_io(server)
-    assert io is not None
+    io, server, client = await _connected()
     await client.send_all(b"x" * 4096)
     await trio.lowlevel.wait_readable(server.socket)
     turns = 0
@@ -94,9 +96,7 @@ async def test_a_reader_that_always_finds_data_still_lets_other_tasks_run() -> N
 
 
 async def test_the_peer_closing_reads_as_end_of_stream() -> None:
-    server, client = await _pair()
-    io = stream_io(server)
-    assert io is not None
+    io, server, client = await _connected()
     await client.send_all(b"last")
     await client.aclose()
     assert await io.receive_some(1024) == b"last"
@@ -105,9 +105,7 @@ async def test_the_peer_closing_reads_as_end_of_stream() -> None:
 
 
 async def test_a_peer_that_reset_the_connection_is_a_broken_resource() -> None:
-    server, client = await _pair()
-    io = stream_io(server)
-    assert io is not None
+    io, server, client = await _connected()
     client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     await client.aclose()  # linger 0: a reset, not a FIN
     await trio.lowlevel.wait_readable(server.socket)
