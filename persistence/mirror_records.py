@@ -22,6 +22,7 @@ __all__ = [
 
 KIND_ENTRY = 1
 ENTRY_HEAD = struct.Struct(">QqHHI")  # offset, timestamp ms, routing key len, meta len, props len
+MAX_META = 0xFFFF  # the meta's length field is 16 bits
 INDEX_ENTRY = struct.Struct(">QQq")  # offset, file position, timestamp ms
 # the record framing's header (length, crc, kind) and ENTRY_HEAD in one unpack, for bulk scans
 _FRAMED_HEAD = struct.Struct(">IIBQqHHI")
@@ -128,13 +129,20 @@ def _source_only(source: str) -> bytes:
 def encode_meta(headers: dict[str, str] | None, content_type: str | None, message_id: str | None,
                 source: str | None) -> bytes:
     """The record's JSON meta (Spark's headers, content_type, message_id and source columns);
-    empty when there is none of them."""
+    empty when there is none of them. Headers whose text would make it longer than ``MAX_META``
+    are left out of it (they stay in the record's raw properties)."""
     if not (headers or content_type or message_id):
         return b"" if source is None else _source_only(source)
     fields: dict[str, Any] = {"h": headers, "ct": content_type, "id": message_id}
     if source is not None:
         fields["x"] = source
-    return json.dumps(fields, separators=(",", ":")).encode()
+    meta = json.dumps(fields, separators=(",", ":")).encode()
+    if len(meta) > MAX_META:
+        # headers too big for the record's 16-bit meta length: the record keeps them in its raw
+        # properties (what AMQP consumers and replays get), only Spark's text column goes empty
+        fields["h"] = None
+        meta = json.dumps(fields, separators=(",", ":")).encode()
+    return meta
 
 
 def row_of(rec: MirrorRecord) -> MirrorRow:

@@ -145,3 +145,29 @@ def test_torn_mirror_tail_after_sigkill_is_cut_on_restart(broker_factory):
     assert [e.body.split(b":")[0] for e in got] == [b"%d" % i for i in [*range(49), *range(50, 60)]]
     assert "torn tail" in proc.log
     assert proc.stop() == 0
+
+
+def test_headers_too_big_for_the_log_meta_are_mirrored_without_their_text(broker_factory):
+    """A headers table whose text exceeds the record's 16-bit meta length used to stop the mirror
+    writer, and the broker with it. The record now keeps the headers in its raw properties (what a
+    replay republishes) and only Spark's headers column is empty; the same for a stream queue."""
+    proc = broker_factory()
+    declare_mirrored(proc, "wide")
+    conn = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = conn.channel()
+    ch.queue_declare("wide-stream", durable=True, arguments={"x-queue-type": "stream"})
+    ch.queue_bind("wide-stream", "wide", "#")
+    ch.confirm_delivery()
+    big = {"note": "x" * 70_000}
+    ch.basic_publish("wide", "k", b"big", pika.BasicProperties(headers=big, content_type="text/plain"))
+    ch.basic_publish("wide", "k", b"small", pika.BasicProperties(headers={"a": "b"}))
+    conn.close()
+    assert proc.stop() == 0  # the writers drained at shutdown, and the broker was alive to stop
+    mirrored = entries(proc, "wide")
+    assert [e.body for e in mirrored] == [b"big", b"small"]
+    assert mirrored[0].headers is None and mirrored[0].content_type == "text/plain"
+    assert b"x" * 70_000 in mirrored[0].props_raw
+    assert mirrored[1].headers == {"a": "b"}
+    stream = list_segments(proc.data_dir / "streams", "/", "wide-stream")
+    streamed = [e for s in stream for e in read_entries(s)]
+    assert [e.body for e in streamed] == [b"big", b"small"] and streamed[0].headers is None
