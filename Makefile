@@ -4,15 +4,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser
+.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser compiler
 
-$(VENV)/.core: pyproject.toml
+# the install builds the mirror framing's C module in place (persistence/_mirror_frame.c), so a
+# change to it installs again
+$(VENV)/.core: pyproject.toml persistence/_mirror_frame.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.dev: pyproject.toml
+$(VENV)/.dev: pyproject.toml persistence/_mirror_frame.c | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]'
@@ -21,7 +23,7 @@ $(VENV)/.dev: pyproject.toml
 # pyspark + pyarrow (and pika) into the venv `make run` made, for `headrace export/replay` and
 # `spark.read.format("headrace")`; headrace is not on PyPI, so the extra installs from this checkout
 spark-deps: $(VENV)/.spark
-$(VENV)/.spark: pyproject.toml $(VENV)/.core
+$(VENV)/.spark: pyproject.toml persistence/_mirror_frame.c $(VENV)/.core
 	$(PIP) install -q -e '.[spark]'
 	touch $@
 
@@ -49,6 +51,13 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 
 test: $(VENV)/.dev lint browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests
+
+# the suite checks that the install built the mirror framing's C module, so it needs a C compiler
+# and Python's headers: Debian's gcc and python3-dev when either is missing (as root, as CI runs)
+compiler:
+	@command -v cc >/dev/null && $(PYTHON) -c "import os, sys, sysconfig; \
+		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev)
 
 # the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
 # at test time); installed once, as root (CI runs as root)
@@ -84,4 +93,4 @@ fuzz: $(VENV)/.dev
 	HEADRACE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/amqp tests/e2e/test_e2e_http_fuzz.py -k fuzz -q -p no:timeout
 
 clean:
-	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules
+	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules persistence/*.so

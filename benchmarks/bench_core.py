@@ -11,8 +11,8 @@ where the socket benchmarks in ``run.py`` are not.
 process CPU time per published message (microseconds) and messages per CPU second.
 
 ``--mirror`` measures what mirroring costs: the publishes go through a fanout exchange, plain and
-mirrored rounds alternate, and in a mirrored round the mirror writer's work (take the outbox,
-group by exchange, ``MirrorLog.append_rows`` into a real log, an fsync per ``--sync-every``
+mirrored rounds alternate, and in a mirrored round the mirror writer's work (take the outbox's
+messages by exchange, ``MirrorLog.append_messages`` into a real log, an fsync per ``--sync-every``
 batches) runs after each batch, in this process. Prints both figures and their ratio: the CPU share
 of mirroring, which the machine's load does not move the way it moves ``bench_mirror.py``'s rates.
 """
@@ -24,15 +24,15 @@ import statistics
 import struct
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
-from headrace.persistence.mirror_log import MirrorLog, MirrorRow
+from headrace.persistence.mirror_log import MirrorLog
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
+from headrace.server.broker.outbox import mirror_row
 from headrace.server.session import Session
 
 BATCH = 500  # publishes per receive, about what one 256 KiB read holds for small messages
@@ -78,16 +78,14 @@ class MirrorSink:
         self.batches = 0
 
     def write(self, broker: Broker) -> None:
-        groups: dict[tuple[str, str], list[MirrorRow]] = defaultdict(list)
-        for vhost, exchange, row in broker.take_mirror_records():
-            groups[(vhost, exchange)].append(row)
+        groups = broker.take_mirror_records()
         self.batches += 1
         for key, rows in groups.items():
             log = self.logs.get(key)
             if log is None:
                 log = self.logs[key] = MirrorLog(self.root, *key)
                 log.recover()
-            log.append_rows(rows)
+            log.append_messages(rows, mirror_row)
             log.flush(fsync=bool(self.sync_every) and self.batches % self.sync_every == 0)
 
     def close(self) -> None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
-from .records import HEADER as _FRAME
+from .mirror_frame import LogMessage, frame_messages, frame_rows
 from .records import iter_records
 from .mirror_reader import (
     ReadRange,
@@ -45,8 +44,6 @@ from .mirror_records import (
     INDEX_SUFFIX,
     SEGMENT_SUFFIX,
     MirrorEntry,
-    ENTRY_HEAD,
-    KIND_ENTRY,
     MirrorRecord,
     MirrorRow,
     Retention,
@@ -78,8 +75,7 @@ __all__ = [
 
 log = logging.getLogger("headrace.mirror")
 
-_FRAME_SIZE = _FRAME.size
-_KIND_CRC = zlib.crc32(bytes((KIND_ENTRY,)))  # CRC state after the framing's kind byte
+M = TypeVar("M", bound=LogMessage)
 
 
 class MirrorLog:
@@ -161,46 +157,31 @@ class MirrorLog:
     def append_rows(self, rows: Sequence[MirrorRow]) -> tuple[int, int]:
         """Appends in one write per segment touched; returns the first and last offsets given.
         The index gets an entry every ``index_interval_bytes``; timestamps are clamped to never
-        go back (``stamp_ms`` is the last one written).
+        go back (``stamp_ms`` is the last one written). ``mirror_frame.frame_rows`` builds the
+        bytes: this runs for every mirrored or streamed publish, in the writer's thread but under
+        the GIL, so its cost per record is the mirror's share of the broker's CPU."""
+        return self._append(rows, None)
 
-        One pass per batch with everything bound to locals: each record is joined once and its
-        CRC taken in one call, the routing keys encoded once per batch. This runs for every
-        mirrored or streamed publish, in the writer's thread but under the GIL, so its cost per
-        record is the mirror's share of the broker's CPU."""
+    def append_messages(self, messages: Sequence[M], slow_row: Callable[[M], MirrorRow]) -> tuple[int, int]:
+        """``append_rows`` of the broker's messages, framed straight from them (``frame_messages``);
+        ``slow_row`` makes the row of one with headers, a content type or a message id."""
+        return self._append(messages, slow_row)
+
+    def _append(self, items: Sequence[Any], slow_row: Callable[[Any], MirrorRow] | None) -> tuple[int, int]:
         if self._file is None:
             self.recover()
         first = self.next_offset
-        chunks: list[bytes] = []
-        index: list[bytes] = []
-        size, since, offset, stamp = self._size, self._since_index, self.next_offset, self._stamp
-        seg_max, interval = self.segment_max_bytes, self.index_interval_bytes
-        add, join, crc32 = chunks.append, b"".join, zlib.crc32
-        pack_head, pack_frame, pack_index = ENTRY_HEAD.pack, _FRAME.pack, INDEX_ENTRY.pack
-        keys: dict[str, bytes] = {}
-        for ts, routing_key, props, body, meta in rows:
-            if size >= seg_max:
-                self._write(chunks, index, size, since, offset, stamp)
-                chunks, index = [], []
-                add = chunks.append
-                self._open(offset)
-                size, since = self._size, self._since_index
-            if ts < stamp:
-                ts = stamp
-            stamp = ts
-            if since >= interval:
-                index.append(pack_index(offset, size, ts))
-                since = 0
-            rk = keys.get(routing_key)
-            if rk is None:
-                rk = keys[routing_key] = routing_key.encode()
-            entry = join((pack_head(offset, ts, len(rk), len(meta), len(props)), rk, meta, props, body))
-            add(pack_frame(len(entry), crc32(entry, _KIND_CRC), KIND_ENTRY))
-            add(entry)
-            n = len(entry) + _FRAME_SIZE
-            size += n
-            since += n
-            offset += 1
-        self._write(chunks, index, size, since, offset, stamp)
+        done, count = 0, len(items)
+        while done < count:
+            if self._size >= self.segment_max_bytes:
+                self._open(self.next_offset)
+            state = (done, self.next_offset, self._size, self._since_index, self._stamp, self.segment_max_bytes,
+                     self.index_interval_bytes)
+            if slow_row is None:
+                data, index, done, offset, size, since, stamp = frame_rows(items, *state)
+            else:
+                data, index, done, offset, size, since, stamp = frame_messages(items, slow_row, *state)
+            self._write(data, index, size, since, offset, stamp)
         return first, self.next_offset - 1
 
     @property
@@ -208,13 +189,12 @@ class MirrorLog:
         """The timestamp of the last record written (clamped: never lower than an earlier one)."""
         return self._stamp
 
-    def _write(self, chunks: list[bytes], index: list[bytes], size: int, since: int, offset: int,
-               stamp: int) -> None:
+    def _write(self, data: bytes, index: bytes, size: int, since: int, offset: int, stamp: int) -> None:
         assert self._file is not None and self._index is not None
-        if chunks:
-            _write_all(self._file, b"".join(chunks))
+        if data:
+            _write_all(self._file, data)
         if index:
-            _write_all(self._index, b"".join(index))
+            _write_all(self._index, index)
         self._size, self._since_index, self.next_offset, self._stamp = size, since, offset, stamp
 
     def flush(self, fsync: bool = True) -> None:

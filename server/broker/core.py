@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from headrace.persistence.mirror_log import MirrorRow
 from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
-from headrace.queues import Queue
+from headrace.queues import Message, Queue
 from headrace.queues.backing import Backing
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
@@ -297,12 +296,14 @@ class Broker:
     def ticket_failed(self, ticket: int) -> bool:
         return any(lo < ticket <= hi for lo, hi in self.failed_ranges)
 
-    def take_mirror_records(self) -> list[tuple[str, str, MirrorRow]]:
+    def take_mirror_records(self) -> dict[tuple[str, str], list[Message]]:
+        """The messages published to mirrored exchanges since the last take, by (vhost, exchange);
+        the mirror writer frames them (``MirrorLog.append_messages``)."""
         return self.mirrors.take()
 
     @property
     def mirror_backlog(self) -> int:
-        return len(self.mirrors.records)
+        return self.mirrors.count
 
     # ------------------------------------------------------------------ time and alarms
     def tick(self, now: float) -> None:

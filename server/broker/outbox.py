@@ -3,7 +3,10 @@
 Rule 1: a ``StoreOutbox`` owns the message-store ops waiting for the flusher, in the order they
 must reach the disk, and the ticket counter confirms wait on; a ``MirrorOutbox`` owns the records
 waiting for the mirror writer. ``add`` is the one way in ("append; if it is the first, wake the
-task"), the shell's task is the one way out (``take``).
+task"), the shell's task is the one way out (``take``). The mirror outbox holds the messages
+themselves (a list append on the event loop); the writer frames them in its own thread
+(``MirrorLog.append_messages``), calling ``mirror_row`` only for one with headers, a content type or
+a message id.
 Rule 2: only the delivery owner adds message ops (Publish, Deliver, Ack, Delay, Undelay, PurgeQueue,
 DropQueue); the flusher reports back with ``synced``.
 """
@@ -70,21 +73,28 @@ class StoreOutbox:
 
 
 class MirrorOutbox:
-    __slots__ = ("records", "on_pending")
+    """Messages waiting for the mirror writer, already grouped by log: the writer hands each list
+    to its log as it is, with no pass over the messages on either side."""
+
+    __slots__ = ("pending", "count", "on_pending")
 
     def __init__(self) -> None:
-        self.records: list[tuple[str, str, MirrorRow]] = []  # (vhost, exchange, row)
+        self.pending: dict[tuple[str, str], list[Message]] = {}  # (vhost, exchange) -> messages
+        self.count = 0
         self.on_pending: Callable[[], None] = _noop
 
     def add(self, vhost: str, exchange: str, message: Message) -> None:
-        records = self.records
-        records.append((vhost, exchange, mirror_row(message)))
-        if len(records) == 1:
+        try:
+            self.pending[vhost, exchange].append(message)
+        except KeyError:
+            self.pending[vhost, exchange] = [message]
+        self.count += 1
+        if self.count == 1:
             self.on_pending()
 
-    def take(self) -> list[tuple[str, str, MirrorRow]]:
-        records, self.records = self.records, []
-        return records
+    def take(self) -> dict[tuple[str, str], list[Message]]:
+        pending, self.pending, self.count = self.pending, {}, 0
+        return pending
 
 
 def mirror_row(message: Message, source: str | None = None) -> MirrorRow:

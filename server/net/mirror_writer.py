@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import trio
 
-from headrace.persistence.mirror_log import MirrorLog, MirrorRow, Retention
+from headrace.persistence.mirror_log import MirrorLog, Retention
+from headrace.queues import Message
 from headrace.server.broker import Broker
+from headrace.server.broker.outbox import mirror_row
 from headrace.server.config import Settings
 
 from .alarms import DiskWatch
@@ -45,7 +46,7 @@ class MirrorWriter:
         self.disk = disk
         self.settings = settings
         self.logs: dict[Key, MirrorLog] = {}
-        self._waiting: dict[Key, list[MirrorRow]] = {}  # not written for want of room
+        self._waiting: dict[Key, list[Message]] = {}  # not written for want of room
         self._kick = trio.Event()
         self._last_retention = 0.0
         self._unsynced: set[Key] = set()  # logs written since their last fsync
@@ -116,12 +117,10 @@ class MirrorWriter:
             log.warning("mirror retention stopped: %s", exc)
 
     async def write(self, broker: Broker) -> None:
-        groups: dict[Key, list[MirrorRow]] = defaultdict(list)
+        groups = broker.take_mirror_records()
         waiting, self._waiting = self._waiting, {}
-        for key, recs in waiting.items():
-            groups[key] += recs
-        for vhost, exchange, record in broker.take_mirror_records():
-            groups[(vhost, exchange)].append(record)
+        for key, recs in waiting.items():  # not written last time: ahead of the new ones
+            groups[key] = recs + groups.get(key, [])
         syncing = self.settings.fsync != "off"
         sync_now = syncing and trio.current_time() - self._last_sync >= self.settings.mirror_sync_interval
         if not groups:
@@ -133,7 +132,7 @@ class MirrorWriter:
             owner = broker.vhosts.get(key[0])
             age, size = owner.mirror_retention.get(key[1], (None, None)) if owner else (None, None)
             retention[key] = Retention(max_age_ms=age, max_bytes=size)
-        failed: dict[Key, tuple[list[MirrorRow], OSError]] = {}
+        failed: dict[Key, tuple[list[Message], OSError]] = {}
         unsynced = self._unsynced if syncing else set()  # fsync off: never synced
 
         def write() -> None:
@@ -142,7 +141,7 @@ class MirrorWriter:
                 try:
                     log_ = self._log(key, retention[key])
                     start = log_.next_offset
-                    log_.append_rows(recs)
+                    log_.append_messages(recs, mirror_row)
                     unsynced.add(key)
                     if sync_now:
                         self._sync(key)
