@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 typedef unsigned long (*crc32_fn)(unsigned long, const unsigned char *, unsigned int);
 
@@ -56,8 +57,6 @@ typedef struct {
     PyObject *row; /* a row made by slow_row for a message; NULL otherwise */
 } Fields;
 
-static PyObject *str_timestamp, *str_routing_key, *str_props_raw, *str_body, *str_headers;
-
 /* Sets the text and byte fields from new references (stolen), checking their types. */
 static int set_fields(Fields *f, PyObject *key, PyObject *meta, PyObject *props, PyObject *body) {
     f->key_obj = key;
@@ -85,16 +84,61 @@ static int row_fields(PyObject *row, Fields *f) {
                       Py_NewRef(PyTuple_GET_ITEM(row, 2)), Py_NewRef(PyTuple_GET_ITEM(row, 3)));
 }
 
+/* Where a slotted class keeps the attributes the framing reads. Resolved once per call from the
+ * first message's class; for each message of exactly that class an attribute is then a load at its
+ * slot's offset, which is what its member descriptor does, without the type lookup per attribute
+ * that was most of pass 1. Any other object goes through PyObject_GetAttr. */
+enum { A_HEADERS, A_PROPS, A_STAMP, A_KEY, A_BODY, A_COUNT };
+
+typedef struct {
+    PyTypeObject *type; /* NULL: no direct reads */
+    Py_ssize_t offset[A_COUNT];
+} Slots;
+
+static PyObject *attr_names[A_COUNT];
+
+static void resolve_slots(PyObject *obj, Slots *slots) {
+    PyTypeObject *type = Py_TYPE(obj);
+    slots->type = NULL;
+    if (type->tp_getattro != PyObject_GenericGetAttr)
+        return;
+    for (int k = 0; k < A_COUNT; k++) {
+        PyObject *descr = PyObject_GetAttr((PyObject *)type, attr_names[k]); /* a member descriptor, on the class */
+        if (descr == NULL) {
+            PyErr_Clear();
+            return;
+        }
+        int direct = Py_TYPE(descr) == &PyMemberDescr_Type &&
+                     ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (direct)
+            slots->offset[k] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!direct)
+            return;
+    }
+    slots->type = type;
+}
+
+/* A new reference to attribute ``k`` of ``obj``. */
+static PyObject *get_attr(PyObject *obj, const Slots *slots, int k) {
+    if (Py_TYPE(obj) == slots->type) {
+        PyObject *value = *(PyObject **)((char *)obj + slots->offset[k]);
+        if (value != NULL)
+            return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(obj, attr_names[k]); /* also raises AttributeError for an empty slot */
+}
+
 /* A message's fields: the common case (no headers, and neither content type nor message id in the
  * property flags, bits 15 and 7) straight from its attributes with an empty meta; any other
  * message through ``slow_row(message)``, the broker's own row maker. */
-static int message_fields(PyObject *msg, PyObject *slow_row, PyObject *empty, Fields *f) {
-    PyObject *headers = PyObject_GetAttr(msg, str_headers);
+static int message_fields(PyObject *msg, const Slots *slots, PyObject *slow_row, PyObject *empty, Fields *f) {
+    PyObject *headers = get_attr(msg, slots, A_HEADERS);
     if (headers == NULL)
         return -1;
     int has_headers = PyObject_IsTrue(headers);
     Py_DECREF(headers);
-    PyObject *props = PyObject_GetAttr(msg, str_props_raw);
+    PyObject *props = get_attr(msg, slots, A_PROPS);
     if (has_headers < 0 || props == NULL) {
         Py_XDECREF(props);
         return -1;
@@ -106,15 +150,14 @@ static int message_fields(PyObject *msg, PyObject *slow_row, PyObject *empty, Fi
         f->row = PyObject_CallOneArg(slow_row, msg);
         return f->row == NULL ? -1 : row_fields(f->row, f);
     }
-    PyObject *stamp = PyObject_GetAttr(msg, str_timestamp);
+    PyObject *stamp = get_attr(msg, slots, A_STAMP);
     if (stamp == NULL) {
         Py_DECREF(props);
         return -1;
     }
     double seconds = PyFloat_AsDouble(stamp);
     Py_DECREF(stamp);
-    if (set_fields(f, PyObject_GetAttr(msg, str_routing_key), Py_NewRef(empty), props,
-                   PyObject_GetAttr(msg, str_body)))
+    if (set_fields(f, get_attr(msg, slots, A_KEY), Py_NewRef(empty), props, get_attr(msg, slots, A_BODY)))
         return -1;
     if (seconds == -1.0 && PyErr_Occurred())
         return -1;
@@ -169,13 +212,16 @@ static PyObject *frame(PyObject *const *args, Py_ssize_t nargs, PyObject *slow_r
         goto done;
     }
     /* pass 1: the fields, the lengths, and where the segment fills up */
+    Slots layout = {0};
+    if (slow_row != NULL && start < n)
+        resolve_slots(items[start], &layout);
     size_t total = 0;
     long long end_size = size;
     for (i = start; i < n; i++, got++) {
         if (i > start && end_size >= seg_max)
             break; /* the caller rolls the segment and calls again from here */
         Fields *f = &fields[got];
-        if ((slow_row == NULL ? row_fields(items[i], f) : message_fields(items[i], slow_row, empty, f)))
+        if ((slow_row == NULL ? row_fields(items[i], f) : message_fields(items[i], &layout, slow_row, empty, f)))
             goto done_counted;
         Py_ssize_t meta_len = PyBytes_GET_SIZE(f->meta), props_len = PyBytes_GET_SIZE(f->props);
         size_t entry_len = HEAD_SIZE + (size_t)f->key_len + (size_t)meta_len + (size_t)props_len +
@@ -295,13 +341,10 @@ PyMODINIT_FUNC PyInit__mirror_frame(void) {
     }
     const unsigned char kind = KIND_ENTRY;
     kind_crc = zcrc32(zcrc32(0, NULL, 0), &kind, 1);
-    str_timestamp = PyUnicode_InternFromString("timestamp");
-    str_routing_key = PyUnicode_InternFromString("routing_key");
-    str_props_raw = PyUnicode_InternFromString("props_raw");
-    str_body = PyUnicode_InternFromString("body");
-    str_headers = PyUnicode_InternFromString("headers");
-    if (!str_timestamp || !str_routing_key || !str_props_raw || !str_body || !str_headers)
-        return NULL;
+    const char *names[A_COUNT] = {"headers", "props_raw", "timestamp", "routing_key", "body"};
+    for (int k = 0; k < A_COUNT; k++)
+        if ((attr_names[k] = PyUnicode_InternFromString(names[k])) == NULL)
+            return NULL;
     PyObject *struct_mod = PyImport_ImportModule("struct");
     if (struct_mod == NULL)
         return NULL;

@@ -10,6 +10,7 @@ import random
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,7 @@ def test_pure_python_mode_writes_the_same_log(tmp_path: Path) -> None:
     """HEADRACE_PURE_PYTHON=1 turns the C framing off; the log it writes is byte for byte the same."""
     script = """
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from headrace.persistence import _mirror_frame as compiled
 from headrace.persistence import mirror_frame
@@ -150,3 +152,43 @@ print(mirror_frame.ACCELERATED)
     written = {p.relative_to(tmp_path / "c"): p.read_bytes() for p in sorted((tmp_path / "c").rglob("*.*"))}
     assert len(written) > 4
     assert written == {p.relative_to(tmp_path / "py"): p.read_bytes() for p in sorted((tmp_path / "py").rglob("*.*"))}
+
+
+class Upper(Message):
+    """A Message whose routing key reads differently from its slot: the C framing must ask for it."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[override]
+    def routing_key(self) -> str:
+        return "UP." + self.exchange
+
+    @routing_key.setter
+    def routing_key(self, value: str) -> None:
+        pass  # the dataclass __init__ sets it; the slot stays empty
+
+
+@dataclass
+class Plain:
+    """Not a Message at all, with the same attributes (in a __dict__, not slots)."""
+
+    timestamp: float
+    routing_key: str
+    props_raw: bytes
+    body: bytes
+    headers: dict[str, object] | None = None
+
+
+@pytest.mark.parametrize("first", ["message", "upper", "plain"])
+def test_objects_of_other_classes_are_read_by_attribute(first: str) -> None:
+    """The C framing reads a Message's slots directly, resolved from the first item's class; any other
+    class in the same batch, first or not, is read the way Python reads it."""
+    base = messages(30)
+    upper = Upper(99, "ex", "ignored", PROPS[1], b"upper", timestamp=1_003.5)
+    plain = Plain(1_004.25, "plain.key", PROPS[2], b"plain")
+    head = {"message": base[0], "upper": upper, "plain": plain}[first]
+    batch = [head, *base[1:10], upper, plain, *base[10:]]
+    state = (0, 0, 0, 4_096, 0, 1 << 40, 4_096)
+    framed = compiled.frame_messages(batch, mirror_row, *state)  # type: ignore[arg-type]
+    assert framed == mirror_frame.frame_messages_py(batch, mirror_row, *state)  # type: ignore[arg-type]
+    assert b"UP.ex" in framed[0] and b"plain.key" in framed[0] and b"ignored" not in framed[0]
