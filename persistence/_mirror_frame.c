@@ -157,16 +157,14 @@ static int message_fields(PyObject *msg, const Slots *slots, PyObject *slow_row,
     }
     double seconds = PyFloat_AsDouble(stamp);
     Py_DECREF(stamp);
-    if (set_fields(f, get_attr(msg, slots, A_KEY), Py_NewRef(empty), props, get_attr(msg, slots, A_BODY)))
-        return -1;
-    if (seconds == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!isfinite(seconds * 1000.0)) {
-        PyErr_SetString(PyExc_ValueError, "a message's timestamp is not a finite number");
+    if ((seconds == -1.0 && PyErr_Occurred()) || !isfinite(seconds * 1000.0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a message's timestamp is not a finite number");
+        Py_DECREF(props);
         return -1;
     }
     f->ts = (long long)(seconds * 1000.0); /* int(timestamp * 1000): truncation toward zero */
-    return 0;
+    return set_fields(f, get_attr(msg, slots, A_KEY), Py_NewRef(empty), props, get_attr(msg, slots, A_BODY));
 }
 
 /* Drops what the fields own; ``count`` is every slot allocated (unused ones are zero). */
@@ -194,13 +192,15 @@ static PyObject *frame(PyObject *const *args, Py_ssize_t nargs, PyObject *slow_r
         as_i64(args[base + 3], &since) || as_i64(args[base + 4], &stamp) || as_i64(args[base + 5], &seg_max) ||
         as_i64(args[base + 6], &interval))
         return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "rows must be a sequence");
+    /* a tuple of the items, so that a slow_row (Python code, which may let another thread run)
+     * cannot resize what pass 1 walks */
+    PyObject *seq = PySequence_Tuple(args[0]);
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), start = start_ll < 0 ? 0 : (Py_ssize_t)start_ll;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq), start = start_ll < 0 ? 0 : (Py_ssize_t)start_ll;
     if (start > n)
         start = n;
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     PyObject *empty = PyBytes_FromStringAndSize(NULL, 0), *data = NULL, *result = NULL;
     Py_ssize_t slots = n - start + 1;
     Fields *fields = PyMem_Calloc((size_t)slots, sizeof(Fields));

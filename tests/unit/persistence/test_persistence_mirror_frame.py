@@ -192,3 +192,11 @@ def test_objects_of_other_classes_are_read_by_attribute(first: str) -> None:
     framed = compiled.frame_messages(batch, mirror_row, *state)  # type: ignore[arg-type]
     assert framed == mirror_frame.frame_messages_py(batch, mirror_row, *state)  # type: ignore[arg-type]
     assert b"UP.ex" in framed[0] and b"plain.key" in framed[0] and b"ignored" not in framed[0]
+
+
+@pytest.mark.parametrize("frame", [compiled.frame_messages, mirror_frame.frame_messages_py])
+def test_a_timestamp_that_is_not_finite_is_a_value_error(frame: mirror_frame.FrameRows) -> None:
+    for stamp in (float("nan"), float("inf")):
+        message = Message(1, "ex", "k", PROPS[1], b"body", timestamp=stamp)
+        with pytest.raises((ValueError, OverflowError)):
+            frame([message], mirror_row, 0, 0, 0, 0, 0, 1 << 40, 4_096)  # type: ignore[call-arg]
