@@ -13,6 +13,7 @@ On SIGINT/SIGTERM the listeners stop, every AMQP client gets connection.close 32
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import signal
@@ -46,6 +47,7 @@ log = logging.getLogger("headrace")
 class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.tune_gc = False  # serve(own_process=True): tune the collector once serving
         self.data_dir = Path(settings.data_dir)
         # before anything in the directory is read or created: a second broker stops here
         self.lock = DataDirLock(self.data_dir)
@@ -183,6 +185,8 @@ class App:
                     log.info("data directory %s", self.data_dir.resolve())
                     listeners.start_soon(self._watch_signals, listeners.cancel_scope)
                     task_status.started(self)
+                    if self.tune_gc:
+                        tune_gc()
                 log.info("shutting down: closing %d AMQP connections", len(self.amqp_handlers))
                 for handler in list(self.amqp_handlers):
                     handler.force_close(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - broker shutdown")
@@ -333,10 +337,33 @@ async def _serve(listeners: list[Any], handler: Callable[[Any], Awaitable[None]]
     await trio.serve_listeners(guarded, listeners, handler_nursery=nursery)
 
 
-async def serve(settings: Settings, *, task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
-    await App(settings).serve(task_status=task_status)
+async def serve(settings: Settings, own_process: bool = False, *,
+                task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
+    """The broker until it stops; ``own_process``: the process is the broker's alone (``run``), so
+    its garbage collector is tuned for it once serving (``tune_gc``)."""
+    app = App(settings)
+    app.tune_gc = own_process
+    await app.serve(task_status=task_status)
+
+
+# Young collections every this many container allocations, not CPython's 700. A message's objects
+# (its Message, queue entries, frames' tuples) live about one batch; at 700 most of those in flight
+# outlived a young collection and were traversed again in the older ones, and the collector took
+# ~4 us of a message's ~40 (benchmarks/RESULTS.md, "Garbage collection").
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_gc() -> None:
+    """Once the broker serves: what start-up built (modules, classes, recovered definitions and
+    messages) leaves the collector's sight for good (``gc.freeze``; refcounting still frees it), so
+    full collections traverse only what the broker made since; young collections run every
+    ``GC_YOUNG_THRESHOLD`` allocations. For the broker's own process only (``run``), not for a
+    process that embeds ``serve``, such as a test."""
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def run(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    trio.run(serve, settings)
+    trio.run(serve, settings, True)
