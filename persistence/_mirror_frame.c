@@ -37,10 +37,6 @@ static inline void put_be(unsigned char *p, uint64_t v, int n) {
     }
 }
 
-typedef struct {
-    unsigned char *data;
-    size_t len, cap;
-} Buffer;
 
 static int as_i64(PyObject *obj, long long *out) {
     *out = PyLong_AsLongLong(obj);
@@ -204,7 +200,8 @@ static PyObject *frame(PyObject *const *args, Py_ssize_t nargs, PyObject *slow_r
     PyObject *empty = PyBytes_FromStringAndSize(NULL, 0), *data = NULL, *result = NULL;
     Py_ssize_t slots = n - start + 1;
     Fields *fields = PyMem_Calloc((size_t)slots, sizeof(Fields));
-    Buffer index = {0};
+    unsigned char *index = NULL; /* the index entries, at most one per record */
+    size_t index_len = 0;
     Py_ssize_t got = 0, i;
     if (empty == NULL || fields == NULL) {
         if (fields == NULL)
@@ -235,9 +232,9 @@ static PyObject *frame(PyObject *const *args, Py_ssize_t nargs, PyObject *slow_r
     }
     data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
     /* at most one index entry per record: room for all of them now, so pass 2 allocates nothing */
-    index.data = PyMem_Malloc((size_t)got * INDEX_SIZE + 1);
-    if (data == NULL || index.data == NULL) {
-        if (index.data == NULL)
+    index = PyMem_Malloc((size_t)got * INDEX_SIZE + 1);
+    if (data == NULL || index == NULL) {
+        if (index == NULL)
             PyErr_NoMemory();
         goto done_counted;
     }
@@ -251,11 +248,11 @@ static PyObject *frame(PyObject *const *args, Py_ssize_t nargs, PyObject *slow_r
         long long ts = f->ts < stamp ? stamp : f->ts; /* timestamps never go back along the log */
         stamp = ts;
         if (since >= interval) {
-            unsigned char *q = index.data + index.len;
+            unsigned char *q = index + index_len;
             put_be(q, (uint64_t)offset, 8);
             put_be(q + 8, (uint64_t)size, 8);
             put_be(q + 16, (uint64_t)ts, 8);
-            index.len += INDEX_SIZE;
+            index_len += INDEX_SIZE;
             since = 0;
         }
         Py_ssize_t meta_len = PyBytes_GET_SIZE(f->meta), props_len = PyBytes_GET_SIZE(f->props);
@@ -285,7 +282,7 @@ static PyObject *frame(PyObject *const *args, Py_ssize_t nargs, PyObject *slow_r
     }
     if (released != NULL)
         PyEval_RestoreThread(released);
-    result = Py_BuildValue("(Oy#nLLLL)", data, index.data ? (const char *)index.data : "", (Py_ssize_t)index.len,
+    result = Py_BuildValue("(Oy#nLLLL)", data, (const char *)index, (Py_ssize_t)index_len,
                            start + got, offset, size, since, stamp);
 done_counted:
     release(fields, slots);
@@ -295,7 +292,7 @@ done:
         PyMem_Free(fields);
     Py_XDECREF(data);
     Py_XDECREF(empty);
-    PyMem_Free(index.data);
+    PyMem_Free(index);
     Py_DECREF(seq);
     return result;
 }

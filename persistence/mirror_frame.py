@@ -62,7 +62,6 @@ def frame_rows_py(rows: Sequence[MirrorRow], start: int, offset: int, size: int,
     add, join, crc32 = chunks.append, b"".join, zlib.crc32
     pack_head, pack_frame, pack_index = ENTRY_HEAD.pack, _FRAME.pack, INDEX_ENTRY.pack
     keys: dict[str, bytes] = {}
-    i = start
     for i in range(start, len(rows)):
         if i > start and size >= seg_max:
             break
@@ -90,14 +89,11 @@ def frame_rows_py(rows: Sequence[MirrorRow], start: int, offset: int, size: int,
 
 def frame_messages_py(messages: Sequence[M], slow_row: Callable[[M], MirrorRow], start: int, offset: int,
                       size: int, since: int, stamp: int, seg_max: int, interval: int) -> Framed:
-    """``frame_rows_py`` of the messages' rows: a message with no headers and neither a content type
-    nor a message id in its property flags (bits 15 and 7) has an empty meta and is made inline;
-    any other goes through ``slow_row`` (the broker's ``outbox.mirror_row``, which decodes the
-    properties this layer does not know)."""
-    rows = [(int(m.timestamp * 1000), m.routing_key, raw, m.body, b"")
-            if not m.headers and not (len(raw := m.props_raw) >= 2 and (raw[0] & 0x80 or raw[1] & 0x80))
-            else slow_row(m)
-            for m in messages]
+    """``frame_rows_py`` of the messages' rows, each made by ``slow_row`` (the broker's
+    ``outbox.mirror_row``, which decodes the properties this layer does not know); the C twin makes
+    the common case itself and calls it only for a message with headers, a content type or a
+    message id."""
+    rows = [slow_row(m) for m in messages]
     return frame_rows_py(rows, start, offset, size, since, stamp, seg_max, interval)
 
 

@@ -47,7 +47,7 @@ log = logging.getLogger("headrace")
 class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.tune_gc = False  # serve(own_process=True): tune the collector once serving
+        self.own_process = False  # serve(own_process=True): tune the collector once serving
         self.data_dir = Path(settings.data_dir)
         # before anything in the directory is read or created: a second broker stops here
         self.lock = DataDirLock(self.data_dir)
@@ -185,7 +185,7 @@ class App:
                     log.info("data directory %s", self.data_dir.resolve())
                     listeners.start_soon(self._watch_signals, listeners.cancel_scope)
                     task_status.started(self)
-                    if self.tune_gc:
+                    if self.own_process:
                         tune_gc()
                 log.info("shutting down: closing %d AMQP connections", len(self.amqp_handlers))
                 for handler in list(self.amqp_handlers):
@@ -342,7 +342,7 @@ async def serve(settings: Settings, own_process: bool = False, *,
     """The broker until it stops; ``own_process``: the process is the broker's alone (``run``), so
     its garbage collector is tuned for it once serving (``tune_gc``)."""
     app = App(settings)
-    app.tune_gc = own_process
+    app.own_process = own_process
     await app.serve(task_status=task_status)
 
 
