@@ -5,7 +5,8 @@ holds the delivery owner (``delivery``, a message's life) with the store and mir
 writes to. Sessions and the HTTP API call its methods; nothing else mutates them.
 Rule 2: it never does I/O and never reads the clock: every call that needs the time takes ``now``.
 The shell drains ``take_store_ops``/``take_mirror_records`` in its flusher/writer tasks and reports
-back with ``store_synced``. Callbacks (``on_store_pending`` ...) are plain functions the shell
+back with ``store_synced``, which tells only the sessions that asked (``wait_for_sync``): a group
+commit costs the connections waiting on it, not every open connection. Callbacks (``on_store_pending`` ...) are plain functions the shell
 installs; the broker only calls them.
 """
 
@@ -87,6 +88,9 @@ class Broker:
         self.memory_rss = 0  # resident set size of the process, sampled by the shell
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
+        # the observers with a confirm or a reply waiting for the store: told of the next sync (a
+        # group commit costs the connections waiting on it, not every connection)
+        self.sync_waiters: dict[BrokerObserver, None] = {}
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
         self.policies = PolicyStore()
         # called after a policy change: the shell runs stream retention with the new values now
@@ -156,6 +160,7 @@ class Broker:
 
     def unregister_connection(self, session: Any) -> None:
         self.observers.discard(session)
+        self.sync_waiters.pop(session, None)
         if self.connections.pop(session.id, None) is not None:
             self.churn("connection_closed")
             # a vhost's traffic counts its closed connections too, as RabbitMQ's vhost recv_oct
@@ -272,11 +277,17 @@ class Broker:
         """The oldest ops (at most ``limit``) and the ticket they cover: one group commit."""
         return self.store.take(limit)
 
+    def wait_for_sync(self, observer: BrokerObserver) -> None:
+        """``observer`` waits for the store: its ``store_synced`` is called after the next group
+        commit (it asks again if it still waits after that)."""
+        self.sync_waiters[observer] = None
+
     def store_synced(self, ticket: int) -> None:
         if ticket <= self.store.synced:
             return
         self.store.synced = ticket
-        for observer in list(self.observers):
+        waiters, self.sync_waiters = self.sync_waiters, {}
+        for observer in waiters:
             observer.store_synced(ticket)
 
     def store_failed(self, ticket: int) -> None:

@@ -4,8 +4,10 @@ Rule 1: ``ConfirmsAndTx`` owns the connection's channels with confirms outstandi
 publishes still waiting for the store (``unconfirmed``, which pauses reading at its bound) and the
 replies held until an fsync (tx.commit-ok, queue.purge-ok). Each channel owns its own confirm
 sequence; this part only tells it what the store has synced.
-Rule 2: the broker calls ``store_synced`` (through the session) after each group commit; a ticket
-the store failed to write is answered with a failure (nack, or a 541 channel close), never a confirm.
+Rule 2: while a confirm or a reply waits, this part asks the broker to be told of the next group
+commit (``wait_for_sync``), and asks again while any still waits after it; the broker then calls
+``store_synced`` (through the session). A ticket the store failed to write is answered with a
+failure (nack, or a 541 channel close), never a confirm.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ NO_STORE_SYNCED = 1 << 62
 
 
 class ConfirmsAndTx:
-    def __init__(self, session: SessionState,
-                 close_channel: Callable[[int, ChannelException], None]) -> None:
+    def __init__(self, session: SessionState, close_channel: Callable[[int, ChannelException], None],
+                 wait_for_sync: Callable[[], None]) -> None:
         self.session = session
         self.close_channel = close_channel  # the session's: it owns the channels
+        self.wait_for_sync = wait_for_sync  # the broker calls ``store_synced`` after its next sync
         self.channels: set[ChannelSession] = set()  # channels with confirms not yet sent
         self.unconfirmed = 0  # publishes waiting for the store before their confirm
         # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
@@ -83,10 +86,12 @@ class ConfirmsAndTx:
     def after_fsync(self, channel_id: int, ticket: int, reply: Any) -> None:
         """Send ``reply`` on the channel once the store has synced ``ticket``."""
         self.pending.append((channel_id, ticket, reply))
+        self.wait_for_sync()
 
     def confirming(self, ch: ChannelSession) -> None:
         """``ch`` has a confirm waiting: it is released with the next sync (or at once)."""
         self.channels.add(ch)
+        self.wait_for_sync()
 
     def channel_closed(self, ch: ChannelSession) -> None:
         self.channels.discard(ch)
@@ -113,6 +118,8 @@ class ConfirmsAndTx:
         if self.channels:
             self.release()
             session.wake()
+        if self.pending or self.channels:
+            self.wait_for_sync()  # later tickets than this sync
 
     def release(self) -> None:
         """Send every confirm the store has covered; count those still waiting."""

@@ -60,7 +60,7 @@ class Session(SessionState):
         self.channels: dict[int, ChannelSession] = {}
         # the parts take this session's state and what they need of each other, handed over here
         self.perms = Permissions(self)
-        self.confirms = ConfirmsAndTx(self, self.close_channel)
+        self.confirms = ConfirmsAndTx(self, self.close_channel, lambda: self.broker.wait_for_sync(self))
         self.handshake = Handshake(self, self.opened)
         self.declares = Declarations(self, self.perms, self.confirms.after_fsync)
         self.parts = (self.handshake, self.declares, self.confirms)

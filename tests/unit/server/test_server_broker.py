@@ -167,3 +167,32 @@ def test_alarm_notifies_observers(broker):
     broker.set_alarm("memory", True)
     broker.set_alarm("memory", False)
     assert seen == [frozenset({"memory"}), frozenset()]
+
+
+def test_a_sync_tells_only_the_observers_waiting_for_it_and_each_once(broker):
+    told = []
+
+    class Observer:
+        def __init__(self, name, again=False):
+            self.name, self.again = name, again
+
+        def store_synced(self, ticket):
+            told.append((self.name, ticket))
+            if self.again:  # still waits for a later ticket: asks again
+                self.again = False
+                broker.wait_for_sync(self)
+
+        def alarms_changed(self, alarms):
+            pass
+
+    idle, waiting, twice = Observer("idle"), Observer("waiting"), Observer("twice", again=True)
+    broker.observers.update({idle, waiting, twice})
+    broker.wait_for_sync(waiting)
+    broker.wait_for_sync(waiting)  # asking twice is still one call
+    broker.wait_for_sync(twice)
+    broker.store_synced(1)
+    assert sorted(told) == [("twice", 1), ("waiting", 1)]
+    broker.store_synced(2)
+    assert sorted(told) == [("twice", 1), ("twice", 2), ("waiting", 1)]
+    broker.store_synced(3)
+    assert len(told) == 3

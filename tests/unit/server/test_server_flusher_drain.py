@@ -40,7 +40,7 @@ def test_drain_waits_for_the_running_group(tmp_path: Path) -> None:
     assert queue.durable and broker.store_backlog > 20_000
     before = storage.store.disk_bytes()
     watch = SyncedWatch(storage)
-    broker.observers.add(watch)
+    broker.wait_for_sync(watch)
     target = broker.store_ticket
 
     async def main() -> None:
