@@ -35,6 +35,7 @@ from headrace.server.net.admission import Admission
 from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
+from headrace.server.net.sender import Sender
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
@@ -76,6 +77,8 @@ class App:
                                   settings.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
         self.clock = Clock()
+        self.sender = Sender()  # writes the output of connections whose writer tasks are parked
+        self.storage.flusher.after_group = self.sender.flush
         self.admission = Admission(settings.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
@@ -150,6 +153,7 @@ class App:
                                         headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
                                         on_first_hold=_shrinker(sock, self.settings.amqp_held_rcvbuf),
+                                        sender=self.sender,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)
@@ -174,6 +178,7 @@ class App:
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
             root.start_soon(StreamPump().run, self.broker)
+            root.start_soon(self.sender.run)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             async with trio.open_nursery() as conns:

@@ -69,6 +69,11 @@ class FrameWriter:
         self._sent = True
         return data
 
+    def unsent(self, data: bytes) -> None:
+        """What the socket did not take of ``data_to_send``'s bytes: it goes out first next time."""
+        self._out.insert(0, data)
+        self.bytes_pending += len(data)
+
     # ------------------------------------------------------------------ heartbeats
     def tick(self, now: float) -> bool:
         """Heartbeat bookkeeping, called every heartbeat/2 seconds: False when the peer has been

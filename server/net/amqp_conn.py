@@ -1,7 +1,10 @@
 """One task per AMQP connection: reader, writer and heartbeat in a child nursery.
 
 Rule 1: only the writer calls ``send_all`` (trio's one-sender rule); everything else appends to the
-``AMQPConnection`` buffer and calls ``wake``.
+``AMQPConnection`` buffer and calls ``wake``. While the writer is parked with nothing to do, ``wake``
+hands the connection to the shared ``Sender`` (sender.py) instead, whose ``send_now`` makes one
+non-blocking write and gives whatever else there is (the rest of a full socket, a reply waiting for
+a definitions fsync, a close) to the writer: one writer at a time either way.
 Rule 2: the reader reads again only after the previous batch was fully applied, and not at all
 while the session says ``read_paused`` (alarm, too many unconfirmed publishes, a saturated queue
 it publishes into: ``broker/saturation.py``): TCP then slows the publisher. Handling is
@@ -29,6 +32,7 @@ from headrace.server.config import Settings
 from headrace.server.session import Lifecycle, Session
 
 from .gate import Gate
+from .sender import Sender
 from .socket_io import SocketIO, stream_io
 
 __all__ = ["READ_SIZE", "AMQPConnectionHandler", "server_properties"]
@@ -86,10 +90,15 @@ class AMQPConnectionHandler:
                  on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
                  definitions_synced: Callable[[int], Awaitable[None]] = _synced,
                  on_read: Callable[[int], None] = _ignore,
-                 on_first_hold: Callable[[], None] = _nothing) -> None:
+                 on_first_hold: Callable[[], None] = _nothing, sender: Sender | None = None) -> None:
         self.stream = stream
         # reads and writes: a plain TCP socket's fast path, or the stream itself (TLS)
-        self.io: SocketIO | trio.abc.Stream = stream_io(stream) or stream
+        socket_io = stream_io(stream)
+        self.io: SocketIO | trio.abc.Stream = socket_io or stream
+        # output written by the shared sender while the writer task is parked (plain sockets only)
+        self._socket_io = socket_io if sender is not None else None
+        self._sender = sender if socket_io is not None else None
+        self._writer_parked = False
         # the first time a saturated queue holds this publisher (app.py shrinks its receive window)
         self.on_first_hold: Callable[[], None] | None = on_first_hold
         # after each batch: its durable definition changes are handed to the flusher, and the
@@ -122,9 +131,43 @@ class AMQPConnectionHandler:
         self._tasks: trio.Nursery | None = None  # the connection's tasks (``run``)
 
     def wake(self) -> None:
+        """The session queued output: the sender writes it in its next round, or the writer task
+        when it is not parked (it sends everything queued once its current send is done)."""
         if not self._woken:
             self._woken = True
-            self._wake_event.set()
+            if self._writer_parked and self._sender is not None:
+                self._sender.want(self)
+            else:
+                self._wake_event.set()
+
+    def send_now(self) -> None:
+        """The sender's round: one non-blocking write of everything queued, when that is all there
+        is to do. A reply waiting for a definitions fsync, a closing session, a socket that does
+        not take it all, and a writer no longer parked go to the writer task."""
+        session = self.session
+        io = self._socket_io
+        if not self._writer_parked or io is None or self._definitions_ticket or session.closed \
+                or not session.reading:
+            self._wake_event.set()  # ``_woken`` stays set: the writer task has it now
+            return
+        self._woken = False
+        if session.deferred:
+            session.flush_deferred()
+        conn = self.conn
+        data = conn.data_to_send()
+        if not data:
+            return
+        sent = io.send_now(data)
+        stats = session.io
+        stats.send_oct += sent
+        stats.send_cnt += 1
+        if sent < len(data):
+            conn.unsent(data[sent:])
+            self._woken = True
+            self._wake_event.set()  # the writer waits until the socket takes the rest
+            return
+        if not conn.bytes_pending:
+            session.on_drain(time.time())
 
     async def run(self) -> None:
         try:
@@ -248,7 +291,9 @@ class AMQPConnectionHandler:
         send_all = self.io.send_all
         try:
             while True:
+                self._writer_parked = True
                 await self._wake_event.wait()
+                self._writer_parked = False
                 self._wake_event = trio.Event()
                 self._woken = False
                 while self._definitions_ticket:  # a durable change of ours: replies after its fsync
@@ -271,6 +316,7 @@ class AMQPConnectionHandler:
                 if self._open_reads is not None and not session.reading:
                     self._open_reads.cancel()  # we sent connection.close: the reader waits for close-ok now
         finally:
+            self._writer_parked = False  # nothing writes to this socket any more
             self._closed.set()
 
     async def _heartbeat(self) -> None:

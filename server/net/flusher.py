@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -44,6 +45,10 @@ SYNC_EWMA_WEIGHT = 0.2
 WRITE_RETRY_INTERVAL = 0.5
 
 
+def _nothing() -> None:
+    pass
+
+
 class Flusher:
     def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter) -> None:
         self.store = store
@@ -61,6 +66,9 @@ class Flusher:
         # one group at a time: the shutdown drain waits for the group the task is writing, so the
         # store files have one writer and groups land in the order they took their ops
         self._group = trio.Lock()
+        # writes the replies a group released (confirms) in the same step as its fsync, not one
+        # writer wake-up later (app.py sets it to the sender's ``flush``)
+        self.after_group: Callable[[], None] = _nothing
 
     def kick(self) -> None:
         """The broker's store outbox got its first op."""
@@ -92,8 +100,14 @@ class Flusher:
     async def flush_once(self, broker: Broker, gate: Gate | None) -> None:
         """One group: take the outbox's oldest ops, write them, release their waiters (after the
         group already running, if any)."""
-        async with self._group:
+        try:
+            self._group.acquire_nowait()  # the usual case, without the extra scheduler round of ``acquire``
+        except trio.WouldBlock:
+            await self._group.acquire()
+        try:
             await self._flush_group(broker, gate)
+        finally:
+            self._group.release()
 
     async def _flush_group(self, broker: Broker, gate: Gate | None) -> None:
         if self.definitions is not None:
@@ -127,6 +141,7 @@ class Flusher:
             broker.store_synced(ticket)
         if gate is not None:
             gate.notify()
+        self.after_group()
         now = trio.current_time()
         if now - self._last_compact > COMPACT_INTERVAL:
             self._last_compact = now

@@ -1,7 +1,8 @@
 """Socket reads and writes for a plain TCP connection at one scheduler round per operation.
 
 Owner: each ``SocketIO`` belongs to one connection handler; its reader task alone calls
-``receive_some`` and its writer task alone calls ``send_all`` (trio's one-reader, one-sender rule).
+``receive_some``, and its writer task calls ``send_all`` or, while that task is parked, the shared
+sender calls ``send_now`` (trio's one-reader, one-sender rule: never both at once).
 
 Why not trio's ``SocketStream``: every successful ``send``/``recv`` there ends in a scheduler round
 of its own, and a read that had to wait pays a second one, behind five layers of wrappers. At a
@@ -69,6 +70,15 @@ class SocketIO:
                     await trio.lowlevel.wait_writable(self._sock)
                 except OSError as exc:
                     raise trio.BrokenResourceError(str(exc)) from exc
+
+
+    def send_now(self, data: bytes) -> int:
+        """One non-blocking write: how many bytes the kernel took (0 when the socket is full, or
+        broken: the writer task's ``send_all`` then meets the error and ends the connection)."""
+        try:
+            return os.write(self._fd, data)
+        except OSError:
+            return 0
 
 
 def stream_io(stream: trio.abc.Stream) -> SocketIO | None:
