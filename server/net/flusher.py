@@ -35,13 +35,12 @@ log = logging.getLogger("headrace.storage")
 
 # Compaction runs between groups at most this often (seconds), and on a timer when idle.
 COMPACT_INTERVAL = 5.0
-# Shortest idle wait of the flusher, so a compaction pass that is due never spins it.
-IDLE_COMPACT_MIN_WAIT = 0.5
 # Ops whose store side walks every live message (a thread hop is cheaper than a stalled loop).
 WHOLE_QUEUE_OPS = frozenset({DropQueue, PurgeQueue})
 # Weight of the newest fsync in the running average that picks inline or threaded syncs.
 SYNC_EWMA_WEIGHT = 0.2
-# While the store cannot write (disk full), the flusher tries its pending records again this often.
+# While the store cannot write (disk full), the flusher tries its pending records again this often;
+# also how often its timer looks whether compaction is due.
 WRITE_RETRY_INTERVAL = 0.5
 
 
@@ -80,15 +79,24 @@ class Flusher:
         self._kick.set()
 
     async def run(self, broker: Broker, gate: Gate) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._timer)
+            await self._groups(broker, gate)
+
+    async def _timer(self) -> None:
+        """Kicks the flusher when compaction is due (an idle broker must still reclaim the segments
+        its last acks killed) and, while records wait for room, every ``WRITE_RETRY_INTERVAL``. A
+        task of its own, so that the flusher's wait for ops needs no deadline of its own per group."""
+        while True:
+            await trio.sleep(WRITE_RETRY_INTERVAL)
+            if self.store.failing is not None or (self.definitions is not None and self.definitions.pending) \
+                    or trio.current_time() - self._last_compact >= COMPACT_INTERVAL:
+                self._kick.set()
+
+    async def _groups(self, broker: Broker, gate: Gate) -> None:
         window = self.settings.fsync_window_ms / 1000
         while True:
-            # wake for ops, and when compaction is due: an idle broker must still reclaim the
-            # segments its last acks killed
-            due = max(self._last_compact + COMPACT_INTERVAL - trio.current_time(), IDLE_COMPACT_MIN_WAIT)
-            if self.store.failing is not None or (self.definitions is not None and self.definitions.pending):
-                due = min(due, WRITE_RETRY_INTERVAL)  # records wait for room: try them again
-            with trio.move_on_after(due):
-                await self._kick.wait()
+            await self._kick.wait()  # ops, or the timer
             if window > 0 and self._kick.is_set() \
                     and broker.store_backlog < self.settings.fsync_batch_max:
                 await trio.sleep(window)  # let a bigger group gather behind this one
