@@ -3,7 +3,8 @@ and shuts down gracefully (hypercorn's shape).
 
 Task tree::
 
-    serve                 root nursery: clock, stream pump, flusher, mirror writer, pager
+    serve                 root nursery: clock, stream pump, sender, flusher (and its timer),
+                          mirror writer, pager
       conns               handler nursery for every connection (AMQP and HTTP)
         listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
 
