@@ -6,8 +6,8 @@ writes to. Sessions and the HTTP API call its methods; nothing else mutates them
 Rule 2: it never does I/O and never reads the clock: every call that needs the time takes ``now``.
 The shell drains ``take_store_ops``/``take_mirror_records`` in its flusher/writer tasks and reports
 back with ``store_synced``, which tells only the sessions that asked (``wait_for_sync``): a group
-commit costs the connections waiting on it, not every open connection. Callbacks (``on_store_pending`` ...) are plain functions the shell
-installs; the broker only calls them.
+commit costs the connections waiting on it, not every open connection. Callbacks
+(``on_store_pending`` ...) are plain functions the shell installs; the broker only calls them.
 """
 
 from __future__ import annotations

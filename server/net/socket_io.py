@@ -80,7 +80,6 @@ class SocketIO:
                 except OSError as exc:
                     raise trio.BrokenResourceError(str(exc)) from exc
 
-
     def send_now(self, data: bytes) -> int:
         """One non-blocking write: how many bytes the kernel took (0 when the socket is full, or
         broken: the writer task's ``send_all`` then meets the error and ends the connection)."""
