@@ -28,6 +28,7 @@ from .alarms import DiskWatch
 from .definitions_writer import DefinitionsWriter
 from .gate import Gate
 from .stream_writer import STREAM_OPS, StreamWriter
+from .sync_thread import SyncThread
 
 __all__ = ["Flusher"]
 
@@ -57,7 +58,7 @@ class Flusher:
         self._kick = trio.Event()
         self._last_compact = 0.0
         # fsync inline while it is fast: the thread hop costs more than a fast disk's fsync (confirms
-        # 1.55x in A/B); a slow disk moves it to a worker thread so it cannot stall the event loop
+        # 1.55x in A/B); a slow disk moves it to the flusher's fsync thread so it cannot stall the loop
         self._inline_sync_max = settings.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
         self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
@@ -68,6 +69,7 @@ class Flusher:
         # writes the replies a group released (confirms) in the same step as its fsync, not one
         # writer wake-up later (app.py sets it to the sender's ``flush``)
         self.after_group: Callable[[], None] = _nothing
+        self._sync_thread = SyncThread()  # the group fsyncs of a slow disk (the EWMA above)
 
     def kick(self) -> None:
         """The broker's store outbox got its first op."""
@@ -202,8 +204,12 @@ class Flusher:
             if self._sync_ewma < self._inline_sync_max:
                 took = self._timed_sync()
             else:
-                took = await trio.to_thread.run_sync(self._timed_sync)
+                took = await self._sync_thread.run(self._timed_sync)
             self._sync_ewma += SYNC_EWMA_WEIGHT * (took - self._sync_ewma)
+
+    def close(self) -> None:
+        """After the last group: the fsync thread, if a slow disk started it, ends."""
+        self._sync_thread.close()
 
     def _timed_sync(self) -> float:
         start = time.perf_counter()

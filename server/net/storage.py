@@ -90,6 +90,7 @@ class Storage:
         await self.mirror_writer.write(broker)
 
     def close(self) -> None:
+        self.flusher.close()
         try:
             self.store.close()
         except OSError as exc:
