@@ -158,16 +158,22 @@ class AMQPConnectionHandler:
         if not data:
             return
         sent = io.send_now(data)
-        stats = session.io
-        stats.send_oct += sent
-        stats.send_cnt += 1
-        if sent < len(data):
+        partial = sent < len(data)
+        if partial:
             conn.unsent(data[sent:])
+        self._sent(sent)  # with a partial write, bytes are still pending: no drain yet
+        if partial:
             self._woken = True
             self._wake_event.set()  # the writer waits until the socket takes the rest
-            return
-        if not conn.bytes_pending:
-            session.on_drain(time.time())
+
+    def _sent(self, nbytes: int) -> None:
+        """One write went out (by the writer task or the sender): count it, and once nothing is left
+        to send, let consumers that stopped on a full buffer take again."""
+        stats = self.session.io
+        stats.send_oct += nbytes
+        stats.send_cnt += 1
+        if not self.conn.bytes_pending:
+            self.session.on_drain(time.time())
 
     async def run(self) -> None:
         try:
@@ -306,11 +312,7 @@ class AMQPConnectionHandler:
                 data = conn.data_to_send()
                 if data:
                     await send_all(data)
-                    io = session.io
-                    io.send_oct += len(data)
-                    io.send_cnt += 1
-                    if not conn.bytes_pending:
-                        session.on_drain(time.time())
+                    self._sent(len(data))
                 if session.closed and not conn.bytes_pending:
                     return
                 if self._open_reads is not None and not session.reading:
