@@ -8,12 +8,19 @@ a window of publisher confirms in flight (``window`` per partition).
 
 Exactly once comes from the broker: every message carries ``x-deduplication-header:
 <exchange>:<offset>`` (and ``x-replayed-from``, the same value), and the target exchange is to be
-declared with ``x-message-deduplication: true`` and an ``x-cache-size`` of at least 2 x ``window``
+declared with ``x-message-deduplication: true`` and an ``x-cache-size`` of at least 3 x ``window``
 x ``partitions``. Progress per routing key is the highest offset below which every publish is
 confirmed, saved once per batch of confirms (one file per partition, ``part-<n>.json``); a re-run
-skips what was saved and re-sends at most the window that was in flight and a part of a window
-confirmed but not yet saved (``replay_sink.PIECE_ROWS``), which the broker then
-drops as duplicates. By default progress lives under ``<data dir>/replay-progress/<job>``,
+skips what was saved and re-sends at most the window that was in flight and a part of a piece
+confirmed but not yet saved (``replay_sink.uncertain_rows``), which the broker then drops as
+duplicates while their keys are still in its window.
+
+That is why a re-run first publishes, as a job of its own, only those rows (per partition, the
+first ``uncertain_rows`` past its progress): with partitions running side by side, one partition
+could otherwise publish thousands of new messages, pushing the keys out of the target's window,
+before another (started later, or waiting for a core) re-sends its window. Between a key's first
+publish and its re-send there are then at most the windows of both runs, 2 x (window + a piece)
+per partition, within the 3 x window x partitions above. By default progress lives under ``<data dir>/replay-progress/<job>``,
 ``<job>`` a hash of every job parameter (source exchange and vhost, target exchange and broker,
 routing-key pattern, from/to bounds): a replay with other parameters starts afresh instead of
 skipping what another job published.
@@ -29,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .export import read_log
-from .replay_sink import ReplaySink, load_progress, run_total, topic_matches
+from .replay_sink import ReplaySink, load_progress, run_total, topic_matches, uncertain_rows
 
 __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "replay", "topic_matches"]
 
@@ -80,16 +87,37 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
         if routing_key_pattern is not None:
             df = df.filter(F.col("routing_key").isin([k.routing_key for k in keys]))
         per_partition_rate = rate / len({k.p for k in keys}) if rate else None
-    ordered = df.select("offset", "routing_key", "properties", "body").repartition(partitions, "routing_key") \
-        .sortWithinPartitions("offset")
-
-    run = uuid.uuid4().hex
+    rows = df.select("offset", "routing_key", "properties", "body")
     spark.dataSource.register(ReplaySink)
     # Spark looks a Python data source up in the calling thread's active session, which a thread
     # other than the session's own (the CLI's job thread) does not have: make it this session
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-    ordered.write.format("headrace-replay").mode("append").options(
-        amqp_url=amqp_url, exchange=exchange, to_exchange=target, progress_dir=progress, window=str(window),
-        dedup_header=dedup_header, run=run, rate="" if per_partition_rate is None else repr(per_partition_rate),
-        pattern=routing_key_pattern or "").save()
-    return run_total(progress, run)
+
+    def publish(part: Any) -> int:
+        run = uuid.uuid4().hex
+        part.repartition(partitions, "routing_key").sortWithinPartitions("offset").write \
+            .format("headrace-replay").mode("append").options(
+                amqp_url=amqp_url, exchange=exchange, to_exchange=target, progress_dir=progress, window=str(window),
+                dedup_header=dedup_header, run=run, rate="" if per_partition_rate is None else repr(per_partition_rate),
+                pattern=routing_key_pattern or "").save()
+        return run_total(progress, run)
+
+    done = load_progress(progress)
+    resent = 0
+    if done:  # a resume: what the last run may have had in flight goes again before anything new
+        resent = publish(_first_past(spark, rows, done, partitions, uncertain_rows(per_partition_rate, window)))
+    return resent + publish(rows)
+
+
+def _first_past(spark: Any, rows: Any, done: dict[str, int], partitions: int, limit: int) -> Any:
+    """Per publishing partition (the routing key's hash, as ``repartition`` places it), the first
+    ``limit`` rows past the progress saved for their keys."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    floors = spark.createDataFrame(sorted(done.items()), "routing_key string, done long")
+    place = Window.partitionBy(F.pmod(F.hash("routing_key"), F.lit(partitions))).orderBy("offset")
+    return (rows.join(F.broadcast(floors), "routing_key", "left")
+            .filter(F.col("offset") > F.coalesce(F.col("done"), F.lit(-1)))
+            .withColumn("_n", F.row_number().over(place)).filter(F.col("_n") <= limit)
+            .select("offset", "routing_key", "properties", "body"))

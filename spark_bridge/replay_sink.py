@@ -26,7 +26,8 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from .amqp_publisher import ConfirmPublisher
 from .replay_frames import FrameEncoder
 
-__all__ = ["PIECE_ROWS", "ReplaySink", "load_progress", "publish_partition", "run_total", "topic_matches"]
+__all__ = ["PIECE_ROWS", "ReplaySink", "load_progress", "piece_rows", "publish_partition", "run_total",
+           "topic_matches", "uncertain_rows"]
 
 
 def topic_matches(pattern: str, routing_key: str) -> bool:
@@ -83,6 +84,17 @@ def run_total(progress_dir: str, run: str) -> int:
 PIECE_ROWS = 256
 
 
+def piece_rows(rate: float | None, window: int) -> int:
+    """Rows per piece: one when paced (progress stays current), else at most a quarter window."""
+    return 1 if rate else max(1, min(PIECE_ROWS, window // 4))
+
+
+def uncertain_rows(rate: float | None, window: int) -> int:
+    """Rows past a partition's saved progress that a killed run may have sent: a window in flight
+    and the rest of a piece confirmed only in part (``send_encoded`` keeps a piece within the window)."""
+    return window + piece_rows(rate, window)
+
+
 def _keep_mask(batch: pa.RecordBatch, done: dict[str, int], pattern: str | None,
                matches: dict[str, bool]) -> pa.Array | None:
     """Rows still to publish: their routing key matches ``pattern`` and their offset is past what
@@ -115,7 +127,7 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
     pub: ConfirmPublisher | None = None
     published = 0
     start = time.monotonic()
-    piece_rows = 1 if rate else max(1, min(PIECE_ROWS, window // 4))
+    piece = piece_rows(rate, window)
 
     def confirmed(tag: int) -> None:
         moved = False
@@ -143,8 +155,8 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             keys = batch.column("routing_key").to_pylist()
             props = batch.column("properties").to_pylist()
             bodies = batch.column("body").to_pylist()
-            for lo in range(0, len(offsets), piece_rows):
-                hi = lo + piece_rows
+            for lo in range(0, len(offsets), piece):
+                hi = lo + piece
                 if rate:
                     delay = start + published / rate - time.monotonic()
                     if delay > 0:

@@ -124,8 +124,10 @@ def test_rate_is_shared_by_partitions_with_rows(spark, broker_factory, tmp_path)
 
 
 def spark_cli(*args: str) -> list[str]:
+    # C1 only: these jobs are short, and the JVM's warm-up, not its peak speed, is what they wait on
     return [sys.executable, "-m", "headrace", *args, "--master", "local[1]",
-            "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false"]
+            "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xshare:auto -XX:TieredStopAtLevel=1"]
 
 
 def spark_env() -> dict[str, str]:
@@ -219,16 +221,20 @@ def test_cli_export_writes_parquet_equal_to_the_log(spark, tmp_path):
     assert back == expected and [row[0] for row in back] == list(range(10, 60))
 
 
-def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(broker_factory, tmp_path):
+def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark, broker_factory, tmp_path):
     """No --rate: publishes stream with confirms in flight when the kill lands; the re-run sends
-    those again and the target's dedup window drops the ones the broker already had."""
+    those again and the target's dedup window drops the ones the broker already had. The re-run is
+    ``replay()`` in the session's warm Spark (the test above re-runs the command itself), with the
+    same job and progress directory and two partitions publishing side by side: the killed one ran
+    them one by one, so the one in flight may come second after a partition with thousands to go,
+    whose publishes would push its keys out of the target's window if it re-sent them only then."""
     proc = broker_factory()
-    # long enough that the kill lands mid-replay even at full speed (~35k msg/s: 1.7 s), since the kill
-    # follows the first few hundred messages the broker routed (counted in the broker, not by this
-    # consumer, which falls behind a replay at full speed), polled every 10 ms
-    n = 60_000
+    # long enough that the kill lands mid-replay even at full speed, since the kill follows the first
+    # few hundred messages the broker routed (counted in the broker, not by this consumer, which falls
+    # behind a replay at full speed), polled every 10 ms: 4-6k are through by the time it lands
+    n = 30_000
     write_log(proc.data_dir, n=n, keys=7)
-    target = Target(proc.url, "deduped", "q-deduped", {"x-message-deduplication": True, "x-cache-size": 4 * 500 * 2})
+    target = Target(proc.url, "deduped", "q-deduped", {"x-message-deduplication": True, "x-cache-size": 3 * 500 * 4})
     args = spark_cli("replay", "--data-dir", str(proc.data_dir), "--exchange", "orders", "--to-exchange", "deduped",
                      "--amqp-url", proc.url, "--progress-dir", str(tmp_path / "progress"), "--window", "500")
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115 - a file, not a pipe nobody reads
@@ -248,7 +254,25 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(broke
         log.close()
     target.pump(0.3)
     assert len(target.got) < n, "the replay finished before the kill"
-    run_consuming(args, target, tmp_path / "second.log")
+    resumed: list[int | BaseException] = []
+
+    def resume() -> None:
+        try:
+            resumed.append(replay(spark, str(proc.data_dir), "orders", amqp_url=proc.url, to_exchange="deduped",
+                                  progress_dir=str(tmp_path / "progress"), window=500))
+        except BaseException as exc:  # re-raised below, in the test's thread
+            resumed.append(exc)
+
+    job = threading.Thread(target=resume)
+    job.start()
+    deadline = time.monotonic() + 240
+    while job.is_alive():  # keep consuming meanwhile: a consumer silent for minutes misses its heartbeats
+        assert time.monotonic() < deadline, "the resumed replay did not finish"
+        target.pump(0.05)
+    job.join()
+    if isinstance(resumed[0], BaseException):
+        raise resumed[0]
+    assert 0 < resumed[0] < n  # what the first run left, and what was in flight at the kill again
     target.wait_count(n)
     bodies = [g[1] for g in target.got]
     assert sorted(bodies) == list(range(n))  # every message exactly once
