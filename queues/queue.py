@@ -66,6 +66,10 @@ class Queue(QueueUpkeep):
         self.deleted = False
         ttl = self.args.message_ttl_ms
         self._ttl = ttl / 1000 if ttl is not None else None
+        # whether this queue has ever had a reason for a deadline (a TTL, an x-expires lease, a
+        # message with an expiration): until then the delivery owner need not re-arm its timer
+        # after every dispatch; once set it stays set, as entries keep their expiry
+        self.timed = self._ttl is not None or self.args.expires_ms is not None
 
     # ------------------------------------------------------------------ counts
     @property
@@ -116,6 +120,7 @@ class Queue(QueueUpkeep):
         expires_at = None
         ttl = self._ttl
         if message.expiration_ms is not None:
+            self.timed = True
             per_message = message.expiration_ms / 1000
             ttl = per_message if ttl is None else min(ttl, per_message)
         if ttl is not None:
@@ -154,6 +159,7 @@ class Queue(QueueUpkeep):
         the spill backing cannot change."""
         self.args = args
         self._ttl = args.message_ttl_ms / 1000 if args.message_ttl_ms is not None else None
+        self.timed = self.timed or self._ttl is not None or args.expires_ms is not None
         if args.overflow is Overflow.DROP_HEAD:
             self._drop_over_limit(left)
 
@@ -185,6 +191,7 @@ class Queue(QueueUpkeep):
     def add_recovered_spilled(self, rows: Iterable[RecoveredRow], props_info: PropsInfo) -> int:
         """Rebuild the spilled part from the store at start, in original order, without a message
         object per entry (``Backing.append_recovered``); call only once ``spills_next``."""
+        self.timed = True  # a recovered row may carry an expiration (not looked at here)
         count = self._spill.append_recovered(self._seq + 1, rows, props_info, self._ttl)
         self._seq += count
         return count

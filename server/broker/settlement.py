@@ -177,8 +177,9 @@ class Settlement(ABC):
 
     # ------------------------------------------------------------------ time
     def arm(self, vhost: VHostView, queue: Queue) -> None:
-        """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease."""
-        if queue.deleted:
+        """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease (none
+        for a queue that never had either: ``Queue.timed``)."""
+        if queue.deleted or not queue.timed:
             return
         when = queue.next_deadline()
         idle = queue.idle_deadline()

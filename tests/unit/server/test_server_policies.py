@@ -143,3 +143,36 @@ def test_new_queues_and_exchanges_take_the_policy_and_definitions_keep_it(broker
     import_definitions(fresh, doc, NOW)
     assert fresh.policies.get("/", "cap", operator=True).definition == {"max-length": 7}
     assert fresh.vhosts["/"].declare_queue("capped2", now=NOW, owner=None).args.max_length == 7
+
+
+def test_a_queue_gets_deadlines_once_a_policy_or_a_message_gives_it_a_reason(broker):
+    """Without a TTL or x-expires a queue's dispatches arm no timer; a policy that adds one, or a
+    message with its own expiration, does, and the deadline then fires."""
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("plain", now=NOW, owner=None)
+    publish(vhost, "plain", b"first")
+    assert not queue.timed and broker.next_deadline() is None
+    broker.set_policy("/", "ttl", body({"message-ttl": 2000}, pattern="^plain$"), NOW)
+    publish(vhost, "plain", b"second")
+    publish(vhost, "plain", b"third")
+    assert queue.timed and broker.next_deadline() is None  # the head has no expiry
+    assert broker.delivery.get(vhost, queue, NOW, no_ack=True, owner=None).message.body == b"first"
+    assert broker.next_deadline() == NOW + 2
+    broker.clear_policy("/", "ttl", NOW)
+    assert queue.timed  # the messages keep their expiry
+    broker.tick(NOW + 3)
+    assert queue.messages_ready == 0
+
+    other = vhost.declare_queue("per-message", now=NOW, owner=None)
+    assert not other.timed
+    vhost.broker.delivery.publish(vhost, "", "per-message", encode_properties(BasicProperties(expiration="500")),
+                                  b"m", NOW)
+    assert other.timed and broker.next_deadline() == NOW + 0.5
+    broker.tick(NOW + 1)
+    assert other.messages_ready == 0
+
+    idle = vhost.declare_queue("idle", now=NOW, owner=None)
+    broker.set_policy("/", "lease", body({"expires": 1000}, pattern="^idle$"), NOW)
+    assert idle.timed and broker.next_deadline() == NOW + 1
+    broker.tick(NOW + 2)
+    assert "idle" not in vhost.queues
