@@ -46,9 +46,14 @@ class _Lane:
 
 
 class ReadyList:
+    """``count`` is the entries in every lane, so an empty list is seen without asking a lane.
+    Without priorities there is one lane, kept as ``_one``: append, peek and pop go straight to
+    it (they run once per message)."""
+
     def __init__(self, max_priority: int | None = None) -> None:
         self._lanes = [_Lane() for _ in range((max_priority or 0) + 1)]
         self._max = max_priority or 0
+        self._one = self._lanes[0]
         self.count = 0
         self.bytes = 0
 
@@ -64,7 +69,7 @@ class ReadyList:
         return self._lanes[min(entry.message.priority, self._max)]
 
     def append(self, entry: QueueEntry) -> None:
-        self._lane(entry).fresh.append(entry)
+        (self._lanes[min(entry.message.priority, self._max)] if self._max else self._one).fresh.append(entry)
         self.count += 1
         self.bytes += len(entry.message.body)
 
@@ -77,24 +82,26 @@ class ReadyList:
         self.count += 1
         self.bytes += len(entry.message.body)
 
-    def _head_lane(self) -> _Lane | None:
+    def _head_lane(self) -> _Lane:
+        """The lane served next; only called when ``count`` is not 0."""
         if not self._max:
-            lane = self._lanes[0]
-            return lane if len(lane) else None
+            return self._one
         for lane in reversed(self._lanes):
             if len(lane):
                 return lane
-        return None
+        raise AssertionError("count says entries are ready, no lane has one")
 
     def peek(self) -> QueueEntry | None:
-        lane = self._head_lane()
-        return lane.peek() if lane is not None else None
+        if not self.count:
+            return None
+        lane = self._one if not self._max else self._head_lane()
+        return lane.fresh[0] if not lane.returned else lane.peek()
 
     def pop(self) -> QueueEntry | None:
-        lane = self._head_lane()
-        if lane is None:
+        if not self.count:
             return None
-        entry = lane.pop()
+        lane = self._one if not self._max else self._head_lane()
+        entry = lane.fresh.popleft() if not lane.returned else lane.pop()
         self.count -= 1
         self.bytes -= len(entry.message.body)
         return entry

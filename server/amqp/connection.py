@@ -130,33 +130,51 @@ class AMQPConnection(FrameWriter):
             return events
         self._received = True
         buf = self._buf
-        buf += data
-        if self.state is ConnectionState.AWAIT_HEADER:
-            if len(buf) < 8:
-                if not PROTOCOL_HEADER.startswith(bytes(buf)):
-                    return self._bad_header(events)
-                return events
-            if bytes(buf[:8]) != PROTOCOL_HEADER:
-                return self._bad_header(events)
-            del buf[:8]
-            self.send_method(0, m.ConnectionStart(0, 9, self.server_properties, " ".join(self.mechanisms).encode(),
-                                                  b"en_US"))
-            self.state = ConnectionState.AWAIT_START_OK
-        pos = 0
-        end = len(buf)
         limit = self.frame_max if self.frame_max else 1 << 31
+        # Frames are cut from immutable bytes (one copy per payload): the read itself when nothing
+        # was left over, else the leftover and the read joined, once the first frame is whole (a
+        # large frame arriving over many reads is not copied again on each).
+        src: bytes
+        if buf or self.state is ConnectionState.AWAIT_HEADER:
+            buf += data
+            if self.state is ConnectionState.AWAIT_HEADER:
+                if len(buf) < 8:
+                    if not PROTOCOL_HEADER.startswith(bytes(buf)):
+                        return self._bad_header(events)
+                    return events
+                if bytes(buf[:8]) != PROTOCOL_HEADER:
+                    return self._bad_header(events)
+                del buf[:8]
+                self.send_method(0, m.ConnectionStart(0, 9, self.server_properties,
+                                                      " ".join(self.mechanisms).encode(), b"en_US"))
+                self.state = ConnectionState.AWAIT_START_OK
+            if len(buf) < 7:
+                return events
+            size = _unpack_frame(buf, 0)[2]
+            if size + 8 > len(buf):  # the first frame is not whole yet
+                if size + 8 > limit:
+                    self._fail(ConnectionException(
+                        ReplyCode.FRAME_ERROR, f"FRAME_ERROR - frame size {size + 8} exceeds frame_max {limit}"), events)
+                    buf.clear()
+                return events
+            src = bytes(buf)
+            buf.clear()
+        else:
+            src = data if type(data) is bytes else bytes(data)
+        pos = 0
+        end = len(src)
         try:
             while end - pos >= 7:
-                frame_type, channel, size = _unpack_frame(buf, pos)
+                frame_type, channel, size = _unpack_frame(src, pos)
                 if size + 8 > limit:
                     raise ConnectionException(ReplyCode.FRAME_ERROR,
                                               f"FRAME_ERROR - frame size {size + 8} exceeds frame_max {limit}")
                 frame_end = pos + 7 + size
                 if frame_end >= end:
                     break
-                if buf[frame_end] != FRAME_END:
+                if src[frame_end] != FRAME_END:
                     raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - bad frame end marker")
-                payload = bytes(buf[pos + 7:frame_end])
+                payload = src[pos + 7:frame_end]
                 pos = frame_end + 1
                 if self.state is ConnectionState.CLOSING:
                     if self._closing_frame(frame_type, channel, payload, events):
@@ -180,8 +198,8 @@ class AMQPConnection(FrameWriter):
             self._fail(exc, events)
             buf.clear()
             return events
-        if pos:
-            del buf[:pos]
+        if pos < end:  # the start of a frame still to come (buf is empty here)
+            buf += memoryview(src)[pos:]
         return events
 
     def _bad_header(self, events: list[Any]) -> list[Any]:

@@ -44,7 +44,8 @@ M = TypeVar("M", bound=type[Method])
 
 
 def amqp_method(class_id: int, method_id: int, name: str, *, content: bool = False) -> Callable[[M], M]:
-    """Register a frozen, slotted dataclass as the method ``name`` with these ids."""
+    """Register a slotted dataclass (frozen, but for the few decoded once per message) as the
+    method ``name`` with these ids."""
 
     def register(cls: M) -> M:
         if not dataclasses.is_dataclass(cls):

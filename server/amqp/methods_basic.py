@@ -84,8 +84,10 @@ class BasicCancelOk(Method):
     consumer_tag: ShortStr = ""
 
 
+# basic.publish and basic.ack are decoded once per message (or ack) from a client: not frozen,
+# because a frozen dataclass's __init__ costs about three times as much (``events.py``).
 @amqp_method(60, 40, "basic.publish", content=True)
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicPublish(Method):
     ticket: Short = 0
     exchange: ShortStr = ""
@@ -138,7 +140,7 @@ class BasicGetEmpty(Method):
 
 
 @amqp_method(60, 80, "basic.ack")
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BasicAck(Method):
     delivery_tag: LongLong = 0
     multiple: Bit = False
