@@ -57,6 +57,7 @@ class Queue(QueueUpkeep):
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
         self._consumers: list[Consumer[Queue]] = []
+        self._mixed_priorities = False  # consumers of more than one priority: kept by add/remove
         self._rr = 0
         self._seq = 0
         self._last_used = 0.0
@@ -227,7 +228,7 @@ class Queue(QueueUpkeep):
             return 0
         if self.args.single_active_consumer:
             consumers = consumers[:1]
-        elif len({c.priority for c in consumers}) > 1:
+        elif self._mixed_priorities:
             return self._dispatch_by_priority(now, left, delivered)
         n = len(consumers)
         idx = self._rr % n
@@ -359,10 +360,12 @@ class Queue(QueueUpkeep):
     def add_consumer(self, consumer: Consumer[Queue]) -> None:
         self._consumers.append(consumer)
         self.had_consumer = True  # auto-delete applies only after the first consumer left
+        self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
 
     def remove_consumer(self, tag: str) -> Consumer[Queue] | None:
         for i, consumer in enumerate(self._consumers):
             if consumer.tag == tag:
                 del self._consumers[i]
+                self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
                 return consumer
         return None

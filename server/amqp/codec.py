@@ -33,9 +33,18 @@ _METHOD = int(FrameType.METHOD)
 _HEADER = int(FrameType.HEADER)
 _BODY = int(FrameType.BODY)
 _BASIC = m.BasicDeliver.CLASS_ID
+_DELIVER_METHOD = m.BasicDeliver.METHOD_ID
 _pack_frame = FRAME_HEADER.pack
 _pack_header = _CONTENT_HEADER.pack
 _pack_q = _Q.pack
+# a delivery's fixed parts, each packed in one call: the deliver method frame's head (frame
+# header, class and method ids); its delivery tag and redelivered bit; the end of the method frame
+# with the content header frame's head; the end of that frame with the body frame's head
+_pack_deliver_head = struct.Struct(">BHIHH").pack
+_pack_tag = struct.Struct(">Q?").pack
+_pack_content_head = struct.Struct(">BBHIHHQ").pack
+_pack_body_head = struct.Struct(">BBHI").pack
+_SHORT = [bytes((n,)) for n in range(256)]  # a shortstr's length byte
 
 
 def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
@@ -82,17 +91,18 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
     ct = consumer_tag.encode()
     ex = exchange.encode()
     rk = routing_key.encode()
+    size = len(body)
+    if size and size <= frame_max - 8:  # the common case: one body frame, one join
+        return b"".join((
+            _pack_deliver_head(_METHOD, channel, 16 + len(ct) + len(ex) + len(rk), _BASIC, _DELIVER_METHOD),
+            _SHORT[len(ct)], ct, _pack_tag(delivery_tag, redelivered), _SHORT[len(ex)], ex, _SHORT[len(rk)], rk,
+            _pack_content_head(FRAME_END, _HEADER, channel, 12 + len(props_raw), _BASIC, 0, size), props_raw,
+            _pack_body_head(FRAME_END, _BODY, channel, size), body, _END,
+        ))
     args = b"".join((
         _DELIVER_ID, bytes((len(ct),)), ct, _pack_q(delivery_tag), b"\x01" if redelivered else b"\x00",
         bytes((len(ex),)), ex, bytes((len(rk),)), rk,
     ))
-    size = len(body)
-    if size and size <= frame_max - 8:  # the common case: one body frame
-        return b"".join((
-            _pack_frame(_METHOD, channel, len(args)), args, _END,
-            _pack_frame(_HEADER, channel, 12 + len(props_raw)), _pack_header(_BASIC, 0, size), props_raw, _END,
-            _pack_frame(_BODY, channel, size), body, _END,
-        ))
     parts = [
         _pack_frame(_METHOD, channel, len(args)), args, _END,
         _pack_frame(_HEADER, channel, 12 + len(props_raw)), _pack_header(_BASIC, 0, size), props_raw, _END,
