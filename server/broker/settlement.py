@@ -145,11 +145,14 @@ class Settlement(ABC):
     def settle(self, vhost: VHostView, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
                ready: Iterable[Queue] = ()) -> None:
         """ack / requeue / reject deliveries, then dispatch their queues and the ``ready`` ones."""
-        touched: dict[Queue, list[Left]] = {}
+        touched: dict[Queue, list[Left] | None] = {}
+        store = self.store
         for queue, entry in items:
-            left = touched.get(queue)
-            if left is None:
-                left = touched[queue] = []
+            left = touched.get(queue, _UNSEEN)
+            if left is _UNSEEN:
+                # an acked message that leaves a queue with nothing to record (transient, or no
+                # store) needs no Left: no list, no object per message
+                left = touched[queue] = [] if action is not Settle.ACK or _wants_left(queue, store) else None
             if action is Settle.ACK:
                 queue.ack(entry, left)
             elif action is Settle.REQUEUE:
@@ -196,3 +199,6 @@ def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
 
 def _nothing() -> None:
     pass
+
+
+_UNSEEN: list[Left] = []  # a marker: the queue is not in ``touched`` yet
