@@ -14,6 +14,7 @@ in consume.py: they change this state on the channel's behalf, from its method t
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from itertools import repeat
 from typing import Any, Protocol
 
 from headrace.queues import Consumer, Queue, QueueEntry
@@ -146,7 +147,7 @@ class ChannelSession:
         times = self.delivered_at
         unacked = self.unacked
         if self.unstamped:
-            times.extend((tag, now) for tag in self.unstamped)
+            times.extend(zip(self.unstamped, repeat(now)))
             self.unstamped.clear()
         while times and times[0][0] not in unacked:
             times.popleft()
@@ -247,12 +248,13 @@ class ChannelSession:
                 return taken
             if tag >= self.next_tag:
                 raise errors.precondition_failed(f"unknown delivery tag {tag}")
-            while unacked:
-                first = next(iter(unacked))
-                if first > tag:
+            count = 0
+            for held in unacked:  # in tag order: tags rise and go in as delivered
+                if held > tag:
                     break
-                taken.append(unacked.popitem(last=False)[1])
-            return taken
+                count += 1
+            pop = unacked.popitem
+            return [pop(last=False)[1] for _ in range(count)]
         item = unacked.pop(tag, None)
         if item is None:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
