@@ -44,6 +44,7 @@ _BODY = int(FrameType.BODY)
 _HEARTBEAT = int(FrameType.HEARTBEAT)
 _BASIC = m.BasicPublish.CLASS_ID
 _PUBLISH = m.BasicPublish.METHOD_ID
+_PUBLISH_IDS = struct.pack(">HH", _BASIC, _PUBLISH)
 _ACK = m.BasicAck.METHOD_ID
 _CLOSE = (m.ConnectionClose.CLASS_ID, m.ConnectionClose.METHOD_ID)
 _CLOSE_OK = (m.ConnectionCloseOk.CLASS_ID, m.ConnectionCloseOk.METHOD_ID)
@@ -181,6 +182,12 @@ class AMQPConnection(FrameWriter):
                         break
                     continue
                 if frame_type == _METHOD:
+                    if payload.startswith(_PUBLISH_IDS) and channel in self.open_channels \
+                            and channel not in self._content:
+                        after = self._whole_publish(src, pos, end, channel, payload, limit, events)
+                        if after:
+                            pos = after
+                            continue
                     self._method_frame(channel, payload, events)
                 elif frame_type == _BODY:
                     self._body_frame(channel, payload, events)
@@ -230,6 +237,36 @@ class AMQPConnection(FrameWriter):
             events.append(ConnectionCloseOk())
             return True
         return False
+
+    def _whole_publish(self, src: bytes, pos: int, end: int, channel: int, payload: bytes, limit: int,
+                       events: list[Any]) -> int:
+        """A basic.publish (``payload``) whose content header and one body frame follow whole at
+        ``pos``: its event at once, with no PendingContent and no trip round the frame loop for
+        each frame. Returns where the next frame starts, or 0 to take the frames one by one, which
+        is what happens to anything else (a body over several frames, an empty or oversized one, a
+        frame not all here yet, and every fault, which the frame-by-frame path reports)."""
+        if end - pos < 7:
+            return 0
+        h_type, h_channel, h_size = _unpack_frame(src, pos)
+        h_end = pos + 7 + h_size
+        if h_type != _HEADER or h_channel != channel or h_size + 8 > limit or h_end + 8 > end \
+                or src[h_end] != FRAME_END:
+            return 0
+        b_start = h_end + 1
+        b_type, b_channel, b_size = _unpack_frame(src, b_start)
+        b_end: int = b_start + 7 + b_size
+        if b_type != _BODY or b_channel != channel or b_size + 8 > limit or b_end >= end \
+                or src[b_end] != FRAME_END:
+            return 0
+        try:
+            method = decode_publish(payload)
+            size, props_raw, headers = parse_header(src[pos + 7:h_end])
+        except (IndexError, struct.error, UnicodeDecodeError, ConnectionException):
+            return 0
+        if size != b_size or not size or size > self.max_message_size:
+            return 0
+        events.append(ContentReceived(channel, method, props_raw, src[b_start + 7:b_end], size, headers))
+        return b_end + 1
 
     def _method_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
         if len(payload) < 4:

@@ -4,6 +4,7 @@ protocol violations and their reply codes; content assembly and property checks;
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -216,6 +217,63 @@ def test_handshake_then_publish_with_multi_frame_body(mode):
     assert quick_props(events[4].props_raw)[0] == 2
     out = conn.data_to_send()
     assert out.count(b"\x00\x14\x00\x0b") == 1  # channel.open-ok
+
+
+def _mixed_publishes() -> bytes:
+    """Publishes of every shape a read can hold: one body frame (with and without a headers
+    table), an empty body, a body over three frames, two channels' frames interleaved, one over
+    max_message_size (closes its channel), and one on a channel that is not open any more."""
+    headers = encode_properties(BasicProperties(headers={"a": 1, "b": "x"}, delivery_mode=2))
+    ch2_method = encode_method_frame(2, m.BasicPublish(exchange="x", routing_key="two"))
+    ch2_rest = encode_frame(2, 2, struct.pack(">HHQ", 60, 0, 3) + b"\x00\x00") + encode_frame(3, 2, b"two")
+    return b"".join((
+        publish_bytes(b"one"), publish_with_properties(headers), publish_bytes(b""),
+        publish_bytes(bytes(range(256)) * 10),  # 1000-byte body frames
+        ch2_method, encode_method_frame(1, m.BasicPublish(exchange="x", routing_key="k")), ch2_rest,
+        encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00"), encode_frame(3, 1, b"1"),
+        ch2_method, encode_frame(2, 2, struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00"),  # two one-byte bodies
+        encode_method_frame(1, m.BasicPublish(exchange="x", routing_key="k")),  # whose frames interleave
+        encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00"), encode_frame(3, 2, b"w"),
+        encode_frame(3, 1, b"v"),
+        encode_method_frame(2, m.BasicPublish(exchange="x", routing_key="big")),  # in one body frame,
+        encode_frame(2, 2, struct.pack(">HHQ", 60, 0, 3000) + b"\x00\x00"),  # over the 2800-byte
+        encode_frame(3, 2, b"y" * 3000),  # limit: channel 2 closes
+        publish_bytes(b"after", channel=1), publish_bytes(b"lost", channel=2),
+    ))
+
+
+@pytest.mark.parametrize("mode", ["whole", "split"])
+def test_publishes_read_whole_give_the_events_of_frame_by_frame(mode):
+    """A publish whose frames are all in one read takes a shortcut (``_whole_publish``): the events
+    and the replies are those of the same bytes fed one at a time, which takes none."""
+    outcomes = []
+    for how in (mode, "bytewise"):
+        conn = new_conn(max_message_size=2800)
+        accept_opens(conn, conn.receive_data(handshake_bytes() + encode_method_frame(2, m.ChannelOpen())))
+        conn.data_to_send()
+        events = feed(conn, _mixed_publishes(), how)
+        outcomes.append((events, conn.data_to_send(), sorted(conn.open_channels)))
+    assert outcomes[0] == outcomes[1]
+    events = outcomes[0][0]
+    bodies = [e.body for e in events if isinstance(e, ContentReceived)]
+    assert bodies == [b"one", b"z", b"", bytes(range(256)) * 10, b"two", b"1", b"w", b"v", b"after"]
+    assert [type(e) for e in events].count(ChannelClosed) == 1 and outcomes[0][2] == [1]
+
+
+@pytest.mark.parametrize("mode", ["whole", "split"])
+def test_a_publish_whose_header_comes_on_another_channel_fails_as_frame_by_frame(mode):
+    header = struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00"
+    data = b"".join((encode_method_frame(2, m.BasicPublish(exchange="x", routing_key="two")),
+                     encode_method_frame(1, m.BasicPublish(exchange="x", routing_key="one")),
+                     encode_frame(2, 2, header), encode_frame(3, 1, b"1")))
+    outcomes = []
+    for how in (mode, "bytewise"):
+        conn = new_conn()
+        accept_opens(conn, conn.receive_data(handshake_bytes() + encode_method_frame(2, m.ChannelOpen())))
+        conn.data_to_send()
+        outcomes.append((feed(conn, data, how), conn.data_to_send()))
+    assert outcomes[0] == outcomes[1]
+    assert [type(e) for e in outcomes[0][0]] == [ConnectionClosed] and outcomes[0][0][0].reply_code == 505
 
 
 def test_trailing_partial_frame_is_kept_for_the_next_read():
