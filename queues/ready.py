@@ -69,7 +69,7 @@ class ReadyList:
         return self._lanes[min(entry.message.priority, self._max)]
 
     def append(self, entry: QueueEntry) -> None:
-        (self._lanes[min(entry.message.priority, self._max)] if self._max else self._one).fresh.append(entry)
+        (self._lane(entry) if self._max else self._one).fresh.append(entry)
         self.count += 1
         self.bytes += len(entry.message.body)
 
