@@ -20,7 +20,9 @@ first ``uncertain_rows`` past its progress): with partitions running side by sid
 could otherwise publish thousands of new messages, pushing the keys out of the target's window,
 before another (started later, or waiting for a core) re-sends its window. Between a key's first
 publish and its re-send there are then at most the windows of both runs, 2 x (window + a piece)
-per partition, within the 3 x window x partitions above. By default progress lives under ``<data dir>/replay-progress/<job>``,
+per partition, within the 3 x window x partitions above. A run that ends leaves the file
+``finished`` in the progress directory (removed when the next one starts): re-running a job that
+finished (to publish what the log gained since) has nothing in doubt and skips that job. By default progress lives under ``<data dir>/replay-progress/<job>``,
 ``<job>`` a hash of every job parameter (source exchange and vhost, target exchange and broker,
 routing-key pattern, from/to bounds): a replay with other parameters starts afresh instead of
 skipping what another job published.
@@ -44,6 +46,8 @@ __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", 
 DEFAULT_WINDOW = 1000
 # the header a target exchange's dedup window reads by default (LavinMQ's x-deduplication-header)
 DEFAULT_DEDUP_HEADER = "x-deduplication-header"
+# in the progress directory while no run is under way or was cut short: the last one ended
+FINISHED = "finished"
 
 
 def job_id(*, exchange: str, vhost: str, to_exchange: str, amqp_url: str, routing_key_pattern: str | None,
@@ -103,10 +107,14 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
         return run_total(progress, run)
 
     done = load_progress(progress)
+    finished = Path(progress) / FINISHED
     resent = 0
-    if done:  # a resume: what the last run may have had in flight goes again before anything new
+    if done and not finished.exists():  # a resume: what the last run may have had in flight goes again first
         resent = publish(_first_past(spark, rows, done, partitions, uncertain_rows(per_partition_rate, window)))
-    return resent + publish(rows)
+    finished.unlink(missing_ok=True)
+    total = resent + publish(rows)
+    finished.touch()  # every publish confirmed: a re-run (new rows in the log) has nothing in doubt
+    return total
 
 
 def _first_past(spark: Any, rows: Any, done: dict[str, int], partitions: int, limit: int) -> Any:

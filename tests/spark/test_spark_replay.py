@@ -93,6 +93,36 @@ def test_default_progress_is_per_job_so_another_target_gets_everything(spark, br
     b.close()
 
 
+def test_a_finished_job_runs_again_without_the_resume_job_and_sends_what_the_log_gained(spark, broker_factory):
+    proc = broker_factory()
+    write_log(proc.data_dir, n=30)
+    target = Target(proc.url, "fin", "q-fin")
+    progress = proc.data_dir / "p"
+    tracker = spark.sparkContext.statusTracker()
+
+    def again() -> tuple[int, int]:
+        """(published, Spark jobs it took)"""
+        before = set(tracker.getJobIdsForGroup())
+        sent = replay(spark, str(proc.data_dir), "orders", amqp_url=proc.url, to_exchange="fin",
+                      progress_dir=str(progress))
+        return sent, len(set(tracker.getJobIdsForGroup()) - before)
+
+    assert again()[0] == 30 and (progress / "finished").exists()
+    sent, after_finished = again()
+    assert sent == 0
+    (progress / "finished").unlink()  # as a run cut short leaves it: the resume job runs first
+    sent, after_cut = again()
+    assert sent == 0 and after_cut > after_finished and (progress / "finished").exists()
+    log = MirrorLog(proc.data_dir, "/", "orders", segment_max_bytes=2048, index_interval_bytes=256)
+    log.recover()
+    log.append_many([MirrorRecord(T0 + i, f"k.{i % 3}", b"", b"%d" % i) for i in range(30, 35)])
+    log.close()
+    assert again()[0] == 5
+    target.wait_count(35)
+    assert sorted(g[1] for g in target.got) == list(range(35))
+    target.close()
+
+
 def test_rate_is_shared_by_partitions_with_rows(spark, broker_factory, tmp_path):
     proc = broker_factory()
     write_log(proc.data_dir, n=16, keys=1)  # one routing key: one partition of four has rows
