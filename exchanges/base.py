@@ -107,15 +107,16 @@ class Exchange(ABC):
     # ------------------------------------------------------------------ routing
     def route(self, routing_key: str, headers: Mapping[str, Any] | None,
               lookup: Callable[[str], Exchange | None]) -> RouteResult:
-        keys = [routing_key]
-        if headers and ("CC" in headers or "BCC" in headers):
-            keys += _extra_keys(headers)
-        elif not self._exchange_destinations:
+        carbon_copies = headers is not None and ("CC" in headers or "BCC" in headers)
+        if not carbon_copies and not self._exchange_destinations:
             found = self.destinations(routing_key, headers)  # fast path: one key, queues only
             if found:
                 return RouteResult(tuple([name for _, name in found]))
             if self.alternate is None:
                 return RouteResult(())
+        keys = [routing_key]
+        if carbon_copies and headers is not None:
+            keys += _extra_keys(headers)
         visited = {self.name}
         queues = self._walk(self, keys, headers, lookup, visited)
         if queues or self.alternate is None:

@@ -22,10 +22,12 @@ before another (started later, or waiting for a core) re-sends its window. Betwe
 publish and its re-send there are then at most the windows of both runs, 2 x (window + a piece)
 per partition, within the 3 x window x partitions above. A run that ends leaves the file
 ``finished`` in the progress directory (removed when the next one starts): re-running a job that
-finished (to publish what the log gained since) has nothing in doubt and skips that job. By default progress lives under ``<data dir>/replay-progress/<job>``,
-``<job>`` a hash of every job parameter (source exchange and vhost, target exchange and broker,
-routing-key pattern, from/to bounds): a replay with other parameters starts afresh instead of
-skipping what another job published.
+finished (to publish what the log gained since) has nothing in doubt and skips that job.
+
+By default progress lives under ``<data dir>/replay-progress/<job>``, ``<job>`` a hash of every
+job parameter (source exchange and vhost, target exchange and broker, routing-key pattern, from/to
+bounds): a replay with other parameters starts afresh instead of skipping what another job
+published.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", 
 DEFAULT_WINDOW = 1000
 # the header a target exchange's dedup window reads by default (LavinMQ's x-deduplication-header)
 DEFAULT_DEDUP_HEADER = "x-deduplication-header"
-# in the progress directory while no run is under way or was cut short: the last one ended
+# in the progress directory once a run ended; a run removes it as it starts, so one cut short
+# leaves none and the next run resumes
 FINISHED = "finished"
 
 

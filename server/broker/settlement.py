@@ -146,13 +146,14 @@ class Settlement(ABC):
                ready: Iterable[Queue] = ()) -> None:
         """ack / requeue / reject deliveries, then dispatch their queues and the ``ready`` ones."""
         touched: dict[Queue, list[Left] | None] = {}
-        store = self.store
+        record = self.store.enabled
         for queue, entry in items:
-            left = touched.get(queue, _UNSEEN)
-            if left is _UNSEEN:
-                # an acked message that leaves a queue with nothing to record (transient, or no
-                # store) needs no Left: no list, no object per message
-                left = touched[queue] = [] if action is not Settle.ACK or _wants_left(queue, store) else None
+            if queue in touched:
+                left = touched[queue]
+            else:
+                # an ack is never dead-lettered: it needs a Left only for the store's Ack record,
+                # so a transient queue's acks make no object per message
+                left = touched[queue] = [] if action is not Settle.ACK or (record and queue.durable) else None
             if action is Settle.ACK:
                 queue.ack(entry, left)
             elif action is Settle.REQUEUE:
@@ -199,6 +200,3 @@ def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
 
 def _nothing() -> None:
     pass
-
-
-_UNSEEN: list[Left] = []  # a marker: the queue is not in ``touched`` yet

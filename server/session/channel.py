@@ -241,7 +241,6 @@ class ChannelSession:
     def _take(self, tag: int, multiple: bool) -> list[tuple[Queue, QueueEntry]]:
         unacked = self.unacked
         if multiple:
-            taken = []
             if tag == 0:
                 taken = list(unacked.values())
                 unacked.clear()
