@@ -161,18 +161,23 @@ class ConfirmPublisher:
         self.next_tag += 1
         if self._tx_bytes >= 65536:
             self._flush()
-        while tag - self.confirmed >= self.window:
-            self._flush()
-            self._read(block=True)
+        if tag - self.confirmed >= self.window:
+            self._flush()  # its read may take the very confirms waited for: the loop checks first
+            while tag - self.confirmed >= self.window:
+                self._read(block=True)
         return tag
 
     def send_encoded(self, frames: bytes, count: int) -> int:
         """Sends ``count`` publishes already encoded as frames for channel 1 (``replay_frames``);
         returns the last one's delivery tag. Waits first until they fit in the window (a batch of
         more than ``window`` waits for every earlier publish instead)."""
-        while self.next_tag - 1 - self.confirmed > max(self.window - count, 0):
+        room = max(self.window - count, 0)
+        if self.next_tag - 1 - self.confirmed > room:
+            # the flush's own read may take the very confirms waited for: a blocking read after it
+            # would then wait for a confirm that never comes (until the socket timeout)
             self._flush()
-            self._read(block=True)
+            while self.next_tag - 1 - self.confirmed > room:
+                self._read(block=True)
         self._tx.append(frames)
         self._tx_bytes += len(frames)
         self.next_tag += count
