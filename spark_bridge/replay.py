@@ -20,7 +20,9 @@ first ``uncertain_rows`` past its progress): with partitions running side by sid
 could otherwise publish thousands of new messages, pushing the keys out of the target's window,
 before another (started later, or waiting for a core) re-sends its window. Between a key's first
 publish and its re-send there are then at most the windows of both runs, 2 x (window + a piece)
-per partition, within the 3 x window x partitions above. A run that ends leaves the file
+per partition, within the 3 x window x partitions above. That job reads the log only up to where
+the last run can have sent (``replay_sink.doubt_bound``), so resuming a run killed early in a long
+log does not scan and sort the rest of the log for it. A run that ends leaves the file
 ``finished`` in the progress directory (removed when the next one starts): re-running a job that
 finished (to publish what the log gained since) has nothing in doubt and skips that job.
 
@@ -40,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .export import read_log
-from .replay_sink import ReplaySink, load_progress, run_total, topic_matches, uncertain_rows
+from .replay_sink import ReplaySink, doubt_bound, load_progress, run_total, topic_matches, uncertain_rows
 
 __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "replay", "topic_matches"]
 
@@ -71,6 +73,7 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
 
     df = read_log(spark, data_dir, exchange, vhost=vhost, **filters)
     target = exchange if to_exchange is None else to_exchange
+    keys_in: list[str] | None = None  # the routing keys the pattern takes, when there is one
     if progress_dir is None:
         job = job_id(exchange=exchange, vhost=vhost, to_exchange=target, amqp_url=amqp_url,
                      routing_key_pattern=routing_key_pattern, filters=filters)
@@ -92,7 +95,8 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
         if not keys:
             return 0
         if routing_key_pattern is not None:
-            df = df.filter(F.col("routing_key").isin([k.routing_key for k in keys]))
+            keys_in = [k.routing_key for k in keys]
+            df = df.filter(F.col("routing_key").isin(keys_in))
         per_partition_rate = rate / len({k.p for k in keys}) if rate else None
     rows = df.select("offset", "routing_key", "properties", "body")
     spark.dataSource.register(ReplaySink)
@@ -113,7 +117,15 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
     finished = Path(progress) / FINISHED
     resent = 0
     if done and not finished.exists():  # a resume: what the last run may have had in flight goes again first
-        resent = publish(_first_past(spark, rows, done, partitions, uncertain_rows(per_partition_rate, window)))
+        doubt = rows
+        bound = doubt_bound(progress)
+        if bound is not None:  # the log up to where the last run can have sent, not all of it
+            to = bound if filters.get("to_offset") is None else min(bound, filters["to_offset"])
+            part = read_log(spark, data_dir, exchange, vhost=vhost, **{**filters, "to_offset": to})
+            if keys_in is not None:
+                part = part.filter(F.col("routing_key").isin(keys_in))
+            doubt = part.select("offset", "routing_key", "properties", "body")
+        resent = publish(_first_past(spark, doubt, done, partitions, uncertain_rows(per_partition_rate, window)))
     finished.unlink(missing_ok=True)
     total = resent + publish(rows)
     finished.touch()  # every publish confirmed: a re-run (new rows in the log) has nothing in doubt

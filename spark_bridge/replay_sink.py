@@ -7,6 +7,8 @@ and saved progress in bulk, encoded to AMQP frames in pieces (``replay_frames``)
 to back with a window of confirms (``ConfirmPublisher.send_encoded``). Progress per routing key is
 the highest offset below which every publish is confirmed: one piece's worth at a time, saved once
 per batch of confirms that completes a piece (``part-<n>.json``, with the run's published count).
+The same file bounds what a killed run can have left in doubt (``doubt_bound``): ``bound``, the end
+of the Arrow batch being sent, written before its first publish.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from .amqp_publisher import ConfirmPublisher
 from .replay_frames import FrameEncoder
 
-__all__ = ["PIECE_ROWS", "ReplaySink", "load_progress", "piece_rows", "publish_partition", "run_total",
+__all__ = ["PIECE_ROWS", "ReplaySink", "doubt_bound", "load_progress", "piece_rows", "publish_partition", "run_total",
            "topic_matches", "uncertain_rows"]
 
 
@@ -59,11 +61,30 @@ def load_progress(progress_dir: str) -> dict[str, int]:
     return done
 
 
-def _save(progress_dir: str, partition: int, offsets: dict[str, int], run: str = "", published: int = 0) -> None:
+def _save(progress_dir: str, partition: int, offsets: dict[str, int], run: str = "", published: int = 0,
+          bound: int = -1) -> None:
     path = Path(progress_dir) / f"part-{partition}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"offsets": offsets, "run": run, "published": published}))
+    tmp.write_text(json.dumps({"offsets": offsets, "run": run, "published": published, "bound": bound}))
     os.replace(tmp, path)
+
+
+def doubt_bound(progress_dir: str) -> int | None:
+    """An offset no publish of the last run lies past, unless it was confirmed: each partition's
+    file holds ``bound``, saved before the partition sends any row past it. A resume re-sends what
+    may be in doubt from the log up to there, not from the whole log. None when there is no file,
+    or one written without it: the whole log then."""
+    bound: int | None = None
+    for path in Path(progress_dir).glob("part-*.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        mark = doc.get("bound")
+        if not isinstance(mark, int):
+            return None
+        bound = mark if bound is None else max(bound, mark)
+    return bound
 
 
 def run_total(progress_dir: str, run: str) -> int:
@@ -122,6 +143,7 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
     saved: dict[str, int] = {}  # what this partition's file holds: every key it saw, at least as loaded
     # (last tag of a piece, last offset per routing key in it), in publish order
     pending: deque[tuple[int, dict[str, int]]] = deque()
+    bound = -1  # no row past it is sent before the file says so
     matches: dict[str, bool] = {}
     encoder = FrameEncoder(to_exchange, exchange, ("x-replayed-from", dedup_header))
     pub: ConfirmPublisher | None = None
@@ -135,7 +157,7 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             saved.update(pending.popleft()[1])
             moved = True
         if moved:
-            _save(progress_dir, partition, saved, run, published)
+            _save(progress_dir, partition, saved, run, published, bound)
 
     try:
         for batch in batches:
@@ -155,6 +177,9 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             keys = batch.column("routing_key").to_pylist()
             props = batch.column("properties").to_pylist()
             bodies = batch.column("body").to_pylist()
+            if offsets[-1] > bound:  # the file says how far this batch goes before any of it is sent
+                bound = offsets[-1]
+                _save(progress_dir, partition, saved, run, published, bound)
             for lo in range(0, len(offsets), piece):
                 hi = lo + piece
                 if rate:
@@ -174,7 +199,7 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             pub.wait_confirms()
             confirmed(pub.confirmed)
         if saved or published:  # a partition without rows leaves an earlier run's file alone
-            _save(progress_dir, partition, saved, run, published)
+            _save(progress_dir, partition, saved, run, published, bound)
     finally:
         if pub is not None:
             pub.close()

@@ -320,11 +320,7 @@ def test_publishes_encoded_in_bulk_arrive_intact(broker):
     from headrace.spark_bridge.amqp_publisher import ConfirmPublisher
     from headrace.spark_bridge.replay_frames import FrameEncoder
 
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    ch = conn.channel()
-    ch.exchange_declare("encoded", "topic")
-    ch.queue_declare("encoded-q", exclusive=True)
-    ch.queue_bind("encoded-q", "encoded", "#")
+    conn, ch = _bound_queue(broker.url, "encoded", "encoded-q")
     rows = [
         (7, "a.b", b"", b"plain"),
         (8, "a.c", encode_properties(BasicProperties(content_type="text/plain", delivery_mode=2,
@@ -348,3 +344,158 @@ def test_publishes_encoded_in_bulk_arrive_intact(broker):
     assert got[1][1].content_type == "text/plain" and got[1][1].delivery_mode == 2
     assert got[1][1].message_id == "m-8" and got[1][1].headers["own"] == "kept"
     assert got[2][1].priority == 3
+
+
+def replay_consuming(target: Target, *args, **kwargs) -> int:
+    """``replay(*args, **kwargs)`` in a thread while ``target`` consumes (a consumer that stops
+    reading holds its publishers up: the broker's saturation gate)."""
+    result: list[int | BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(replay(*args, **kwargs))
+        except BaseException as exc:  # re-raised below, in the test's thread
+            result.append(exc)
+
+    job = threading.Thread(target=run)
+    job.start()
+    deadline = time.monotonic() + 240
+    while job.is_alive():
+        assert time.monotonic() < deadline, "the replay did not finish"
+        target.pump(0.05)
+    job.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+def _bound_queue(url: str, exchange: str, queue: str):
+    """A topic exchange and an exclusive queue bound to all of it: (connection, channel)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.exchange_declare(exchange, "topic")
+    ch.queue_declare(queue, exclusive=True)
+    ch.queue_bind(queue, exchange, "#")
+    return conn, ch
+
+
+def _batches(offsets: range, keys: int = 3, size: int = 1000):
+    import pyarrow as pa
+
+    for start in range(offsets.start, offsets.stop, size):
+        part = range(start, min(start + size, offsets.stop))
+        yield pa.RecordBatch.from_pydict({
+            "offset": pa.array(list(part), pa.int64()),
+            "routing_key": [f"k.{i % keys}" for i in part],
+            "properties": pa.array([None] * len(part), pa.binary()),
+            "body": [b"%d" % i for i in part],
+        })
+
+
+def _dying(batches, after: int):
+    """The partition's batches, then the task dies (as under a kill, nothing after it runs)."""
+    for i, batch in enumerate(batches):
+        if i == after:
+            raise RuntimeError("task killed")
+        yield batch
+
+
+def test_a_partition_cut_short_has_sent_nothing_past_its_saved_bound(broker, tmp_path):
+    """A resume reads the log only up to ``doubt_bound`` (not to its end): every row a dying
+    partition sent lies at or below it, and it is where the batch being sent ends, not the log."""
+    from headrace.spark_bridge.replay_sink import doubt_bound, publish_partition
+
+    conn, ch = _bound_queue(broker.url, "cut", "cut-q")
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    with pytest.raises(RuntimeError, match="task killed"):
+        publish_partition(_dying(_batches(range(5000)), after=3), partition=0, amqp_url=broker.url,
+                          exchange="orders", to_exchange="cut", progress_dir=str(progress), rate=None,
+                          pattern=None, window=500, dedup_header="x-deduplication-header")
+    got = []
+    while (message := ch.basic_get("cut-q", auto_ack=True))[0] is not None:
+        got.append(int(message[2]))
+    conn.close()
+    assert got == list(range(3000))  # three batches sent, in order, before the task died
+    assert doubt_bound(str(progress)) == 2999  # rows 3000-4999 were never sent
+
+
+def test_a_bound_is_the_highest_of_every_partition_and_needs_them_all(broker, tmp_path):
+    from headrace.spark_bridge.replay_sink import doubt_bound, publish_partition
+
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.exchange_declare("whole", "topic")
+    conn.close()
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    assert doubt_bound(str(progress)) is None  # no file: the whole log
+    sent = publish_partition(_batches(range(100, 2600)), partition=1, amqp_url=broker.url, exchange="orders",
+                             to_exchange="whole", progress_dir=str(progress), rate=None, pattern=None,
+                             window=500, dedup_header="x-deduplication-header")
+    assert sent == 2500 and doubt_bound(str(progress)) == 2599
+    other = {"offsets": {"k.0": 5}, "run": "", "published": 1}
+    (progress / "part-7.json").write_text(json.dumps(other))  # as written before bounds were saved
+    assert doubt_bound(str(progress)) is None
+    (progress / "part-7.json").write_text(json.dumps({**other, "bound": 4000}))
+    assert doubt_bound(str(progress)) == 4000
+
+
+
+def test_partitions_publishing_side_by_side_in_small_pieces_all_finish(broker):
+    """A flush's read that takes the very confirms a full window waits for must not be followed
+    by a blocking read: that read waited for a confirm that never came, and the partition failed
+    after the socket timeout (small batches and windows, three partitions at once, hit it)."""
+    import pyarrow as pa
+
+    from headrace.spark_bridge.replay_sink import publish_partition
+
+    conn, ch = _bound_queue(broker.url, "small", "small-q")
+    results: dict[int, int | BaseException] = {}
+
+    def partition(k: int) -> None:
+        rows = [b.set_column(1, "routing_key", pa.array([f"k.{k}"] * b.num_rows))
+                for b in _batches(range(1500), size=7)]
+        try:
+            results[k] = publish_partition(iter(rows), partition=k, amqp_url=broker.url, exchange="orders",
+                                           to_exchange="small", progress_dir=str(progress), rate=None, pattern=None,
+                                           window=49, dedup_header="x-deduplication-header")
+        except BaseException as exc:  # checked below, in the test's thread
+            results[k] = exc
+
+    progress = Path(broker.data_dir) / "small-progress"
+    progress.mkdir()
+    threads = [threading.Thread(target=partition, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {0: 1500, 1: 1500, 2: 1500}
+    assert ch.queue_declare("small-q", passive=True).method.message_count == 4500
+    conn.close()
+
+def test_a_partition_saves_how_far_it_may_send_before_it_sends(broker, tmp_path):
+    """Killed in its first batch with nothing confirmed yet, a partition has already left the
+    range its publishes fall in: the file is written before the batch's first publish."""
+    import pyarrow as pa
+
+    from headrace.spark_bridge.replay_sink import doubt_bound, publish_partition
+
+    conn, ch = _bound_queue(broker.url, "first", "first-q")
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    batch = next(_batches(range(1000, 2000)))
+    keys = batch.column("routing_key").to_pylist()
+    keys[800] = "k." + "x" * 300  # no AMQP routing key: the piece holding it fails to encode, and the task dies
+    batch = batch.set_column(1, "routing_key", pa.array(keys))
+    with pytest.raises(ValueError, match="over 255 bytes"):
+        # a window wider than the batch: no confirm is waited for (and saved) before the death
+        publish_partition(iter([batch]), partition=0, amqp_url=broker.url, exchange="orders", to_exchange="first",
+                          progress_dir=str(progress), rate=None, pattern=None, window=100_000,
+                          dedup_header="x-deduplication-header")
+    got = []
+    while (message := ch.basic_get("first-q", auto_ack=True))[0] is not None:
+        got.append(int(message[2]))
+    conn.close()
+    assert got and got == list(range(1000, 1000 + len(got)))  # pieces before the bad one went out
+    assert doubt_bound(str(progress)) == 1999
