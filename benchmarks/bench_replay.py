@@ -23,14 +23,31 @@ from run import Headrace  # noqa: E402
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=200_000)
+def add_log_args(ap: argparse.ArgumentParser, messages: int) -> None:
+    """The log's shape and the replay's settings, shared with ``bench_replay_resume.py``."""
+    ap.add_argument("--messages", type=int, default=messages)
     ap.add_argument("--body", type=int, default=256)
     ap.add_argument("--keys", type=int, default=64)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--window", type=int, default=1000)
     ap.add_argument("--master", default="local[2]")
+
+
+def write_log(data: Path, args: argparse.Namespace) -> None:
+    """A mirror log of exchange ``src`` under ``data``: ``args.messages`` records of ``args.body``
+    bytes over ``args.keys`` routing keys, written in batches of 10,000."""
+    log = MirrorLog(data, "/", "src")
+    log.recover()
+    batch = [MirrorRecord(1_700_000_000_000 + i, f"k.{i % args.keys}", b"", b"x" * args.body)
+             for i in range(10_000)]
+    for _ in range(args.messages // len(batch)):
+        log.append_many(batch)
+    log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_log_args(ap, messages=200_000)
     args = ap.parse_args()
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from headrace.cli.spark_commands import spark_session
@@ -38,13 +55,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="headrace-replay-") as tmpdir:
         tmp = Path(tmpdir)
-        log = MirrorLog(tmp / "data", "/", "src")
-        log.recover()
-        batch = [MirrorRecord(1_700_000_000_000 + i, f"k.{i % args.keys}", b"", b"x" * args.body)
-                 for i in range(10_000)]
-        for _ in range(args.messages // len(batch)):
-            log.append_many(batch)
-        log.close()
+        write_log(tmp / "data", args)
         server = Headrace(tmp)
         try:
             conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))

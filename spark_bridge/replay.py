@@ -20,9 +20,9 @@ first ``uncertain_rows`` past its progress): with partitions running side by sid
 could otherwise publish thousands of new messages, pushing the keys out of the target's window,
 before another (started later, or waiting for a core) re-sends its window. Between a key's first
 publish and its re-send there are then at most the windows of both runs, 2 x (window + a piece)
-per partition, within the 3 x window x partitions above. That job reads the log only up to where
-the last run can have sent (``replay_sink.doubt_bound``), so resuming a run killed early in a long
-log does not scan and sort the rest of the log for it. A run that ends leaves the file
+per partition, within the 3 x window x partitions above. That job reads only the stretch of the
+log the progress files put in doubt, for the routing keys they hold (``replay_sink.doubt_range``):
+resuming a run does not scan and sort the rest of a long log for it. A run that ends leaves the file
 ``finished`` in the progress directory (removed when the next one starts): re-running a job that
 finished (to publish what the log gained since) has nothing in doubt and skips that job.
 
@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .export import read_log
-from .replay_sink import ReplaySink, doubt_bound, load_progress, run_total, topic_matches, uncertain_rows
+from .replay_sink import ReplaySink, doubt_range, load_progress, run_total, topic_matches, uncertain_rows
 
 __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "replay", "topic_matches"]
 
@@ -117,30 +117,37 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
     finished = Path(progress) / FINISHED
     resent = 0
     if done and not finished.exists():  # a resume: what the last run may have had in flight goes again first
-        doubt = rows
-        bound = doubt_bound(progress)
-        if bound is not None:  # the log up to where the last run can have sent, not all of it
-            to = bound if filters.get("to_offset") is None else min(bound, filters["to_offset"])
-            part = read_log(spark, data_dir, exchange, vhost=vhost, **{**filters, "to_offset": to})
+        doubt, saved_keys_only = rows, False
+        span = doubt_range(progress)
+        if span is not None:  # only the stretch of the log the last run can have left in doubt
+            lo, hi = span
+            bounds = {"from_offset": max(lo + 1, filters.get("from_offset") or 0),
+                      "to_offset": hi if filters.get("to_offset") is None else min(hi, filters["to_offset"])}
+            part = read_log(spark, data_dir, exchange, vhost=vhost, **{**filters, **bounds})
             if keys_in is not None:
                 part = part.filter(F.col("routing_key").isin(keys_in))
-            doubt = part.select("offset", "routing_key", "properties", "body")
-        resent = publish(_first_past(spark, doubt, done, partitions, uncertain_rows(per_partition_rate, window)))
+            doubt, saved_keys_only = part.select("offset", "routing_key", "properties", "body"), True
+        resent = publish(_first_past(spark, doubt, done, partitions, uncertain_rows(per_partition_rate, window),
+                                     saved_keys_only))
     finished.unlink(missing_ok=True)
     total = resent + publish(rows)
     finished.touch()  # every publish confirmed: a re-run (new rows in the log) has nothing in doubt
     return total
 
 
-def _first_past(spark: Any, rows: Any, done: dict[str, int], partitions: int, limit: int) -> Any:
+def _first_past(spark: Any, rows: Any, done: dict[str, int], partitions: int, limit: int,
+                saved_keys_only: bool = False) -> Any:
     """Per publishing partition (the routing key's hash, as ``repartition`` places it), the first
-    ``limit`` rows past the progress saved for their keys."""
+    ``limit`` rows past the progress saved for their keys; with ``saved_keys_only``, of the keys that
+    have progress saved only (``rows`` then starts past the lowest ``through``: a key without
+    progress, whose partition never sent, could have rows before that, and publishing its later
+    rows alone would save progress past them)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     floors = spark.createDataFrame(sorted(done.items()), "routing_key string, done long")
     place = Window.partitionBy(F.pmod(F.hash("routing_key"), F.lit(partitions))).orderBy("offset")
-    return (rows.join(F.broadcast(floors), "routing_key", "left")
+    return (rows.join(F.broadcast(floors), "routing_key", "inner" if saved_keys_only else "left")
             .filter(F.col("offset") > F.coalesce(F.col("done"), F.lit(-1)))
             .withColumn("_n", F.row_number().over(place)).filter(F.col("_n") <= limit)
             .select("offset", "routing_key", "properties", "body"))

@@ -7,8 +7,9 @@ and saved progress in bulk, encoded to AMQP frames in pieces (``replay_frames``)
 to back with a window of confirms (``ConfirmPublisher.send_encoded``). Progress per routing key is
 the highest offset below which every publish is confirmed: one piece's worth at a time, saved once
 per batch of confirms that completes a piece (``part-<n>.json``, with the run's published count).
-The same file bounds what a killed run can have left in doubt (``doubt_bound``): ``bound``, the end
-of the Arrow batch being sent, written before its first publish.
+The same file bounds what a killed run can have left in doubt (``doubt_range``): ``through``, up to
+where the partition's rows are all confirmed, and ``bound``, the end of the Arrow batch being sent,
+written with the batch's routing keys before its first publish.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from .amqp_publisher import ConfirmPublisher
 from .replay_frames import FrameEncoder
 
-__all__ = ["PIECE_ROWS", "ReplaySink", "doubt_bound", "load_progress", "piece_rows", "publish_partition", "run_total",
+__all__ = ["PIECE_ROWS", "ReplaySink", "doubt_range", "load_progress", "piece_rows", "publish_partition", "run_total",
            "topic_matches", "uncertain_rows"]
 
 
@@ -62,29 +63,34 @@ def load_progress(progress_dir: str) -> dict[str, int]:
 
 
 def _save(progress_dir: str, partition: int, offsets: dict[str, int], run: str = "", published: int = 0,
-          bound: int = -1) -> None:
+          through: int = -1, bound: int = -1) -> None:
     path = Path(progress_dir) / f"part-{partition}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"offsets": offsets, "run": run, "published": published, "bound": bound}))
+    tmp.write_text(json.dumps({"offsets": offsets, "run": run, "published": published, "through": through,
+                               "bound": bound}))
     os.replace(tmp, path)
 
 
-def doubt_bound(progress_dir: str) -> int | None:
-    """An offset no publish of the last run lies past, unless it was confirmed: each partition's
-    file holds ``bound``, saved before the partition sends any row past it. A resume re-sends what
-    may be in doubt from the log up to there, not from the whole log. None when there is no file,
-    or one written without it: the whole log then."""
-    bound: int | None = None
+def doubt_range(progress_dir: str) -> tuple[int, int] | None:
+    """(lo, hi): what the last run may have sent and not had confirmed lies in ``lo < offset <= hi``,
+    and its routing keys all have progress saved. Each partition's file holds ``through`` (its rows
+    up to there are confirmed, or were skipped as confirmed before) and ``bound`` (saved, with
+    every routing key of the batch, before the partition sends any row past it). So a resume reads
+    that stretch of the log for those keys only, not the whole log. None when there is no file, or
+    one written without them: the whole log then."""
+    lo: int | None = None
+    hi = -1
     for path in Path(progress_dir).glob("part-*.json"):
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        mark = doc.get("bound")
-        if not isinstance(mark, int):
+        through, bound = doc.get("through"), doc.get("bound")
+        if not isinstance(through, int) or not isinstance(bound, int):
             return None
-        bound = mark if bound is None else max(bound, mark)
-    return bound
+        lo = through if lo is None else min(lo, through)
+        hi = max(hi, bound)
+    return None if lo is None else (lo, hi)
 
 
 def run_total(progress_dir: str, run: str) -> int:
@@ -141,9 +147,12 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
     many it published, also written to its progress file under ``run``."""
     done = load_progress(progress_dir)
     saved: dict[str, int] = {}  # what this partition's file holds: every key it saw, at least as loaded
-    # (last tag of a piece, last offset per routing key in it), in publish order
-    pending: deque[tuple[int, dict[str, int]]] = deque()
-    bound = -1  # no row past it is sent before the file says so
+    # (last tag of a piece, its first offset, last offset per routing key in it), in publish order
+    pending: deque[tuple[int, int, dict[str, int]]] = deque()
+    # this partition's rows up to ``through`` are confirmed (rows go out in offset order, and those
+    # skipped were confirmed by an earlier run); none past ``bound`` is sent before the file says so
+    through = bound = -1
+    sent = seen = -1  # the last offset sent; the last offset read
     matches: dict[str, bool] = {}
     encoder = FrameEncoder(to_exchange, exchange, ("x-replayed-from", dedup_header))
     pub: ConfirmPublisher | None = None
@@ -152,15 +161,19 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
     piece = piece_rows(rate, window)
 
     def confirmed(tag: int) -> None:
+        nonlocal through
         moved = False
         while pending and pending[0][0] <= tag:
-            saved.update(pending.popleft()[1])
+            saved.update(pending.popleft()[2])
             moved = True
         if moved:
-            _save(progress_dir, partition, saved, run, published, bound)
+            through = pending[0][1] - 1 if pending else sent
+            _save(progress_dir, partition, saved, run, published, through, bound)
 
     try:
         for batch in batches:
+            if batch.num_rows:
+                seen = batch.column("offset")[-1].as_py()
             mask = _keep_mask(batch, done, pattern, matches)
             for rk in batch.column("routing_key").unique().to_pylist():
                 if rk not in saved and (pattern is None or matches[rk]):
@@ -177,9 +190,11 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             keys = batch.column("routing_key").to_pylist()
             props = batch.column("properties").to_pylist()
             bodies = batch.column("body").to_pylist()
-            if offsets[-1] > bound:  # the file says how far this batch goes before any of it is sent
-                bound = offsets[-1]
-                _save(progress_dir, partition, saved, run, published, bound)
+            if not pending and sent < 0:
+                through = offsets[0] - 1  # the rows before the first to send were confirmed before
+            if offsets[-1] > bound:  # the file says how far this batch goes (and its keys, in ``saved``)
+                bound = offsets[-1]  # before any of it is sent
+                _save(progress_dir, partition, saved, run, published, through, bound)
             for lo in range(0, len(offsets), piece):
                 hi = lo + piece
                 if rate:
@@ -190,8 +205,9 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
                 piece_offsets, piece_keys = offsets[lo:hi], keys[lo:hi]
                 frames = encoder.encode(piece_offsets, piece_keys, props[lo:hi], bodies[lo:hi])
                 tag = pub.send_encoded(frames, len(piece_offsets))
+                sent = piece_offsets[-1]
                 # offsets rise within a partition: the last one per key is its highest
-                pending.append((tag, dict(zip(piece_keys, piece_offsets))))
+                pending.append((tag, piece_offsets[0], dict(zip(piece_keys, piece_offsets))))
                 if pub.confirmed >= tag:  # its acks came in while it was being sent
                     confirmed(pub.confirmed)
                 published += len(piece_offsets)
@@ -199,7 +215,8 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             pub.wait_confirms()
             confirmed(pub.confirmed)
         if saved or published:  # a partition without rows leaves an earlier run's file alone
-            _save(progress_dir, partition, saved, run, published, bound)
+            through = max(through, seen)  # every row read is confirmed now, or was skipped as confirmed
+            _save(progress_dir, partition, saved, run, published, through, bound)
     finally:
         if pub is not None:
             pub.close()

@@ -26,10 +26,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 T0 = 1_700_000_000_000
 
 
-def write_log(root: Path, exchange: str = "orders", n: int = 60, keys: int = 3) -> None:
+def write_log(root: Path, exchange: str = "orders", n: int = 60, keys: int = 3, start: int = 0) -> None:
+    """Records ``start`` to ``n - 1`` (body = offset, key ``k.<offset % keys>``), appended to the log."""
     log = MirrorLog(root, "/", exchange, segment_max_bytes=2048, index_interval_bytes=256)
     log.recover()
-    log.append_many([MirrorRecord(T0 + i, f"k.{i % keys}", b"", b"%d" % i) for i in range(n)])
+    log.append_many([MirrorRecord(T0 + i, f"k.{i % keys}", b"", b"%d" % i) for i in range(start, n)])
     log.close()
 
 
@@ -45,7 +46,7 @@ class Target:
         self.got: list[tuple[str, int, dict, float]] = []
         self.queue = queue
         # a prefetch keeps what this (slow) consumer has not taken yet in the queue, where
-        # ``routed`` can count it, instead of in its socket
+        # ``ready`` can count it, instead of in its socket
         self.ch.basic_qos(prefetch_count=1000)
         self.ch.basic_consume(queue, self._on_message)
         self._counter = self.conn.channel()
@@ -54,10 +55,9 @@ class Target:
         self.got.append((method.routing_key, int(body), props.headers or {}, time.monotonic()))
         channel.basic_ack(method.delivery_tag)
 
-    def routed(self) -> int:
-        """Messages the broker has routed to the queue so far: taken here, or ready there (the
-        few hundred in the prefetch window not counted, so a lower bound)."""
-        return len(self.got) + self._counter.queue_declare(self.queue, passive=True).method.message_count
+    def ready(self) -> int:
+        """Messages ready in the queue (the broker's count; deliveries not dispatched here)."""
+        return self._counter.queue_declare(self.queue, passive=True).method.message_count
 
     def pump(self, seconds: float = 0.05) -> None:
         self.conn.process_data_events(time_limit=seconds)
@@ -113,10 +113,7 @@ def test_a_finished_job_runs_again_without_the_resume_job_and_sends_what_the_log
     (progress / "finished").unlink()  # as a run cut short leaves it: the resume job runs first
     sent, after_cut = again()
     assert sent == 0 and after_cut > after_finished and (progress / "finished").exists()
-    log = MirrorLog(proc.data_dir, "/", "orders", segment_max_bytes=2048, index_interval_bytes=256)
-    log.recover()
-    log.append_many([MirrorRecord(T0 + i, f"k.{i % 3}", b"", b"%d" % i) for i in range(30, 35)])
-    log.close()
+    write_log(proc.data_dir, n=35, start=30)
     assert again()[0] == 5
     target.wait_count(35)
     assert sorted(g[1] for g in target.got) == list(range(35))
@@ -251,6 +248,29 @@ def test_cli_export_writes_parquet_equal_to_the_log(spark, tmp_path):
     assert back == expected and [row[0] for row in back] == list(range(10, 60))
 
 
+def replay_consuming(target: Target, *args, **kwargs) -> int:
+    """``replay(*args, **kwargs)`` in a thread while ``target`` consumes (a consumer that stops
+    reading holds its publishers up: the broker's saturation gate)."""
+    result: list[int | BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(replay(*args, **kwargs))
+        except BaseException as exc:  # re-raised below, in the test's thread
+            result.append(exc)
+
+    job = threading.Thread(target=run)
+    job.start()
+    deadline = time.monotonic() + 240
+    while job.is_alive():
+        assert time.monotonic() < deadline, "the replay did not finish"
+        target.pump(0.05)
+    job.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
 def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark, broker_factory, tmp_path):
     """No --rate: publishes stream with confirms in flight when the kill lands; the re-run sends
     those again and the target's dedup window drops the ones the broker already had. The re-run is
@@ -259,9 +279,10 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark
     them one by one, so the one in flight may come second after a partition with thousands to go,
     whose publishes would push its keys out of the target's window if it re-sent them only then."""
     proc = broker_factory()
-    # long enough that the kill lands mid-replay even at full speed, since the kill follows the first
-    # few hundred messages the broker routed (counted in the broker, not by this consumer, which falls
-    # behind a replay at full speed), polled every 10 ms: 4-6k are through by the time it lands
+    # the kill follows the first few hundred messages the queue holds ready, polled every 10 ms
+    # without consuming: the consumer's prefetch (1000) fills, the queue grows, and past 1000 ready
+    # the broker's saturation gate holds the replay for a second, so the kill lands mid-replay
+    # however fast it runs (pumping the consumer while polling let a fast replay finish first)
     n = 30_000
     write_log(proc.data_dir, n=n, keys=7)
     target = Target(proc.url, "deduped", "q-deduped", {"x-message-deduplication": True, "x-cache-size": 3 * 500 * 4})
@@ -271,10 +292,10 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark
     first = subprocess.Popen(args, env=spark_env(), start_new_session=True, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 120
-        while target.routed() < 300:
+        while target.ready() < 300:
             assert time.monotonic() < deadline and first.poll() is None, \
                 "replay did not get going: " + (tmp_path / "first.log").read_text()[-2000:]
-            target.pump(0.01)
+            time.sleep(0.01)  # the poll's interval; the count itself comes from the broker
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
     finally:
@@ -284,25 +305,10 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark
         log.close()
     target.pump(0.3)
     assert len(target.got) < n, "the replay finished before the kill"
-    resumed: list[int | BaseException] = []
-
-    def resume() -> None:
-        try:
-            resumed.append(replay(spark, str(proc.data_dir), "orders", amqp_url=proc.url, to_exchange="deduped",
-                                  progress_dir=str(tmp_path / "progress"), window=500))
-        except BaseException as exc:  # re-raised below, in the test's thread
-            resumed.append(exc)
-
-    job = threading.Thread(target=resume)
-    job.start()
-    deadline = time.monotonic() + 240
-    while job.is_alive():  # keep consuming meanwhile: a consumer silent for minutes misses its heartbeats
-        assert time.monotonic() < deadline, "the resumed replay did not finish"
-        target.pump(0.05)
-    job.join()
-    if isinstance(resumed[0], BaseException):
-        raise resumed[0]
-    assert 0 < resumed[0] < n  # what the first run left, and what was in flight at the kill again
+    # consuming meanwhile: a consumer silent for minutes misses its heartbeats
+    resumed = replay_consuming(target, spark, str(proc.data_dir), "orders", amqp_url=proc.url,
+                               to_exchange="deduped", progress_dir=str(tmp_path / "progress"), window=500)
+    assert 0 < resumed < n  # what the first run left, and what was in flight at the kill again
     target.wait_count(n)
     bodies = [g[1] for g in target.got]
     assert sorted(bodies) == list(range(n))  # every message exactly once
@@ -346,29 +352,6 @@ def test_publishes_encoded_in_bulk_arrive_intact(broker):
     assert got[2][1].priority == 3
 
 
-def replay_consuming(target: Target, *args, **kwargs) -> int:
-    """``replay(*args, **kwargs)`` in a thread while ``target`` consumes (a consumer that stops
-    reading holds its publishers up: the broker's saturation gate)."""
-    result: list[int | BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(replay(*args, **kwargs))
-        except BaseException as exc:  # re-raised below, in the test's thread
-            result.append(exc)
-
-    job = threading.Thread(target=run)
-    job.start()
-    deadline = time.monotonic() + 240
-    while job.is_alive():
-        assert time.monotonic() < deadline, "the replay did not finish"
-        target.pump(0.05)
-    job.join()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
-
-
 def _bound_queue(url: str, exchange: str, queue: str):
     """A topic exchange and an exclusive queue bound to all of it: (connection, channel)."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -380,10 +363,11 @@ def _bound_queue(url: str, exchange: str, queue: str):
 
 
 def _batches(offsets: range, keys: int = 3, size: int = 1000):
+    """Arrow batches of ``size`` rows as the log holds them: key ``k.<offset % keys>``, body = offset."""
     import pyarrow as pa
 
-    for start in range(offsets.start, offsets.stop, size):
-        part = range(start, min(start + size, offsets.stop))
+    for start in range(0, len(offsets), size):
+        part = offsets[start:start + size]
         yield pa.RecordBatch.from_pydict({
             "offset": pa.array(list(part), pa.int64()),
             "routing_key": [f"k.{i % keys}" for i in part],
@@ -400,10 +384,11 @@ def _dying(batches, after: int):
         yield batch
 
 
-def test_a_partition_cut_short_has_sent_nothing_past_its_saved_bound(broker, tmp_path):
-    """A resume reads the log only up to ``doubt_bound`` (not to its end): every row a dying
-    partition sent lies at or below it, and it is where the batch being sent ends, not the log."""
-    from headrace.spark_bridge.replay_sink import doubt_bound, publish_partition
+def test_a_partition_cut_short_leaves_what_it_sent_in_doubt_inside_the_saved_range(broker, tmp_path):
+    """A resume reads only the offsets ``doubt_range`` gives (not the whole log past the saved
+    progress): every row a dying partition sent and did not have confirmed lies inside it, and the
+    range ends where the batch being sent ends, not at the end of the log."""
+    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition, uncertain_rows
 
     conn, ch = _bound_queue(broker.url, "cut", "cut-q")
     progress = tmp_path / "progress"
@@ -417,30 +402,66 @@ def test_a_partition_cut_short_has_sent_nothing_past_its_saved_bound(broker, tmp
         got.append(int(message[2]))
     conn.close()
     assert got == list(range(3000))  # three batches sent, in order, before the task died
-    assert doubt_bound(str(progress)) == 2999  # rows 3000-4999 were never sent
+    done = load_progress(str(progress))
+    lo, hi = doubt_range(str(progress))
+    assert hi == 2999  # the end of the batch it was on: rows 3000-4999 were never sent
+    # what progress does not cover may have gone unconfirmed: it is all inside (lo, hi]
+    assert all(lo < offset <= hi for offset in got if offset > done[f"k.{offset % 3}"])
+    # and the range starts no further back than what a run can have in doubt (a window and a piece)
+    assert lo >= 3000 - uncertain_rows(None, 500) - 1
 
 
-def test_a_bound_is_the_highest_of_every_partition_and_needs_them_all(broker, tmp_path):
-    from headrace.spark_bridge.replay_sink import doubt_bound, publish_partition
+def test_a_range_spans_every_partition_and_needs_them_all(broker, tmp_path):
+    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition
 
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    ch = conn.channel()
-    ch.exchange_declare("whole", "topic")
+    conn.channel().exchange_declare("whole", "topic")
     conn.close()
     progress = tmp_path / "progress"
     progress.mkdir()
-    assert doubt_bound(str(progress)) is None  # no file: the whole log
+    assert doubt_range(str(progress)) is None  # no file: the whole log
     sent = publish_partition(_batches(range(100, 2600)), partition=1, amqp_url=broker.url, exchange="orders",
                              to_exchange="whole", progress_dir=str(progress), rate=None, pattern=None,
                              window=500, dedup_header="x-deduplication-header")
-    assert sent == 2500 and doubt_bound(str(progress)) == 2599
+    assert sent == 2500
+    assert doubt_range(str(progress)) == (2599, 2599)  # an empty range: a resume reads nothing
     other = {"offsets": {"k.0": 5}, "run": "", "published": 1}
-    (progress / "part-7.json").write_text(json.dumps(other))  # as written before bounds were saved
-    assert doubt_bound(str(progress)) is None
-    (progress / "part-7.json").write_text(json.dumps({**other, "bound": 4000}))
-    assert doubt_bound(str(progress)) == 4000
+    (progress / "part-7.json").write_text(json.dumps(other))  # as written before ranges were saved
+    assert doubt_range(str(progress)) is None
+    (progress / "part-7.json").write_text(json.dumps({**other, "through": 5, "bound": 4000}))
+    assert doubt_range(str(progress)) == (5, 4000)  # the lowest ``through``, the highest ``bound``
 
 
+def test_a_resume_loses_nothing_of_a_partition_that_never_started(spark, broker_factory, tmp_path):
+    """The killed run's progress is one partition's (key k.0's; the other keys' tasks never ran):
+    the resume job reads the range that partition left, for its keys only. The other keys have rows
+    before that range, which it does not read: publishing their later rows alone would save
+    progress past them, and they would never be sent."""
+    import pyarrow as pa
+
+    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition
+
+    proc = broker_factory()
+    write_log(proc.data_dir, n=600, keys=3)
+    target = Target(proc.url, "started", "q-started", {"x-message-deduplication": True, "x-cache-size": 3000})
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    k0 = [b.set_column(1, "routing_key", pa.array(["k.0"] * b.num_rows))
+          for b in _batches(range(0, 600, 3), size=40)]  # the log's rows of k.0: offsets 0, 3, ... 597
+    with pytest.raises(RuntimeError, match="task killed"):
+        publish_partition(_dying(iter(k0), after=4), partition=0, amqp_url=proc.url, exchange="orders",
+                          to_exchange="started", progress_dir=str(progress), rate=None, pattern=None, window=20,
+                          dedup_header="x-deduplication-header")
+    lo, hi = doubt_range(str(progress))
+    assert 100 < lo < hi == 477  # k.1 and k.2 have rows before the range, and no progress
+    assert replay_consuming(target, spark, str(proc.data_dir), "orders", amqp_url=proc.url, to_exchange="started",
+                            progress_dir=str(progress), window=500) > 0
+    target.wait_count(600)
+    assert sorted(g[1] for g in target.got) == list(range(600))  # every message exactly once
+    for key in range(3):
+        per_key = [g[1] for g in target.got if g[0] == f"k.{key}"]
+        assert per_key == sorted(per_key)
+    target.close()
 
 def test_partitions_publishing_side_by_side_in_small_pieces_all_finish(broker):
     """A flush's read that takes the very confirms a full window waits for must not be followed
@@ -479,7 +500,7 @@ def test_a_partition_saves_how_far_it_may_send_before_it_sends(broker, tmp_path)
     range its publishes fall in: the file is written before the batch's first publish."""
     import pyarrow as pa
 
-    from headrace.spark_bridge.replay_sink import doubt_bound, publish_partition
+    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition
 
     conn, ch = _bound_queue(broker.url, "first", "first-q")
     progress = tmp_path / "progress"
@@ -498,4 +519,5 @@ def test_a_partition_saves_how_far_it_may_send_before_it_sends(broker, tmp_path)
         got.append(int(message[2]))
     conn.close()
     assert got and got == list(range(1000, 1000 + len(got)))  # pieces before the bad one went out
-    assert doubt_bound(str(progress)) == 1999
+    lo, hi = doubt_range(str(progress))
+    assert 999 <= lo < 1000 + len(got) and hi == 1999
