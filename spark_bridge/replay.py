@@ -98,7 +98,15 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
             keys_in = [k.routing_key for k in keys]
             df = df.filter(F.col("routing_key").isin(keys_in))
         per_partition_rate = rate / len({k.p for k in keys}) if rate else None
-    rows = df.select("offset", "routing_key", "properties", "body")
+
+    def source(**bounds: int) -> Any:
+        """The rows to replay (within ``bounds`` besides the job's own filters), in the sink's schema."""
+        part = df if not bounds else read_log(spark, data_dir, exchange, vhost=vhost, **{**filters, **bounds})
+        if keys_in is not None and bounds:
+            part = part.filter(F.col("routing_key").isin(keys_in))
+        return part.select("offset", "routing_key", "properties", "body")
+
+    rows = source()
     spark.dataSource.register(ReplaySink)
     # Spark looks a Python data source up in the calling thread's active session, which a thread
     # other than the session's own (the CLI's job thread) does not have: make it this session
@@ -117,18 +125,13 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
     finished = Path(progress) / FINISHED
     resent = 0
     if done and not finished.exists():  # a resume: what the last run may have had in flight goes again first
-        doubt, saved_keys_only = rows, False
-        span = doubt_range(progress)
+        doubt, span = rows, doubt_range(progress)
         if span is not None:  # only the stretch of the log the last run can have left in doubt
             lo, hi = span
-            bounds = {"from_offset": max(lo + 1, filters.get("from_offset") or 0),
-                      "to_offset": hi if filters.get("to_offset") is None else min(hi, filters["to_offset"])}
-            part = read_log(spark, data_dir, exchange, vhost=vhost, **{**filters, **bounds})
-            if keys_in is not None:
-                part = part.filter(F.col("routing_key").isin(keys_in))
-            doubt, saved_keys_only = part.select("offset", "routing_key", "properties", "body"), True
+            doubt = source(from_offset=max(lo + 1, filters.get("from_offset") or 0),
+                           to_offset=hi if filters.get("to_offset") is None else min(hi, filters["to_offset"]))
         resent = publish(_first_past(spark, doubt, done, partitions, uncertain_rows(per_partition_rate, window),
-                                     saved_keys_only))
+                                     saved_keys_only=span is not None))
     finished.unlink(missing_ok=True)
     total = resent + publish(rows)
     finished.touch()  # every publish confirmed: a re-run (new rows in the log) has nothing in doubt
