@@ -161,23 +161,14 @@ class ConfirmPublisher:
         self.next_tag += 1
         if self._tx_bytes >= 65536:
             self._flush()
-        if tag - self.confirmed >= self.window:
-            self._flush()  # its read may take the very confirms waited for: the loop checks first
-            while tag - self.confirmed >= self.window:
-                self._read(block=True)
+        self._wait_unconfirmed(self.window - 1)
         return tag
 
     def send_encoded(self, frames: bytes, count: int) -> int:
         """Sends ``count`` publishes already encoded as frames for channel 1 (``replay_frames``);
         returns the last one's delivery tag. Waits first until they fit in the window (a batch of
         more than ``window`` waits for every earlier publish instead)."""
-        room = max(self.window - count, 0)
-        if self.next_tag - 1 - self.confirmed > room:
-            # the flush's own read may take the very confirms waited for: a blocking read after it
-            # would then wait for a confirm that never comes (until the socket timeout)
-            self._flush()
-            while self.next_tag - 1 - self.confirmed > room:
-                self._read(block=True)
+        self._wait_unconfirmed(max(self.window - count, 0))
         self._tx.append(frames)
         self._tx_bytes += len(frames)
         self.next_tag += count
@@ -187,8 +178,17 @@ class ConfirmPublisher:
 
     def wait_confirms(self) -> None:
         """Returns once every publish so far is confirmed."""
+        self._wait_unconfirmed(0)
+
+    def _wait_unconfirmed(self, most: int) -> None:
+        """Returns once at most ``most`` publishes are unconfirmed, having sent every queued one.
+        The condition is checked again after the flush, before any blocking read: the flush's own
+        read may take the very confirms waited for, and a blocking read after that would wait for
+        a confirm that never comes (until the socket timeout)."""
+        if self.next_tag - 1 - self.confirmed <= most:
+            return
         self._flush()
-        while self.confirmed < self.next_tag - 1:
+        while self.next_tag - 1 - self.confirmed > most:
             self._read(block=True)
 
     # ------------------------------------------------------------------ I/O
