@@ -35,7 +35,7 @@ from headrace.server.amqp.properties import decode_properties, quick_props, repl
 from . import errors
 from .outbox import mirror_row
 from .reply_to import REPLY_PREFIX
-from .settlement import PublishResult, Settle, Settlement
+from .settlement import ROUTED, UNROUTED, PublishResult, Settle, Settlement
 from .stream_queue import StreamQueue
 from .vhost_view import VHostView
 
@@ -47,16 +47,18 @@ class Delivery(Settlement):
 
     # ------------------------------------------------------------------ publish
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
-                now: float, *, check_internal: bool = True, cycle_guard: str | None = None,
-                delayed: bool = True, headers: dict[str, Any] | None = None) -> PublishResult:
+                now: float, headers: dict[str, Any] | None = None, check_internal: bool = True,
+                cycle_guard: str | None = None, delayed: bool = True) -> PublishResult:
         """Route, enqueue in every target queue, record the Publish once for all durable ones,
         then settle what the bounds dropped and dispatch. ``headers`` is the headers table when
-        the caller has already parsed it (the AMQP frame check has); otherwise it is parsed here."""
+        the caller has already parsed it (the AMQP frame check has); otherwise it is parsed here.
+        Every parameter can be passed by position, which the AMQP session does: keyword arguments
+        and keyword-only defaults cost a publish a dictionary lookup each."""
         if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
             # delivered to its consumer or dropped, and in both cases routed to no queue: as
             # RabbitMQ 3.10 does, a mandatory reply is returned (312 NO_ROUTE) even when delivered
             self.replies.deliver(routing_key, props_raw, body)
-            return PublishResult(False)
+            return UNROUTED
         exchange = vhost.exchanges.get(exchange_name)
         if exchange is None:
             raise errors.not_found("exchange", exchange_name, vhost.name)
@@ -101,7 +103,7 @@ class Delivery(Settlement):
             if dedup is not None:
                 dedup.commit(now, True)
             vhost.unroutable += 1
-            return PublishResult(False)
+            return UNROUTED
         rejected = False
         durable: list[str] = []
         accepted: list[Queue] = []
@@ -140,10 +142,35 @@ class Delivery(Settlement):
         for queue, gone in dropped:
             self._settled(vhost, queue, gone, now)
         touched = self.saturation.touched
+        batch = self._batch
         for queue in accepted:
-            self._dispatch(vhost, queue, now)
+            if batch is None:
+                self._dispatch(vhost, queue, now)
+            else:
+                batch[queue] = vhost
             touched[queue] = None
-        return PublishResult(True, rejected, ticket)
+        return PublishResult(True, rejected, ticket) if rejected or ticket else ROUTED
+
+    def begin_batch(self) -> bool:
+        """A read's worth of publishes follows: each queue they go into is dispatched once, by
+        ``end_batch``, not after every publish (a pipelining publisher's read holds a hundred to
+        one queue, and a dispatch finding every consumer's credit used is most of them). Whatever
+        else the batch does to a queue (a consume, an ack, a get, a purge) sees its new messages
+        ready, as it would a moment later anyway. False when a batch is already open: the outer
+        one ends it."""
+        if self._batch is not None:
+            return False
+        self._batch = {}
+        return True
+
+    def end_batch(self, now: float) -> None:
+        """Dispatch every queue the batch published into (one that was deleted meanwhile is
+        skipped), in the order they were first published into."""
+        batch, self._batch = self._batch, None
+        if batch:
+            for queue, vhost in batch.items():
+                if not queue.deleted:
+                    self._dispatch(vhost, queue, now)
 
     def _hold(self, vhost: VHostView, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
               due: float, persistent: bool) -> PublishResult:

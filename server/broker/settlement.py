@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from headrace.persistence.store_ops import Ack, Deliver
 from headrace.persistence.stream_log import StreamTrack
@@ -31,14 +32,23 @@ from .saturation import Saturation
 from .stream_queue import ReadBudget, StreamQueue
 from .vhost_view import VHostView
 
-__all__ = ["PublishResult", "Settle", "Settlement"]
+__all__ = ["ROUTED", "UNROUTED", "PublishResult", "Settle", "Settlement"]
 
 
 @dataclass(slots=True)
 class PublishResult:
+    """Never changed once made: the two results most publishes have are shared (``ROUTED``,
+    ``UNROUTED``). Not frozen, as a frozen dataclass costs about three times as much to make, and
+    not a NamedTuple, whose ``__new__`` is slower still."""
+
     routed: bool
     rejected: bool = False  # a target queue refused it (reject-publish): the publisher gets a nack
     ticket: int = 0  # store ticket the confirm must wait for (0 = nothing to wait for)
+
+
+# a transient publish allocates no result
+ROUTED = PublishResult(True)
+UNROUTED = PublishResult(False)
 
 
 class Settle(Enum):
@@ -54,6 +64,9 @@ class Settlement(ABC):
         self.replies = replies
         self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
         self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
+        # the queues a batch of publishes went into (``begin_batch``), each dispatched once when it
+        # ends instead of after every publish; None outside a batch
+        self._batch: dict[Queue, VHostView] | None = None
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
         self.deadlines = Deadlines()
         # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
@@ -74,8 +87,8 @@ class Settlement(ABC):
 
     @abstractmethod
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
-                now: float, *, check_internal: bool = True, cycle_guard: str | None = None,
-                delayed: bool = True) -> PublishResult:
+                now: float, headers: dict[str, Any] | None = None, check_internal: bool = True,
+                cycle_guard: str | None = None, delayed: bool = True) -> PublishResult:
         """Route and enqueue (``Delivery.publish``): a dead letter is republished through it."""
 
     # ------------------------------------------------------------------ dispatch and settle

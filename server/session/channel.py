@@ -190,7 +190,7 @@ class ChannelSession:
             self._tx_buffer(event)
             return
         result = self.delivery.publish(self.vhost, exchange, method.routing_key, props_raw, event.body,
-                                       self.session.now, headers=event.headers)
+                                       self.session.now, event.headers)
         if result.ticket:
             self.last_ticket = result.ticket
         session = self.session

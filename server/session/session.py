@@ -122,9 +122,24 @@ class Session(SessionState):
         self.now = now
         if not self.connected_at:
             self.connected_at = now
-        saturation = self.broker.delivery.saturation
+        delivery = self.broker.delivery
+        saturation = delivery.saturation
         if saturation.touched:
             saturation.touched.clear()  # publishes made outside a session batch hold nobody
+        batch = delivery.begin_batch()
+        try:
+            self._events(events)
+        finally:
+            if batch:
+                delivery.end_batch(now)
+        if saturation.touched:
+            self.saturating = saturation.check()
+        if self.confirms.channels:
+            self.confirms.release()
+        if self.conn.bytes_pending:
+            self.wake()
+
+    def _events(self, events: list[Any]) -> None:
         for event in events:
             kind = type(event)
             try:
@@ -162,12 +177,6 @@ class Session(SessionState):
                 self.close(exc)
             if self.deferred:
                 self.flush_deferred()
-        if saturation.touched:
-            self.saturating = saturation.check()
-        if self.confirms.channels:
-            self.confirms.release()
-        if self.conn.bytes_pending:
-            self.wake()
 
     def flush_deferred(self) -> None:
         deferred, self.deferred = self.deferred, []

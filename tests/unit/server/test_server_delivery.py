@@ -112,3 +112,26 @@ def test_every_acked_mode_delivery_of_a_stored_message_is_recorded_for_recovery(
     assert [type(op) for op in ops] == [Publish, Deliver, Deliver]
     broker.delivery.settle(vhost, sink.got[1:], Settle.ACK, NOW)
     assert [type(op) for op in broker.take_store_ops()[0]] == [Ack]
+
+
+def test_a_batch_dispatches_each_queue_it_published_into_once_at_its_end():
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("q", owner=None, now=NOW)
+    vhost.declare_queue("gone", owner=None, now=NOW)
+    sink, other = Sink(), Sink()
+    broker.delivery.add_consumer(vhost, queue, Consumer("c", sink, prefetch=2), NOW)
+    broker.delivery.add_consumer(vhost, vhost.queues["gone"], Consumer("g", other), NOW)
+    assert broker.delivery.begin_batch()
+    assert not broker.delivery.begin_batch()  # already open: the outer batch ends it
+    for body in (b"1", b"2", b"3"):
+        broker.delivery.publish(vhost, "", "q", TRANSIENT, body, NOW)
+    broker.delivery.publish(vhost, "", "gone", TRANSIENT, b"x", NOW)
+    vhost.delete_queue("gone")  # within the batch: its end skips the queue
+    assert sink.got == [] and queue.messages_ready == 3  # ready, not yet handed to the consumer
+    broker.delivery.end_batch(NOW)
+    assert [e.message.body for _, e in sink.got] == [b"1", b"2"]  # in order, up to the prefetch
+    assert queue.messages_ready == 1 and other.got == []
+    broker.delivery.publish(vhost, "", "q", TRANSIENT, b"4", NOW)  # no batch open: dispatched at once
+    broker.delivery.settle(vhost, sink.got[:1], Settle.ACK, NOW)
+    assert [e.message.body for _, e in sink.got] == [b"1", b"2", b"3"]
