@@ -7,11 +7,13 @@ from .backing import Backing
 from .consumer import Consumer, ConsumerSink
 from .dead_letter import x_death_headers
 from .message import Message, QueueEntry
-from .outcome import EnqueueOutcome, Left, QueueStats
+from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats
 from .queue import Queue
 from .ready import ReadyList
 
 __all__ = [
+    "ACCEPTED",
+    "REJECTED",
     "Backing",
     "Consumer",
     "ConsumerSink",

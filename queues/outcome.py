@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from .message import QueueEntry
 
-__all__ = ["EnqueueOutcome", "Left", "QueueStats", "left_entry"]
+__all__ = ["ACCEPTED", "REJECTED", "EnqueueOutcome", "Left", "QueueStats", "left_entry"]
 
 
 class Left(NamedTuple):
@@ -39,6 +39,12 @@ def left_entry(entry: QueueEntry, reason: str | None, held: bool = True) -> Left
 class EnqueueOutcome(Enum):
     ACCEPTED = "accepted"
     REJECTED = "rejected"  # overflow reject-publish: the publisher gets a nack
+
+
+# the members as module names, for the publish path: reading one off the Enum class costs ~90 ns,
+# a global ~8 (timeit), and every enqueue returns one that its caller compares
+ACCEPTED = EnqueueOutcome.ACCEPTED
+REJECTED = EnqueueOutcome.REJECTED
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from .args import Overflow, QueueArgs
 from .backing import Backing, PropsInfo, RecoveredRow
 from .consumer import Consumer
 from .message import Message, QueueEntry
-from .outcome import EnqueueOutcome, Left, QueueStats, left_entry
+from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
 from .queue_upkeep import QueueUpkeep
 from .ready import ReadyList
 from .spilled import GET_READ_BATCH, SpilledRange
@@ -137,13 +137,13 @@ class Queue(QueueUpkeep):
                 self.stats.dropped += 1
                 if args.overflow is Overflow.REJECT_PUBLISH_DLX:
                     self._gone(left, self._new_entry(message, now), "maxlen", held=False)
-                return EnqueueOutcome.REJECTED
+                return REJECTED
         self.stats.published += 1
         entry = self._new_entry(message, now)
         self._push(entry)
         if args.max_length is not None or args.max_length_bytes is not None:
             self._drop_over_limit(left)
-        return EnqueueOutcome.ACCEPTED
+        return ACCEPTED
 
     def _drop_over_limit(self, left: list[Left] | None) -> None:
         while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):

@@ -260,7 +260,7 @@ class AMQPConnection(FrameWriter):
             return 0
         try:
             method = decode_publish(payload)
-            size, props_raw, headers = parse_header(src[pos + 7:h_end])
+            size, props_raw, headers = parse_header(src, pos + 7, h_end)
         except (IndexError, struct.error, UnicodeDecodeError, ConnectionException):
             return 0
         if size != b_size or not size or size > self.max_message_size:

@@ -36,15 +36,19 @@ class PendingContent:
         self.received = 0
 
 
-def parse_header(payload: bytes) -> tuple[int, bytes, dict[str, Any] | None]:
-    """(body size, property bytes, headers table or None) of a content header frame's payload."""
-    if len(payload) < 14:
+def parse_header(src: bytes, start: int = 0, end: int = -1) -> tuple[int, bytes, dict[str, Any] | None]:
+    """(body size, property bytes, headers table or None) of a content header frame's payload,
+    ``src[start:end]`` (the whole of ``src`` by default): read in place, so a publish read whole
+    from a socket's bytes copies only its property bytes."""
+    if end < 0:
+        end = len(src)
+    if end - start < 14:
         raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - content header too short")
-    class_id, _weight, size = _CONTENT_HEADER.unpack_from(payload, 0)
+    class_id, _weight, size = _CONTENT_HEADER.unpack_from(src, start)
     if class_id != _BASIC:
         raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
-    props_raw = payload[12:]
-    if FIXED_SIZES.get(payload[12] << 8 | payload[13]) == len(props_raw):
+    props_raw = src[start + 12:end]
+    if FIXED_SIZES.get(src[start + 12] << 8 | src[start + 13]) == len(props_raw):
         return size, props_raw, None  # the common case, and nothing to walk
     try:
         headers = check_properties(props_raw)

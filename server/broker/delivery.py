@@ -28,7 +28,7 @@ from typing import Any
 
 from headrace.persistence.store_ops import Delay, DropQueue, Publish, PurgeQueue, Undelay
 from headrace.persistence.stream_log import StreamAppend
-from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueArgs, QueueEntry
+from headrace.queues import REJECTED, Consumer, Left, Message, Queue, QueueArgs, QueueEntry
 from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
@@ -123,7 +123,7 @@ class Delivery(Settlement):
                 queue.enqueue(message, now)
                 ticket = store.add_ticketed(StreamAppend(vhost.name, qname, record))
                 continue
-            if queue.enqueue(message, now, left) is EnqueueOutcome.REJECTED:
+            if queue.enqueue(message, now, left) is REJECTED:
                 rejected = True
             else:
                 accepted.append(queue)
