@@ -11,8 +11,10 @@ profile (8 KiB receive buffers on every connection from the start). Earlier runs
 called the defaults ``before`` (or ``autotuned``) and the latency profile ``after``. ``publish-only``
 is two pipelined pika publishers into a queue
 without consumers (it must not be gated). During ``saturated`` ``ss`` is sampled every 50 ms for
-where the messages wait: the largest client send buffer (``skmem`` tb), send queue and our
-receive queue seen on the broker's port. Prints one JSON line per run.
+where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
+queues and the broker's receive queues on its port (the largest sample, and the median of each
+sample's largest). The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed)
+instead of headrace. Prints one JSON line per run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,22 +75,32 @@ def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int =
 
 
 def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
-    """Largest client send buffer / send queue and broker receive queue on ``port`` until ``stop``."""
+    """Largest client send buffer / send queue and broker receive queue on ``port`` until ``stop``,
+    and the medians over the samples (each sample's largest send and receive queue)."""
+    send_qs: list[int] = []
+    recv_qs: list[int] = []
     while not stop.is_set():
         lines = subprocess.run(["ss", "-tnmi", f"( sport = :{port} or dport = :{port} )"],
                                capture_output=True, text=True).stdout.splitlines()[1:]
+        send_q = recv_q = 0
         for i, line in enumerate(lines):
             parts = line.split()
             if len(parts) < 5 or parts[0] != "ESTAB":
                 continue
             info = lines[i + 1] if i + 1 < len(lines) else ""
             if parts[3].endswith(f":{port}"):
-                seen["broker_recv_q"] = max(seen.get("broker_recv_q", 0), int(parts[1]))
+                recv_q = max(recv_q, int(parts[1]))
             else:
-                seen["client_send_q"] = max(seen.get("client_send_q", 0), int(parts[2]))
+                send_q = max(send_q, int(parts[2]))
                 found = re.search(r"tb(\d+)", info)
                 if found:
                     seen["client_sndbuf"] = max(seen.get("client_sndbuf", 0), int(found.group(1)))
+        send_qs.append(send_q)
+        recv_qs.append(recv_q)
+        seen["client_send_q"] = max(send_qs)
+        seen["broker_recv_q"] = max(recv_qs)
+        seen["client_send_q_p50"] = round(statistics.median(send_qs))
+        seen["broker_recv_q_p50"] = round(statistics.median(recv_qs))
         time.sleep(0.05)
 
 
@@ -96,15 +109,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="saturated,pubsub,publish-only")
     ap.add_argument("--configs", default="defaults,held,profile",
-                    help="defaults, held, profile, or settings joined by '+', e.g. amqp_rcvbuf=32768+amqp_mss=1448")
+                    help="defaults, held, profile, rabbitmq, or settings joined by '+', e.g. "
+                         "amqp_rcvbuf=32768+amqp_mss=1448")
     args = ap.parse_args()
     names = args.configs.split(",")
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:
             with tempfile.TemporaryDirectory() as tmp:
-                broker = run.Headrace(Path(tmp), CONFIGS[name] if name in CONFIGS else settings_env(name))
+                broker: run.Headrace | run.RabbitMQ
+                if name == "rabbitmq":
+                    broker = run.RabbitMQ(Path(tmp))
+                else:
+                    broker = run.Headrace(Path(tmp), CONFIGS[name] if name in CONFIGS else settings_env(name))
                 try:
-                    target = amqp_load.Target("headrace", "127.0.0.1", broker.port)
+                    target = amqp_load.Target(broker.name, "127.0.0.1", broker.port)
                     for scenario in args.scenarios.split(","):
                         load = os.getloadavg()[0]
                         seen: dict[str, int] = {}
@@ -120,7 +138,7 @@ def main() -> None:
                         if sampler.is_alive():
                             sampler.join()
                         keep = {k: round(v) for k, v in result.items()
-                                if k in ("rate", "p50_ms", "p99_ms", "peak_ready")}
+                                if k in ("rate", "publish_rate", "p50_ms", "p99_ms", "peak_ready")}
                         print(json.dumps({"round": rnd + 1, "config": name, "scenario": scenario,
                                           "load1": round(load, 1), **keep, **seen}), flush=True)
                 finally:
