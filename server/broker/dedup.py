@@ -191,6 +191,21 @@ class Dedup:
         self._pending.append((queue, wid, window, key, _ttl_override(headers)))
         return False
 
+    def applies(self, vhost: str, exchange: str, exchange_arguments: Mapping[str, Any],
+                queue_names: Sequence[str], queues: Mapping[str, Any]) -> bool:
+        """Whether a window would look at a publish through ``exchange`` routed to ``queue_names``.
+        When none would, ``screen`` returns the names as they are whatever the message, so a run of
+        such publishes (``Delivery.publish_run``) need not ask it for each."""
+        by_policy = self.policy_arguments
+        declared: list[tuple[str, str, Mapping[str, Any] | None]] = [("exchange", exchange, exchange_arguments)]
+        declared += [("queue", name, getattr(queues.get(name), "arguments", None)) for name in queue_names]
+        for kind, name, arguments in declared:
+            if by_policy:
+                arguments = by_policy.get(window_id(kind, vhost, name), arguments)
+            if arguments and arguments.get(ARG_ENABLE) is True:
+                return True
+        return False
+
     def screen(self, vhost: str, exchange: str, exchange_arguments: Mapping[str, Any],
                queue_names: Sequence[str], queues: Mapping[str, Any], props_raw: bytes,
                headers: Mapping[str, Any] | None, now: float) -> Sequence[str] | None:

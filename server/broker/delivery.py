@@ -23,9 +23,10 @@ object, split by code path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from headrace.exchanges import Exchange
 from headrace.persistence.store_ops import Delay, DropQueue, Publish, PurgeQueue, Undelay
 from headrace.persistence.stream_log import StreamAppend
 from headrace.queues import REJECTED, Consumer, Left, Message, Queue, QueueArgs, QueueEntry
@@ -33,6 +34,7 @@ from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
+from .dedup import Dedup
 from .outbox import mirror_row
 from .reply_to import REPLY_PREFIX
 from .settlement import ROUTED, UNROUTED, PublishResult, Settle, Settlement
@@ -59,23 +61,11 @@ class Delivery(Settlement):
             # RabbitMQ 3.10 does, a mandatory reply is returned (312 NO_ROUTE) even when delivered
             self.replies.deliver(routing_key, props_raw, body)
             return UNROUTED
-        exchange = vhost.exchanges.get(exchange_name)
-        if exchange is None:
-            raise errors.not_found("exchange", exchange_name, vhost.name)
-        if check_internal and exchange.internal:
-            raise errors.access_refused(
-                f"cannot publish to internal exchange '{exchange_name}' in vhost '{vhost.name}'")
+        exchange = _exchange(vhost, exchange_name, check_internal)
         delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
         if headers is None and has_headers:
             headers = decode_properties(props_raw).headers
-        expiration_ms = None
-        if expiration is not None:
-            try:
-                expiration_ms = int(expiration)
-                if expiration_ms < 0:
-                    raise ValueError
-            except ValueError:
-                raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
+        expiration_ms = None if expiration is None else _expiration_ms(expiration)
         if delayed and headers and exchange_name in vhost.delayed_exchanges:
             delay = headers.get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
@@ -95,8 +85,47 @@ class Delivery(Settlement):
         if headers is not None and "BCC" in headers:
             headers = {k: v for k, v in headers.items() if k != "BCC"}
             props_raw = replace_headers(props_raw, headers)
-        message = Message(self.next_message_id(), exchange_name, routing_key, props_raw, body,
-                          delivery_mode == 2, priority or 0, expiration_ms, headers, now)
+        return self._place(vhost, exchange, Message(self.next_message_id(), exchange_name, routing_key, props_raw,
+                                                    body, delivery_mode == 2, priority or 0, expiration_ms,
+                                                    headers, now), targets, now, cycle_guard, dedup)
+
+    def publish_run(self, vhost: VHostView, exchange_name: str, routing_key: str,
+                    contents: Sequence[tuple[bytes, bytes]], now: float, results: list[PublishResult]) -> None:
+        """Publishes one client sent one after another to the same exchange and routing key, none
+        with a headers table (``contents``: property bytes and body of each, in order), as
+        ``publish`` would take them one by one, with what depends only on the exchange and the key
+        done once: the exchange's checks, the route, whether a dedup window applies. Each one's
+        result is appended to ``results`` as it is placed, so a publish that fails (an invalid
+        expiration) leaves the results of those before it, which are placed, as they would be."""
+        publish = self.publish
+        if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):
+            for props_raw, body in contents:
+                results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
+            return
+        exchange = _exchange(vhost, exchange_name, True)
+        targets = exchange.route(routing_key, None, vhost.exchanges.get).queues
+        if not targets or self.dedup.applies(vhost.name, exchange_name, exchange.arguments, targets, vhost.queues):
+            for props_raw, body in contents:  # unroutable (mirrored, counted) or screened: one by one
+                results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
+            return
+        place = self._place
+        next_id = self.next_message_id
+        for props_raw, body in contents:
+            delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
+            if has_headers:  # not what a caller should pass: the whole path, which parses them
+                results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
+                continue
+            expiration_ms = None if expiration is None else _expiration_ms(expiration)
+            exchange.published_in += 1
+            results.append(place(vhost, exchange, Message(next_id(), exchange_name, routing_key, props_raw, body,
+                                                          delivery_mode == 2, priority or 0, expiration_ms, None,
+                                                          now), targets, now, None, None))
+
+    def _place(self, vhost: VHostView, exchange: Exchange, message: Message, targets: Sequence[str], now: float,
+               cycle_guard: str | None, dedup: Dedup | None) -> PublishResult:
+        """Enqueue a routed message in its target queues, record the Publish once for all durable
+        ones, then settle what the bounds dropped and dispatch (or note the queues for the batch)."""
+        exchange_name = message.exchange
         if exchange_name in vhost.mirrored:
             self.mirror.add(vhost.name, exchange_name, message)
         if not targets:
@@ -314,6 +343,28 @@ class Delivery(Settlement):
                 vhost.delete_queue(queue.name)
             else:
                 self.arm(vhost, queue)
+
+
+def _exchange(vhost: VHostView, name: str, check_internal: bool) -> Exchange:
+    """The exchange a publish names: 404 when there is none, 403 for an internal one (unless a
+    dead letter or a delayed message is republished through it)."""
+    exchange = vhost.exchanges.get(name)
+    if exchange is None:
+        raise errors.not_found("exchange", name, vhost.name)
+    if check_internal and exchange.internal:
+        raise errors.access_refused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
+    return exchange
+
+
+def _expiration_ms(expiration: str) -> int:
+    """The ``expiration`` property as milliseconds; 406 for anything but a non-negative integer."""
+    try:
+        expiration_ms = int(expiration)
+        if expiration_ms < 0:
+            raise ValueError
+    except ValueError:
+        raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
+    return expiration_ms
 
 
 def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], skipped: str | None) -> bool:

@@ -22,9 +22,10 @@ from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.broker import Settle, errors
+from headrace.server.broker import PublishResult, Settle, errors
 from headrace.server.broker.dead_letters import with_delivery_count
 from headrace.server.broker.reply_to import ReplyConsumer, rewrite_request
+from headrace.server.broker.settlement import ROUTED
 from headrace.server.broker.topic_auth import check_topic_write
 
 from .channel_stats import ChannelStats
@@ -173,9 +174,52 @@ class ChannelSession:
     def publish(self, event: ContentReceived) -> None:
         method = event.method
         if method.immediate:
-            raise ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true",
-                                      60, 40)
-        exchange = method.exchange
+            raise _immediate()
+        self._may_publish(method.exchange, method.routing_key)
+        props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
+        if self.tx:
+            self._tx_buffer(event)
+            return
+        self._published(event, self.delivery.publish(self.vhost, method.exchange, method.routing_key, props_raw,
+                                                     event.body, self.session.now, event.headers))
+
+    def publish_run(self, events: list[ContentReceived]) -> None:
+        """Publishes read together on this channel to one exchange and routing key, none with a
+        headers table (``Session`` finds such runs): the permission checks are made once, and
+        ``Delivery.publish_run`` routes once. In a transaction they are held one by one. A
+        publish that fails ends the run where ``publish`` one by one would: those before it are
+        placed and answered for, and the error is the first one met in order."""
+        if self.tx:
+            for event in events:
+                self.publish(event)
+            return
+        method = events[0].method
+        if method.immediate:
+            raise _immediate()
+        self._may_publish(method.exchange, method.routing_key)
+        reply = self.reply
+        contents: list[tuple[bytes, bytes]] = []
+        try:
+            for event in events:
+                if event.method.immediate:
+                    raise _immediate()
+                contents.append((rewrite_request(event.props_raw, reply), event.body))
+        finally:
+            if contents:  # those before a failure, placed before it is raised (or one of theirs first)
+                results: list[PublishResult] = []
+                try:
+                    self.delivery.publish_run(self.vhost, method.exchange, method.routing_key, contents,
+                                              self.session.now, results)
+                finally:
+                    if not self.confirm and all(result is ROUTED for result in results):
+                        self._published_routed(len(results))  # the usual run: counts alone
+                    else:
+                        published = self._published
+                        for event, result in zip(events, results):
+                            published(event, result)
+
+    def _may_publish(self, exchange: str, routing_key: str) -> None:
+        """Write permission on the exchange and, with topic permissions, on the routing key."""
         ok = self.perms.write_ok.get(exchange)
         if ok is None:
             ok = self.perms.allowed("write", exchange)
@@ -184,13 +228,22 @@ class ChannelSession:
         if self.session.broker.users.topic_permissions:
             user = self.session.user
             assert user is not None  # a channel opens only after connection.open
-            check_topic_write(self.vhost, user.name, exchange, method.routing_key)
-        props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
-        if self.tx:
-            self._tx_buffer(event)
-            return
-        result = self.delivery.publish(self.vhost, exchange, method.routing_key, props_raw, event.body,
-                                       self.session.now, event.headers)
+            check_topic_write(self.vhost, user.name, exchange, routing_key)
+
+    def _published_routed(self, count: int) -> None:
+        """``_published`` for ``count`` publishes routed with nothing to wait for, outside confirm
+        mode: nothing to return, nothing to confirm."""
+        session = self.session
+        session.published += count
+        self.stats.published += count
+        if session.broker.alarms and not session.blocked_sent:
+            session.alarms_changed(session.broker.alarms)
+
+    def _published(self, event: ContentReceived, result: PublishResult) -> None:
+        """What a placed publish asks of the channel: counts, basic.return when it was unroutable
+        and mandatory, its confirm's place in line."""
+        method = event.method
+        exchange = method.exchange
         if result.ticket:
             self.last_ticket = result.ticket
         session = self.session
@@ -339,3 +392,7 @@ class ChannelSession:
         self.confirms.channel_closed(self)
         self.tx_rollback()
 
+
+def _immediate() -> ConnectionException:
+    """basic.publish with immediate=true: RabbitMQ 3.x refuses it for the whole connection."""
+    return ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", 60, 40)

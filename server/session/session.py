@@ -140,13 +140,23 @@ class Session(SessionState):
             self.wake()
 
     def _events(self, events: list[Any]) -> None:
-        for event in events:
+        count = len(events)
+        i = 0
+        while i < count:
+            event = events[i]
+            i += 1
             kind = type(event)
             try:
                 if kind is ContentReceived:
                     channel = self.channels.get(event.channel)
                     if channel is not None:
-                        channel.publish(event)
+                        end = _run_end(events, i - 1, count) if i < count else i
+                        if end > i:  # a run of two or more (a failure inside closes the channel: the
+                            run = events[i - 1:end]  # rest of the run would find it gone anyway)
+                            i = end
+                            channel.publish_run(run)
+                        else:
+                            channel.publish(event)
                 elif kind is MethodReceived:
                     self._method(event.channel, event.method)
                 elif kind is ChannelOpenRequested:
@@ -298,6 +308,28 @@ CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
 }
 
 _ORDER = {state: i for i, state in enumerate(Lifecycle)}
+
+
+def _run_end(events: list[Any], start: int, count: int) -> int:
+    """Where the publishes from ``start`` on stop going through one channel to one exchange and
+    routing key without a headers table: what ``ChannelSession.publish_run`` takes together."""
+    first = events[start]
+    if first.headers is not None:
+        return start + 1
+    channel = first.channel
+    method = first.method
+    exchange = method.exchange
+    key = method.routing_key
+    end = start + 1
+    while end < count:
+        event = events[end]
+        if type(event) is not ContentReceived or event.channel != channel or event.headers is not None:
+            break
+        method = event.method
+        if method.exchange != exchange or method.routing_key != key:
+            break
+        end += 1
+    return end
 
 
 def _fill_ids(exc: AMQPError, event: Any) -> None:

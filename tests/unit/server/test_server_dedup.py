@@ -151,3 +151,24 @@ def test_deleting_an_exchange_or_queue_drops_its_window_and_journals_that(broker
     recovered = Dedup()
     recovered.restore(journal)  # the drops void the keys before them
     assert recovered.snapshot(1000.0) == []
+
+
+def test_publishes_read_together_are_each_screened_where_a_window_applies():
+    broker = Broker()
+    broker.ensure_default("/", "guest", "guest")
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("plain", owner=None, now=0.0)
+    vhost.declare_queue("dd", owner=None, now=0.0, arguments={"x-message-deduplication": True})
+    dedup = broker.delivery.dedup
+    assert not dedup.applies("/", "", {}, ["plain"], vhost.queues)
+    assert dedup.applies("/", "", {}, ["plain", "dd"], vhost.queues)
+    results: list = []
+    run = [(props(message_id="a"), b"1"), (props(message_id="a"), b"2"), (props(message_id="b"), b"3")]
+    broker.delivery.publish_run(vhost, "", "dd", run, 0.0, results)
+    assert vhost.queues["dd"].messages_ready == 2  # the second "a" was a duplicate
+    assert [r.routed for r in results] == [True, True, True]
+    results = []
+    broker.delivery.publish_run(vhost, "", "plain", run, 0.0, results)
+    assert vhost.queues["plain"].messages_ready == 3 and len(results) == 3
+    dedup.set_policy_arguments(window_id("queue", "/", "plain"), {"x-message-deduplication": True})
+    assert dedup.applies("/", "", {}, ["plain"], vhost.queues)  # a policy's window counts too

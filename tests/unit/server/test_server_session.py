@@ -217,3 +217,59 @@ def test_guest_from_a_remote_peer_is_refused_with_403():
     data = conn.data_to_send()
     assert closes(data)[-1] == (0, 10, 403) and b"ACCESS_REFUSED - Login was refused" in data
     assert session.user is None and session.id not in b.connections
+
+
+# ---------------------------------------------------------------------- publishes read together
+
+def publish_with(queue: str, body: bytes, *, exchange: str = "", mandatory: bool = False, immediate: bool = False,
+                 expiration: str | None = None) -> bytes:
+    props = encode_properties(BasicProperties(delivery_mode=1, expiration=expiration))
+    return (method(1, m.BasicPublish(exchange=exchange, routing_key=queue, mandatory=mandatory, immediate=immediate))
+            + encode_frame(2, 1, struct.pack(">HHQ", 60, 0, len(body)) + props) + encode_frame(3, 1, body))
+
+
+def bodies(b: Broker, queue: str) -> list[bytes]:
+    got = []
+    while (entry := b.vhosts["/"].queues[queue].get(NOW, no_ack=True, owner=None)) is not None:
+        got.append(entry.message.body)
+    return got
+
+
+def test_a_read_of_publishes_to_one_queue_is_placed_in_order_with_one_confirm_each():
+    b = broker()
+    b.vhosts["/"].declare_queue("t", now=NOW, owner=None)
+    session, conn = open_session(b)
+    session.handle(conn.receive_data(method(1, m.ConfirmSelect())), NOW)
+    conn.data_to_send()
+    session.handle(conn.receive_data(b"".join(publish_with("t", b"%d" % i) for i in range(5))), NOW)
+    assert bodies(b, "t") == [b"0", b"1", b"2", b"3", b"4"]
+    data = conn.data_to_send()
+    assert frames(data) == [(60, 80)] and struct.unpack_from(">Q", data, 11)[0] == 5  # acks up to tag 5
+
+
+def test_a_run_with_an_invalid_expiration_places_those_before_it_and_closes_the_channel():
+    b = broker()
+    b.vhosts["/"].declare_queue("t", now=NOW, owner=None)
+    session, conn = open_session(b)
+    data = publish_with("t", b"a") + publish_with("t", b"b", expiration="soon") + publish_with("t", b"c")
+    session.handle(conn.receive_data(data), NOW)
+    assert bodies(b, "t") == [b"a"]
+    assert closes(conn.data_to_send()) == [(1, 20, 406)]
+
+
+def test_immediate_in_a_run_closes_the_connection_after_the_publishes_before_it():
+    b = broker()
+    b.vhosts["/"].declare_queue("t", now=NOW, owner=None)
+    session, conn = open_session(b)
+    data = publish_with("t", b"a") + publish_with("t", b"b") + publish_with("t", b"c", immediate=True)
+    session.handle(conn.receive_data(data), NOW)
+    assert bodies(b, "t") == [b"a", b"b"]
+    assert closes(conn.data_to_send()) == [(0, 10, 540)]
+
+
+def test_unroutable_mandatory_publishes_read_together_each_come_back():
+    b = broker()
+    session, conn = open_session(b)
+    session.handle(conn.receive_data(b"".join(publish_with("nowhere", b"x", mandatory=True) for _ in range(3))), NOW)
+    assert frames(conn.data_to_send()) == [(60, 50)] * 3  # basic.return, one per publish
+    assert b.vhosts["/"].unroutable == 3
