@@ -13,7 +13,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pika
 
@@ -45,43 +48,54 @@ def write_log(data: Path, args: argparse.Namespace) -> None:
     log.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    add_log_args(ap, messages=200_000)
-    args = ap.parse_args()
+@contextmanager
+def replay_setup(args: argparse.Namespace, prefix: str) -> Iterator[tuple[Path, Any, Any, str]]:
+    """What both replay benchmarks start from: a temporary directory whose ``data`` holds the log
+    (``write_log``), a broker on it, a pika channel to that broker, a Spark session and the
+    broker's AMQP URL; all stopped when the block ends."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from headrace.cli.spark_commands import spark_session
-    from headrace.spark_bridge.replay import replay
 
-    with tempfile.TemporaryDirectory(prefix="headrace-replay-") as tmpdir:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmpdir:
         tmp = Path(tmpdir)
         write_log(tmp / "data", args)
         server = Headrace(tmp)
         try:
-            conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
-            ch = conn.channel()
-            ch.exchange_declare("replayed", "topic", durable=True, arguments={
-                "x-message-deduplication": True, "x-cache-size": args.window * args.partitions * 2})
-            ch.queue_declare("replayed-q", durable=True)
-            ch.queue_bind("replayed-q", "replayed", "#")
-            ch.exchange_declare("warm-up", "topic")
+            # no heartbeats: the channel sits idle while Spark works
+            conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port, heartbeat=0))
             spark = spark_session(args.master, ())
-            url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
-            # warm-up: JVM, Python workers and the broker's connection path, on a small range
-            replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="warm-up", to_offset=999,
-                   partitions=args.partitions, window=args.window, progress_dir=str(tmp / "warm"))
-            start = time.perf_counter()
-            n = replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="replayed",
-                       partitions=args.partitions, window=args.window, progress_dir=str(tmp / "progress"))
-            seconds = time.perf_counter() - start
-            queued = ch.queue_declare("replayed-q", passive=True).method.message_count
-            conn.close()
-            spark.stop()
-            print(json.dumps({"messages": n, "queued": queued, "seconds": round(seconds, 2),
-                              "msg_s": round(n / seconds), "partitions": args.partitions, "window": args.window,
-                              "master": args.master}), flush=True)
+            try:
+                yield tmp, conn.channel(), spark, f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
+            finally:
+                spark.stop()
+                conn.close()
         finally:
             server.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_log_args(ap, messages=200_000)
+    args = ap.parse_args()
+    with replay_setup(args, "headrace-replay-") as (tmp, ch, spark, url):
+        from headrace.spark_bridge.replay import replay
+
+        ch.exchange_declare("replayed", "topic", durable=True, arguments={
+            "x-message-deduplication": True, "x-cache-size": args.window * args.partitions * 2})
+        ch.queue_declare("replayed-q", durable=True)
+        ch.queue_bind("replayed-q", "replayed", "#")
+        ch.exchange_declare("warm-up", "topic")
+        # warm-up: JVM, Python workers and the broker's connection path, on a small range
+        replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="warm-up", to_offset=999,
+               partitions=args.partitions, window=args.window, progress_dir=str(tmp / "warm"))
+        start = time.perf_counter()
+        n = replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="replayed",
+                   partitions=args.partitions, window=args.window, progress_dir=str(tmp / "progress"))
+        seconds = time.perf_counter() - start
+        queued = ch.queue_declare("replayed-q", passive=True).method.message_count
+        print(json.dumps({"messages": n, "queued": queued, "seconds": round(seconds, 2),
+                          "msg_s": round(n / seconds), "partitions": args.partitions, "window": args.window,
+                          "master": args.master}), flush=True)
 
 
 if __name__ == "__main__":

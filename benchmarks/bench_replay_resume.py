@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import pika
-
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_replay import add_log_args, write_log  # noqa: E402
-from run import Headrace  # noqa: E402
+from bench_replay import add_log_args, replay_setup  # noqa: E402
 
 
 def main() -> None:
@@ -35,52 +30,40 @@ def main() -> None:
     ap.add_argument("--killed-at", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from headrace.cli.spark_commands import spark_session
-    from headrace.spark_bridge.export import read_log
-    from headrace.spark_bridge.replay import _first_past, load_progress, replay
-    from headrace.spark_bridge.replay_sink import doubt_range, uncertain_rows
+    with replay_setup(args, "headrace-resume-") as (tmp, ch, spark, url):
+        from headrace.spark_bridge.export import read_log
+        from headrace.spark_bridge.replay import _first_past, load_progress, replay
+        from headrace.spark_bridge.replay_sink import doubt_range, uncertain_rows
 
-    with tempfile.TemporaryDirectory(prefix="headrace-resume-") as tmpdir:
-        tmp = Path(tmpdir)
-        write_log(tmp / "data", args)
-        server = Headrace(tmp)
-        try:
-            conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
-            conn.channel().exchange_declare("replayed", "topic")
-            conn.close()
-            spark = spark_session(args.master, ())
-            url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
-            progress = tmp / "progress"
-            replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="replayed",
-                   to_offset=args.killed_at - 1, partitions=args.partitions, window=args.window,
-                   progress_dir=str(progress))
-            (progress / "finished").unlink()  # as a run cut short leaves it
-            done = load_progress(str(progress))
-            lo, hi = doubt_range(str(progress))
-            limit = uncertain_rows(None, args.window)
-            columns = ("offset", "routing_key", "properties", "body")
-            times: dict[str, list[float]] = {"bounded": [], "whole log": []}
-            for i in range(-1, args.rounds):  # round -1 warms the JVM and the workers up, unmeasured
-                order = ["bounded", "whole log"] if i % 2 == 0 else ["whole log", "bounded"]
-                for name in order:
-                    bounded = name == "bounded"
-                    span = {"from_offset": lo + 1, "to_offset": hi} if bounded else {}
-                    rows = read_log(spark, str(tmp / "data"), "src", **span).select(*columns)
-                    start = time.perf_counter()
-                    _first_past(spark, rows, done, args.partitions, limit, bounded).repartition(
-                        args.partitions, "routing_key").sortWithinPartitions("offset") \
-                        .write.format("noop").mode("overwrite").save()
-                    if i >= 0:
-                        times[name].append(time.perf_counter() - start)
+        ch.exchange_declare("replayed", "topic")
+        progress = tmp / "progress"
+        replay(spark, str(tmp / "data"), "src", amqp_url=url, to_exchange="replayed",
+               to_offset=args.killed_at - 1, partitions=args.partitions, window=args.window,
+               progress_dir=str(progress))
+        (progress / "finished").unlink()  # as a run cut short leaves it
+        done = load_progress(str(progress))
+        span = doubt_range(str(progress))
+        assert span is not None  # this tree's sink writes the range
+        lo, hi = span
+        limit = uncertain_rows(None, args.window)
+        columns = ("offset", "routing_key", "properties", "body")
+        times: dict[str, list[float]] = {"bounded": [], "whole log": []}
+        for i in range(-1, args.rounds):  # round -1 warms the JVM and the workers up, unmeasured
+            order = ["bounded", "whole log"] if i % 2 == 0 else ["whole log", "bounded"]
+            for name in order:
+                bounded = name == "bounded"
+                bounds = {"from_offset": lo + 1, "to_offset": hi} if bounded else {}
+                rows = read_log(spark, str(tmp / "data"), "src", **bounds).select(*columns)
+                start = time.perf_counter()
+                _first_past(spark, rows, done, args.partitions, limit, bounded).repartition(
+                    args.partitions, "routing_key").sortWithinPartitions("offset") \
+                    .write.format("noop").mode("overwrite").save()
                 if i >= 0:
-                    print(json.dumps({"round": i + 1, **{k: round(v[-1], 2) for k, v in times.items()}}), flush=True)
-            spark.stop()
-            print(json.dumps({"messages": args.messages, "killed_at": args.killed_at, "range": [lo, hi],
-                              **{f"{k} median s": round(statistics.median(v), 2) for k, v in times.items()}}))
-        finally:
-            server.stop()
-
+                    times[name].append(time.perf_counter() - start)
+            if i >= 0:
+                print(json.dumps({"round": i + 1, **{k: round(v[-1], 2) for k, v in times.items()}}), flush=True)
+        print(json.dumps({"messages": args.messages, "killed_at": args.killed_at, "range": [lo, hi],
+                          **{f"{k} median s": round(statistics.median(v), 2) for k, v in times.items()}}))
 
 if __name__ == "__main__":
     main()
