@@ -8,7 +8,8 @@ connection's outgoing buffer (no task, no await, no call back into the broker), 
 high-water mark). Everything that changes a queue goes through the broker's delivery owner, which
 dispatches on its own.
 The basic.consume/cancel/get/qos and channel.flow handlers are functions over a ``ChannelSession``
-in consume.py: they change this state on the channel's behalf, from its method table.
+in consume.py, and basic.publish (one and in runs) and tx.commit's replay are in publish.py: they
+change this state on the channel's behalf.
 """
 
 from __future__ import annotations
@@ -20,13 +21,10 @@ from typing import Any, Protocol
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
-from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.broker import PublishResult, Settle, errors
+from headrace.server.broker import Settle, errors
 from headrace.server.broker.dead_letters import with_delivery_count
-from headrace.server.broker.reply_to import ReplyConsumer, rewrite_request
-from headrace.server.broker.settlement import ROUTED
-from headrace.server.broker.topic_auth import check_topic_write
+from headrace.server.broker.reply_to import ReplyConsumer
 
 from .channel_stats import ChannelStats
 from .permissions import Permissions
@@ -170,100 +168,7 @@ class ChannelSession:
         ready = [q for q, _ in self.consumers.values()] if self.global_prefetch else ()
         self.delivery.settle(self.vhost, items, action, self.session.now, ready)
 
-    # ------------------------------------------------------------------ publish
-    def publish(self, event: ContentReceived) -> None:
-        method = event.method
-        if method.immediate:
-            raise _immediate()
-        self._may_publish(method.exchange, method.routing_key)
-        props_raw = rewrite_request(event.props_raw, self.reply)  # direct reply-to requests
-        if self.tx:
-            self._tx_buffer(event)
-            return
-        self._published(event, self.delivery.publish(self.vhost, method.exchange, method.routing_key, props_raw,
-                                                     event.body, self.session.now, event.headers))
-
-    def publish_run(self, events: list[ContentReceived]) -> None:
-        """Publishes read together on this channel to one exchange and routing key, none with a
-        headers table (``Session`` finds such runs): the permission checks are made once, and
-        ``Delivery.publish_run`` routes once. In a transaction they are held one by one. A
-        publish that fails ends the run where ``publish`` one by one would: those before it are
-        placed and answered for, and the error is the first one met in order."""
-        if self.tx:
-            for event in events:
-                self.publish(event)
-            return
-        method = events[0].method
-        if method.immediate:
-            raise _immediate()
-        self._may_publish(method.exchange, method.routing_key)
-        reply = self.reply
-        contents: list[tuple[bytes, bytes]] = []
-        try:
-            for event in events:
-                if event.method.immediate:
-                    raise _immediate()
-                contents.append((rewrite_request(event.props_raw, reply), event.body))
-        finally:
-            if contents:  # those before a failure, placed before it is raised (or one of theirs first)
-                results: list[PublishResult] = []
-                try:
-                    self.delivery.publish_run(self.vhost, method.exchange, method.routing_key, contents,
-                                              self.session.now, results)
-                finally:
-                    if not self.confirm and all(result is ROUTED for result in results):
-                        self._published_routed(len(results))  # the usual run: counts alone
-                    else:
-                        published = self._published
-                        for event, result in zip(events, results):
-                            published(event, result)
-
-    def _may_publish(self, exchange: str, routing_key: str) -> None:
-        """Write permission on the exchange and, with topic permissions, on the routing key."""
-        ok = self.perms.write_ok.get(exchange)
-        if ok is None:
-            ok = self.perms.allowed("write", exchange)
-        if not ok:
-            self.perms.check("write", exchange)
-        if self.session.broker.users.topic_permissions:
-            user = self.session.user
-            assert user is not None  # a channel opens only after connection.open
-            check_topic_write(self.vhost, user.name, exchange, routing_key)
-
-    def _published_routed(self, count: int) -> None:
-        """``_published`` for ``count`` publishes routed with nothing to wait for, outside confirm
-        mode: nothing to return, nothing to confirm."""
-        session = self.session
-        session.published += count
-        self.stats.published += count
-        if session.broker.alarms and not session.blocked_sent:
-            session.alarms_changed(session.broker.alarms)
-
-    def _published(self, event: ContentReceived, result: PublishResult) -> None:
-        """What a placed publish asks of the channel: counts, basic.return when it was unroutable
-        and mandatory, its confirm's place in line."""
-        method = event.method
-        exchange = method.exchange
-        if result.ticket:
-            self.last_ticket = result.ticket
-        session = self.session
-        session.published += 1
-        self.stats.published += 1
-        if session.broker.alarms and not session.blocked_sent:
-            session.alarms_changed(session.broker.alarms)
-        if not result.routed and method.mandatory:
-            self.vhost.unroutable_returned += 1
-            self.stats.returned += 1
-            self.conn.send_content(self.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
-                                   exchange=exchange, routing_key=method.routing_key),
-                                   event.props_raw, event.body)
-        elif not result.routed:
-            self.stats.dropped += 1
-        if self.confirm:
-            self.publish_seq += 1
-            self.pending_confirms.append((self.publish_seq, result.ticket, result.rejected))
-            self.confirms.confirming(self)
-
+    # ------------------------------------------------------------------ confirms
     def flush_confirms(self, synced: int) -> int:
         """Send acks for every confirm whose store ticket is synced, as few frames as possible
         (``multiple=True`` covers a run). Returns how many still wait for the store."""
@@ -355,27 +260,6 @@ class ChannelSession:
             self.reply = None
 
     # ------------------------------------------------------------------ tx
-    def _tx_buffer(self, event: ContentReceived) -> None:
-        session = self.session
-        session.tx_bytes += self.txn.hold_publish(event, session.broker.limits.max_tx_bytes)
-        if session.broker.alarms and not session.blocked_sent:
-            session.alarms_changed(session.broker.alarms)
-
-    def tx_commit(self) -> None:
-        publishes, settlements, released = self.txn.take()
-        self.session.tx_bytes -= released
-        self.tx = False
-        try:
-            for event in publishes:
-                self.publish(event)
-            for method in settlements:
-                if isinstance(method, m.BasicAck):
-                    self.ack(method)
-                else:  # a reject is held as a nack of one tag
-                    self.nack(method.delivery_tag, method.multiple, method.requeue)
-        finally:
-            self.tx = True
-
     def tx_rollback(self) -> None:
         self.session.tx_bytes -= self.txn.take()[2]
 
@@ -392,7 +276,3 @@ class ChannelSession:
         self.confirms.channel_closed(self)
         self.tx_rollback()
 
-
-def _immediate() -> ConnectionException:
-    """basic.publish with immediate=true: RabbitMQ 3.x refuses it for the whole connection."""
-    return ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", 60, 40)

@@ -20,6 +20,7 @@ from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import errors
 
+from . import publish
 from .channel import ChannelSession
 from .state import SessionState
 
@@ -69,7 +70,7 @@ class ConfirmsAndTx:
         if not ch.tx:
             raise errors.precondition_failed("channel is not transactional")
         before = ch.last_ticket
-        ch.tx_commit()
+        publish.tx_commit(ch)
         if ch.last_ticket > before and self.session.broker.store_enabled:
             # the whole transaction is on disk with one group fsync before commit-ok goes out
             self.after_fsync(ch.id, ch.last_ticket, m.TxCommitOk())

@@ -37,6 +37,7 @@ from headrace.server.broker import Broker
 from headrace.server.broker.outbox import MIRROR_BACKLOG_MAX
 
 from . import consume
+from .publish import publish, publish_run
 from .channel import ChannelSession
 from .confirms import ConfirmsAndTx
 from .declare import Declarations
@@ -154,9 +155,9 @@ class Session(SessionState):
                         if end > i:  # a run of two or more (a failure inside closes the channel: the
                             run = events[i - 1:end]  # rest of the run would find it gone anyway)
                             i = end
-                            channel.publish_run(run)
+                            publish_run(channel, run)
                         else:
-                            channel.publish(event)
+                            publish(channel, event)
                 elif kind is MethodReceived:
                     self._method(event.channel, event.method)
                 elif kind is ChannelOpenRequested:

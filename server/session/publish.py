@@ -1,0 +1,153 @@
+"""The publish path of a channel: basic.publish one at a time and in runs, what a placed publish
+asks of the channel (counts, basic.return, its confirm's place in line), and tx mode's holding and
+replaying of publishes.
+
+The state these change (a channel's counters, its confirm sequence and pending confirms, its open
+transaction) is owned by the ``ChannelSession`` they are given (channel.py); routing and enqueueing
+go through the broker's delivery owner (``Delivery.publish`` / ``publish_run``), as everywhere in
+a session. They are functions over the channel, as consume.py's are, so that the channel module
+holds the per-delivery side it serves as the queues' ``ConsumerSink``, and the session calls these
+directly: a publish costs the same call it did as a ``ChannelSession`` method.
+"""
+
+from __future__ import annotations
+
+from headrace.server.amqp import methods as m
+from headrace.server.amqp.errors import ConnectionException
+from headrace.server.amqp.events import ContentReceived
+from headrace.server.amqp.spec import ReplyCode
+from headrace.server.broker import PublishResult
+from headrace.server.broker.reply_to import rewrite_request
+from headrace.server.broker.settlement import ROUTED
+from headrace.server.broker.topic_auth import check_topic_write
+
+from .channel import ChannelSession
+
+__all__ = ["publish", "publish_run", "tx_commit"]
+
+
+def publish(ch: ChannelSession, event: ContentReceived) -> None:
+    method = event.method
+    if method.immediate:
+        raise _immediate()
+    _may_publish(ch, method.exchange, method.routing_key)
+    props_raw = rewrite_request(event.props_raw, ch.reply)  # direct reply-to requests
+    if ch.tx:
+        _tx_buffer(ch, event)
+        return
+    _published(ch, event, ch.delivery.publish(ch.vhost, method.exchange, method.routing_key, props_raw,
+                                              event.body, ch.session.now, event.headers))
+
+
+def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
+    """Publishes read together on this channel to one exchange and routing key, none with a
+    headers table (``Session`` finds such runs): the permission checks are made once, and
+    ``Delivery.publish_run`` routes once. In a transaction they are held one by one. A
+    publish that fails ends the run where ``publish`` one by one would: those before it are
+    placed and answered for, and the error is the first one met in order."""
+    if ch.tx:
+        for event in events:
+            publish(ch, event)
+        return
+    method = events[0].method
+    if method.immediate:
+        raise _immediate()
+    _may_publish(ch, method.exchange, method.routing_key)
+    reply = ch.reply
+    contents: list[tuple[bytes, bytes]] = []
+    try:
+        for event in events:
+            if event.method.immediate:
+                raise _immediate()
+            contents.append((rewrite_request(event.props_raw, reply), event.body))
+    finally:
+        if contents:  # those before a failure, placed before it is raised (or one of theirs first)
+            results: list[PublishResult] = []
+            try:
+                ch.delivery.publish_run(ch.vhost, method.exchange, method.routing_key, contents,
+                                        ch.session.now, results)
+            finally:
+                if not ch.confirm and all(result is ROUTED for result in results):
+                    _published_routed(ch, len(results))  # the usual run: counts alone
+                else:
+                    for event, result in zip(events, results):
+                        _published(ch, event, result)
+
+
+def tx_commit(ch: ChannelSession) -> None:
+    """Replay what the transaction held, in order: its publishes, then its settlements."""
+    publishes, settlements, released = ch.txn.take()
+    ch.session.tx_bytes -= released
+    ch.tx = False
+    try:
+        for event in publishes:
+            publish(ch, event)
+        for method in settlements:
+            if isinstance(method, m.BasicAck):
+                ch.ack(method)
+            else:  # a reject is held as a nack of one tag
+                ch.nack(method.delivery_tag, method.multiple, method.requeue)
+    finally:
+        ch.tx = True
+
+
+def _may_publish(ch: ChannelSession, exchange: str, routing_key: str) -> None:
+    """Write permission on the exchange and, with topic permissions, on the routing key."""
+    perms = ch.perms
+    ok = perms.write_ok.get(exchange)
+    if ok is None:
+        ok = perms.allowed("write", exchange)
+    if not ok:
+        perms.check("write", exchange)
+    session = ch.session
+    if session.broker.users.topic_permissions:
+        user = session.user
+        assert user is not None  # a channel opens only after connection.open
+        check_topic_write(ch.vhost, user.name, exchange, routing_key)
+
+
+def _published_routed(ch: ChannelSession, count: int) -> None:
+    """``_published`` for ``count`` publishes routed with nothing to wait for, outside confirm
+    mode: nothing to return, nothing to confirm."""
+    session = ch.session
+    session.published += count
+    ch.stats.published += count
+    if session.broker.alarms and not session.blocked_sent:
+        session.alarms_changed(session.broker.alarms)
+
+
+def _published(ch: ChannelSession, event: ContentReceived, result: PublishResult) -> None:
+    """What a placed publish asks of the channel: counts, basic.return when it was unroutable
+    and mandatory, its confirm's place in line."""
+    method = event.method
+    if result.ticket:
+        ch.last_ticket = result.ticket
+    session = ch.session
+    session.published += 1
+    ch.stats.published += 1
+    if session.broker.alarms and not session.blocked_sent:
+        session.alarms_changed(session.broker.alarms)
+    if not result.routed and method.mandatory:
+        ch.vhost.unroutable_returned += 1
+        ch.stats.returned += 1
+        ch.conn.send_content(ch.id, m.BasicReturn(reply_code=312, reply_text="NO_ROUTE",
+                             exchange=method.exchange, routing_key=method.routing_key),
+                             event.props_raw, event.body)
+    elif not result.routed:
+        ch.stats.dropped += 1
+    if ch.confirm:
+        ch.publish_seq += 1
+        ch.pending_confirms.append((ch.publish_seq, result.ticket, result.rejected))
+        ch.confirms.confirming(ch)
+
+
+def _tx_buffer(ch: ChannelSession, event: ContentReceived) -> None:
+    session = ch.session
+    session.tx_bytes += ch.txn.hold_publish(event, session.broker.limits.max_tx_bytes)
+    if session.broker.alarms and not session.blocked_sent:
+        session.alarms_changed(session.broker.alarms)
+
+
+def _immediate() -> ConnectionException:
+    """basic.publish with immediate=true: RabbitMQ 3.x refuses it for the whole connection."""
+    return ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", 60, 40)
