@@ -7,7 +7,7 @@ machine load hits both sides alike) and runs the scenarios of ``run.py`` against
 is server/config.py's (Linux's autotuned socket buffers, 64 KiB segments on loopback, gate bounds
 1000/250); ``held`` the held profile (1448-byte segments, an autotuned window until a saturated
 queue first holds the connection, then 8 KiB, gate bounds 500/150); ``profile`` the latency
-profile (8 KiB receive buffers on every connection from the start). Earlier runs in RESULTS.md
+profile (8 KiB receive buffers on every loopback or LAN connection from its accept). Earlier runs in RESULTS.md
 called the defaults ``before`` (or ``autotuned``) and the latency profile ``after``. ``publish-only``
 is two pipelined pika publishers into a queue
 without consumers (it must not be gated). During ``saturated`` ``ss`` is sampled every 50 ms for
@@ -44,7 +44,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     # the held profile: a small window for a connection once a saturated queue holds it
     "held": {"HEADRACE_AMQP_MSS": "1448", "HEADRACE_AMQP_HELD_RCVBUF": "8192", "HEADRACE_SATURATION_READY": "500",
              "HEADRACE_SATURATION_RESUME_READY": "150"},
-    # the latency profile: a small window on every connection from its SYN-ACK
+    # the latency profile: a small window on every connection from its accept (but a long link's)
     "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_SATURATION_READY": "500",
                 "HEADRACE_SATURATION_RESUME_READY": "150"},
 }

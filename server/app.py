@@ -37,6 +37,7 @@ from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
+from headrace.server.net.socket_bounds import bound_listeners, bound_window, shrinker
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
@@ -148,12 +149,13 @@ class App:
         except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
+        bound_window(sock, self.settings.amqp_rcvbuf, self.settings.amqp_rcvbuf_long_link_rtt)
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
-                                        on_first_hold=_shrinker(sock, self.settings.amqp_held_rcvbuf),
+                                        on_first_hold=shrinker(sock, self.settings.amqp_held_rcvbuf),
                                         sender=self.sender,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
@@ -229,7 +231,7 @@ class App:
                                    f"{exc.strerror or exc}") from None
             self.bound[name] = bound[name][0].socket.getsockname()[:2]
             if name.startswith("amqp"):
-                _bound_buffers(bound[name], s.amqp_rcvbuf, s.amqp_mss)
+                bound_listeners(bound[name], s.amqp_mss)
         return bound
 
     def _start_listeners(self, bound: dict[str, list[trio.SocketListener]], listeners: trio.Nursery,
@@ -291,35 +293,6 @@ def _http_available() -> bool:
 
 def _tls(listeners: list[trio.SocketListener], ctx: ssl.SSLContext) -> list[trio.SSLListener[trio.SocketStream]]:
     return [trio.SSLListener(listener, ctx, https_compatible=False) for listener in listeners]
-
-
-def _bound_buffers(listeners: list[trio.SocketListener], rcvbuf: int, mss: int) -> None:
-    """Every accepted AMQP socket inherits the listener's receive buffer and segment bound, so the
-    window and MSS offered in the SYN-ACK are small from the start: what a publisher the broker
-    stopped reading has in flight (its send buffer, which Linux sizes from its congestion window
-    times the segment size, plus our receive buffer) stays at hundreds of KiB instead of MiBs
-    (ARCHITECTURE.md, "Backpressure"). Off by default: see the amqp_rcvbuf setting."""
-    for listener in listeners:
-        sock = listener.socket
-        try:
-            if rcvbuf:
-                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
-            if mss:
-                sock.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_MAXSEG, mss)
-        except OSError as exc:  # a platform without TCP_MAXSEG on listeners: autotuned buffers
-            log.warning("cannot bound the AMQP socket buffers (amqp_rcvbuf, amqp_mss): %s", exc)
-
-
-def _shrinker(sock: trio.socket.SocketType, rcvbuf: int) -> Callable[[], None]:
-    """What a connection does the first time a saturated queue holds it: its receive buffer
-    drops to ``rcvbuf`` (the amqp_held_rcvbuf setting; nothing when 0)."""
-    def shrink() -> None:
-        if rcvbuf:
-            try:
-                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
-            except OSError as exc:  # the connection is going: nothing to bound
-                log.debug("cannot shrink a held connection's receive buffer: %s", exc)
-    return shrink
 
 
 def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:

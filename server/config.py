@@ -37,21 +37,26 @@ class Settings(BaseSettings):
     ports_file: Path | None = None
 
     # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
-    # "Backpressure"). amqp_rcvbuf and amqp_mss are set on the AMQP listeners, so they apply from the
-    # SYN-ACK on: every accepted socket's receive buffer (bytes, the kernel doubles it; 0 = Linux's
-    # autotuning, up to tcp_rmem's max) and the largest segment either side sends (0 = the route's:
-    # 64 KiB on loopback; 1448 is Ethernet's). amqp_held_rcvbuf is the receive buffer a connection
-    # gets the first time a saturated queue holds it, for the rest of its life (0 = never changed),
-    # while every other connection keeps its window; it needs a small MSS, since a window under the
-    # segment size stalls the connection.
-    # Two profiles, both opt-in (benchmarks/RESULTS.md, "Saturated pubsub, third pass"):
+    # "Backpressure"; server/net/socket_bounds.py). amqp_mss is set on the AMQP listeners, so it
+    # applies from the SYN-ACK on: the largest segment either side sends (0 = the route's: 64 KiB on
+    # loopback; 1448 is Ethernet's). amqp_rcvbuf is the receive buffer (bytes, the kernel doubles
+    # it; 0 = Linux's autotuning, up to tcp_rmem's max) each accepted connection gets at once,
+    # except one whose handshake round trip is amqp_rcvbuf_long_link_rtt seconds or more (0 = no
+    # exception), which keeps the autotuned window. amqp_held_rcvbuf is the receive buffer a
+    # connection gets the first time a saturated queue holds it, for the rest of its life (0 = never
+    # changed). Both windows need a small MSS, since a window under the segment size stalls the
+    # connection.
+    # Two profiles, both opt-in (benchmarks/RESULTS.md, "Saturated pubsub, third pass" and "The
+    # latency profile and the clients' congestion control"):
     # - held: amqp_mss 1448, amqp_held_rcvbuf 8192, saturation_ready 500, saturation_resume_ready 150:
-    #   saturated p50/p99 0.74/1.12 s -> 0.26/0.45 s, no publisher capped over long links;
-    # - latency: amqp_rcvbuf 8192, amqp_mss 1448, 500/150: 0.13/0.17 s, every publisher capped at
-    #   16 KiB per round trip.
-    # Both cost ~30% of small-message throughput on loopback when the broker is the bottleneck
-    # (the 1448-byte segments make for more, smaller reads), hence not the defaults.
+    #   saturated p50/p99 0.74/1.12 s -> 0.26/0.45 s;
+    # - latency: amqp_rcvbuf 8192, amqp_mss 1448, 500/150: 0.13/0.17 s (0.03/0.05-0.3 s with cubic
+    #   clients); a connection on a LAN or the same host is capped at 16 KiB per round trip, which
+    #   its round trip makes 16 MB/s or more; a long link keeps its autotuned window.
+    # With BBR clients both cost ~30% of small-message throughput on loopback (the 1448-byte
+    # segments), hence not the defaults.
     amqp_rcvbuf: int = Field(0, ge=0)
+    amqp_rcvbuf_long_link_rtt: float = Field(0.002, ge=0)
     amqp_mss: int = Field(0, ge=0, le=32767)
     amqp_held_rcvbuf: int = Field(0, ge=0)
     # a queue with consumers holds its publishers at this many ready messages and releases them once
@@ -164,11 +169,13 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _held_window_needs_small_segments(self) -> Settings:
-        if self.amqp_held_rcvbuf and not 0 < self.amqp_mss <= self.amqp_held_rcvbuf:
-            raise ValueError(f"amqp_held_rcvbuf ({self.amqp_held_rcvbuf}) needs amqp_mss between 88 and "
-                             f"{self.amqp_held_rcvbuf} (it is {self.amqp_mss}): a window smaller than a segment "
-                             "stalls the connection; set amqp_mss too (1448, Ethernet's)")
+    def _small_windows_need_small_segments(self) -> Settings:
+        for name in ("amqp_rcvbuf", "amqp_held_rcvbuf"):
+            window = getattr(self, name)
+            if window and not 0 < self.amqp_mss <= window:
+                raise ValueError(f"{name} ({window}) needs amqp_mss between 88 and {window} (it is "
+                                 f"{self.amqp_mss}): a window smaller than a segment stalls the connection; "
+                                 "set amqp_mss too (1448, Ethernet's)")
         return self
 
     @model_validator(mode="after")

@@ -146,6 +146,18 @@ def test_clients_are_offered_small_segments(broker) -> None:
         sock.close()
 
 
+def test_clients_keep_the_window_scale_with_the_small_window(broker) -> None:
+    """The latency profile's small window is set on each accepted socket, not on the listener: a
+    listener's 8 KiB buffer would offer no window scale in the SYN-ACK, capping every connection's
+    window at 64 KiB for its life, long links included."""
+    sock = raw_open(broker.amqp_port)
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+        assert info[6] & 0x0F > 0  # tcpi_snd_wscale: the scale the broker offered
+    finally:
+        sock.close()
+
+
 def _pika_publisher(url: str, queue: str, count: int, failures: list[BaseException]) -> None:
     try:
         conn = pika.BlockingConnection(pika.URLParameters(url))

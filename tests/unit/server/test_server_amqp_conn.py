@@ -432,27 +432,3 @@ async def test_a_paused_publisher_closed_by_the_management_api_goes_after_close_
     assert close.reply_code == 320 and "Closed via management plugin" in close.reply_text
     assert conn.done_at == t + CLOSE_TIMEOUT and conn.session.state is Lifecycle.CLOSED
 
-
-async def test_the_held_window_is_set_on_the_real_socket_and_only_when_configured():
-    """app.py's ``on_first_hold``: ``amqp_held_rcvbuf`` becomes the socket's receive buffer (Linux
-    doubles what it is given); with the setting at 0 the socket keeps its autotuned buffer."""
-    import socket
-
-    from headrace.server.app import _shrinker
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-        with client, server:
-            before = server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-            held = trio.socket.from_stdlib_socket(server.dup())  # the same socket, as the shell holds it
-            try:
-                _shrinker(held, 0)()
-                assert server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == before
-                _shrinker(held, 8192)()
-                assert server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * 8192 < before
-            finally:
-                held.close()
-    finally:
-        listener.close()
