@@ -251,8 +251,7 @@ class AMQPConnectionHandler:
                 data = await receive()
                 if not data:
                     return
-                session.handle(conn.receive_data(data), time.time())
-                self._batch_done()
+                self._apply(data)
                 self.on_read(len(data))
         self._open_reads = None
         if session.closed:
@@ -267,6 +266,22 @@ class AMQPConnectionHandler:
                 session.handle(conn.receive_data(data), time.time())
         self._stop_reading = True
 
+    def _apply(self, data: bytes) -> None:
+        """One read applied as one batch. What it queued for any connection (deliveries to
+        consumers, replies) is written at its end by this task, through the shared sender, instead
+        of a scheduler round later by the sender's (sender.py)."""
+        sender = self._sender
+        if sender is None:  # TLS, or no shared sender: the writer tasks send
+            self.session.handle(self.conn.receive_data(data), time.time())
+            self._batch_done()
+            return
+        sender.hold()
+        try:
+            self.session.handle(self.conn.receive_data(data), time.time())
+            self._batch_done()
+        finally:
+            sender.release()
+
     def _batch_done(self) -> None:
         ticket = self.after_batch()
         if ticket:
@@ -279,10 +294,9 @@ class AMQPConnectionHandler:
             data = await self._receive()
             if not data:
                 return
-            session.handle(self.conn.receive_data(data), time.time())
+            self._apply(data)
             if session.user is not None:
                 self.on_authenticated()
-            self._batch_done()
 
     async def _wait_unpaused(self) -> None:
         if self.on_first_hold is not None and self.session.saturating:

@@ -110,3 +110,21 @@ async def test_a_reply_waiting_for_the_definitions_fsync_is_not_sent_before_it()
         await peer.read_until(lambda: peer.methods(m.QueueDeclareOk))
         assert peer.methods(m.QueueDeclareOk)[0].queue == "d"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_writes_what_its_batch_queued_for_other_connections_at_its_end() -> None:
+    """No sender task runs here: a publisher's read alone gets the delivery to the consumer's socket
+    (and each handshake reply to its own), written by the reader at the end of its batch."""
+    broker = make_broker()
+    async with trio.open_nursery() as nursery:
+        sender = Sender()  # never run: only readers' batch ends can write
+        _consumer, consumer = await connect(nursery, sender, broker=broker)
+        _publisher, publisher = await connect(nursery, sender, broker=broker)
+        await consumer.stream.send_all(opening() + encode_method_frame(1, m.QueueDeclare(queue="q"))
+                                       + encode_method_frame(1, m.BasicConsume(queue="q", no_ack=True)))
+        await consumer.read_until(lambda: consumer.methods(m.BasicConsumeOk))
+        await publisher.stream.send_all(opening() + encode_method_frame(1, m.ConfirmSelect()) + publish("q", b"hi"))
+        await publisher.read_until(lambda: publisher.methods(m.BasicAck))  # transient: confirmed at once
+        await consumer.read_until(lambda: consumer.bodies())
+        assert consumer.bodies() == [b"hi"] and len(consumer.methods(m.BasicDeliver)) == 1
+        nursery.cancel_scope.cancel()
