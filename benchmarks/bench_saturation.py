@@ -51,7 +51,7 @@ CONFIGS: dict[str, dict[str, str]] = {
 
 
 def settings_env(spec: str) -> dict[str, str]:
-    """``amqp_rcvbuf=32768+saturation_ready=800`` -> the broker's environment for those settings."""
+    """``amqp_rcvbuf=32768+amqp_mss=1448+saturation_ready=800`` -> the broker's environment for those settings."""
     pairs = (item.split("=", 1) for item in spec.split("+"))
     return {f"HEADRACE_{key.upper()}": value for key, value in pairs}
 
