@@ -46,8 +46,8 @@ class Settings(BaseSettings):
     # connection gets the first time a saturated queue holds it, for the rest of its life (0 = never
     # changed). Both windows need a small MSS, since a window under the segment size stalls the
     # connection.
-    # Two profiles, both opt-in (benchmarks/RESULTS.md, "Saturated pubsub, third pass" and "The
-    # latency profile and the clients' congestion control"):
+    # Two profiles, both opt-in (benchmarks/RESULTS.md, "Saturated pubsub, third pass" and "A faster
+    # VM", its "Saturated pubsub on this VM"):
     # - held: amqp_mss 1448, amqp_held_rcvbuf 8192, saturation_ready 500, saturation_resume_ready 150:
     #   saturated p50/p99 0.74/1.12 s -> 0.26/0.45 s;
     # - latency: amqp_rcvbuf 8192, amqp_mss 1448, 500/150: 0.13/0.17 s (0.03/0.05-0.3 s with cubic
