@@ -90,7 +90,8 @@ class Settings(BaseSettings):
     # the flusher takes at most this many records per write+fsync group
     fsync_batch_max: int = Field(4096, ge=1)
     # how long the flusher may wait after the first pending record to gather a bigger group (ms);
-    # 0 = flush as soon as the event loop is idle
+    # 0 = flush as soon as the event loop is idle. The loop's timers wait in whole milliseconds
+    # (epoll), so any window under 1 ms waits about 1 ms (benchmarks/RESULTS.md, "A faster VM")
     fsync_window_ms: float = Field(0.0, ge=0, le=1000)
     # a group fsync runs on the event loop while fsyncs average below this (ms), else in a thread;
     # 0 = always in a thread
