@@ -270,17 +270,15 @@ class AMQPConnectionHandler:
         """One read applied as one batch. What it queued for any connection (deliveries to
         consumers, replies) is written at its end by this task, through the shared sender, instead
         of a scheduler round later by the sender's (sender.py)."""
-        sender = self._sender
-        if sender is None:  # TLS, or no shared sender: the writer tasks send
-            self.session.handle(self.conn.receive_data(data), time.time())
-            self._batch_done()
-            return
-        sender.hold()
+        sender = self._sender  # None for TLS: the writer tasks send
+        if sender is not None:
+            sender.hold()
         try:
             self.session.handle(self.conn.receive_data(data), time.time())
             self._batch_done()
         finally:
-            sender.release()
+            if sender is not None:
+                sender.release()
 
     def _batch_done(self) -> None:
         ticket = self.after_batch()

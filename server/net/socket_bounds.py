@@ -73,12 +73,7 @@ def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float
         rtt = handshake_rtt(sock)
         if rtt is not None and rtt >= long_link_rtt:
             return False
-    try:
-        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
-    except OSError as exc:  # the connection is already going: nothing to bound
-        log.debug("cannot set a connection's receive buffer: %s", exc)
-        return False
-    return True
+    return _set_rcvbuf(sock, rcvbuf)
 
 
 def shrinker(sock: trio.socket.SocketType, rcvbuf: int) -> Callable[[], None]:
@@ -86,8 +81,14 @@ def shrinker(sock: trio.socket.SocketType, rcvbuf: int) -> Callable[[], None]:
     drops to ``rcvbuf`` (the amqp_held_rcvbuf setting; nothing when 0)."""
     def shrink() -> None:
         if rcvbuf:
-            try:
-                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
-            except OSError as exc:  # the connection is going: nothing to bound
-                log.debug("cannot shrink a held connection's receive buffer: %s", exc)
+            _set_rcvbuf(sock, rcvbuf)
     return shrink
+
+
+def _set_rcvbuf(sock: trio.socket.SocketType, rcvbuf: int) -> bool:
+    try:
+        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
+    except OSError as exc:  # the connection is already going: nothing to bound
+        log.debug("cannot set a connection's receive buffer: %s", exc)
+        return False
+    return True
