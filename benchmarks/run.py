@@ -38,6 +38,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def forget_loopback_metrics() -> None:
+    """Drop what Linux remembers about 127.0.0.1 (``ip tcp_metrics``) before a broker starts.
+
+    Linux keeps, per destination, the last connections' round trip, congestion window and
+    reordering degree, and seeds every new connection with them. A run that made the kernel see
+    retransmissions can leave ``reordering 300`` behind, and every later client socket to
+    127.0.0.1 then starts with a send buffer sized for 301 segments (2 MB with BBR) instead of its
+    congestion window: the next configuration's latency pays for the previous one's losses. Each
+    broker starts from a clean slate instead. Needs root (CI and this machine); otherwise a no-op."""
+    subprocess.run(["ip", "tcp_metrics", "delete", "127.0.0.1"], capture_output=True, check=False)
+
+
 def wait_port(port: int, timeout: float) -> None:
     end = time.time() + timeout
     while time.time() < end:
@@ -55,6 +67,7 @@ class Headrace:
     def __init__(self, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.http_port = free_port()
+        forget_loopback_metrics()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "headrace", "serve", "--amqp-port", str(self.port), "--http-port", str(self.http_port),
              "--data-dir", str(tmp / "headrace"), "--log-level", "warning"],
@@ -89,6 +102,7 @@ class RabbitMQ:
     def __init__(self, tmp: Path, plugins: str = "[].", config: str = "") -> None:
         """``plugins``: the enabled_plugins term; ``config``: rabbitmq.conf lines (none by default)."""
         self.port = free_port_pair()
+        forget_loopback_metrics()
         base = tmp / "rabbitmq"
         (base / "mnesia").mkdir(parents=True)
         (base / "log").mkdir()
