@@ -3,17 +3,20 @@
     .venv/bin/python benchmarks/bench_saturation.py [--rounds 3] [--scenarios saturated,pubsub,publish-only]
 
 Each round starts a fresh broker per configuration (the order flipped every round, so a change of
-machine load hits both sides alike) and runs the scenarios of ``run.py`` against it. ``defaults``
-is server/config.py's (Linux's autotuned socket buffers, 64 KiB segments on loopback, gate bounds
-1000/250); ``held`` the held profile (1448-byte segments, an autotuned window until a saturated
-queue first holds the connection, then 8 KiB, gate bounds 500/150); ``profile`` the latency
-profile (8 KiB receive buffers on every loopback or LAN connection from its accept). Earlier runs in RESULTS.md
-called the defaults ``before`` (or ``autotuned``) and the latency profile ``after``. ``publish-only``
+machine load hits both sides alike) and runs the scenarios of ``run.py`` against it; before each
+start, ``run.py`` drops what the kernel remembers about 127.0.0.1 (``ip tcp_metrics``), so one
+configuration's retransmissions do not size the next one's client buffers. ``defaults`` is
+server/config.py's (Linux's autotuned buffers, 64 KiB segments on loopback, gate bounds
+1000/250); ``profile`` the latency profile (8 KiB windows from accept, 7300-byte segments,
+500/150); ``mss1448`` the same with Ethernet's segments (what earlier runs in RESULTS.md call the
+latency profile, ``profile`` or ``after``); ``held`` the held profile (1448-byte segments, an
+autotuned window until a saturated queue first holds the connection, then 8 KiB, 500/150). ``publish-only``
 is two pipelined pika publishers into a queue
 without consumers (it must not be gated). During ``saturated`` ``ss`` is sampled every 50 ms for
 where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
 queues and the broker's receive queues on its port (the largest sample, and the median of each
-sample's largest). The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed)
+sample's largest). With ``--packets``, every scenario also reports the busiest client
+connection's bytes and data segments. The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed)
 instead of headrace. Prints one JSON line per run.
 """
 
@@ -39,14 +42,18 @@ import amqp_load  # noqa: E402
 import run  # noqa: E402
 
 CONFIGS: dict[str, dict[str, str]] = {
-    # the defaults: autotuned windows, the route's MSS, gate bounds 1000/250
+    # the defaults: autotuned windows, the route's MSS (64 KiB on loopback), gate bounds 1000/250
     "defaults": {},
+    # the latency profile: 8 KiB windows from accept, 7300-byte segments, 500/150
+    "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "7300", "HEADRACE_SATURATION_READY": "500",
+                "HEADRACE_SATURATION_RESUME_READY": "150"},
+    # the same with Ethernet's segments (the latency profile of runs before "Saturated pubsub with
+    # clean TCP metrics" in RESULTS.md)
+    "mss1448": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_SATURATION_READY": "500",
+                "HEADRACE_SATURATION_RESUME_READY": "150"},
     # the held profile: a small window for a connection once a saturated queue holds it
     "held": {"HEADRACE_AMQP_MSS": "1448", "HEADRACE_AMQP_HELD_RCVBUF": "8192", "HEADRACE_SATURATION_READY": "500",
              "HEADRACE_SATURATION_RESUME_READY": "150"},
-    # the latency profile: a small window on every connection from its accept (but a long link's)
-    "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_SATURATION_READY": "500",
-                "HEADRACE_SATURATION_RESUME_READY": "150"},
 }
 
 
@@ -104,13 +111,34 @@ def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
         time.sleep(0.05)
 
 
+def sample_packets(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
+    """The busiest client connection on ``port`` (most bytes acked) until ``stop``: its bytes and
+    data segments. Bytes per segment tell whether a publisher's small writes left one packet each
+    or joined into full segments (ARCHITECTURE.md, "Backpressure")."""
+    busiest: dict[str, tuple[int, int]] = {}
+    while not stop.is_set():
+        lines = subprocess.run(["ss", "-tin", f"( dport = :{port} )"],
+                               capture_output=True, text=True).stdout.splitlines()[1:]
+        for i in range(0, len(lines) - 1, 2):
+            acked = re.search(r"bytes_acked:(\d+)", lines[i + 1])
+            segs = re.search(r"data_segs_out:(\d+)", lines[i + 1])
+            if acked and segs:
+                busiest[lines[i].split()[3]] = (int(acked.group(1)), int(segs.group(1)))
+        if busiest:
+            acked_bytes, segments = max(busiest.values())
+            seen["busiest_client_bytes"], seen["busiest_client_segs"] = acked_bytes, segments
+        time.sleep(0.1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="saturated,pubsub,publish-only")
-    ap.add_argument("--configs", default="defaults,held,profile",
-                    help="defaults, held, profile, rabbitmq, or settings joined by '+', e.g. "
+    ap.add_argument("--configs", default="defaults,profile",
+                    help="defaults, profile, mss1448, held, rabbitmq, or settings joined by '+', e.g. "
                          "amqp_rcvbuf=32768+amqp_mss=1448")
+    ap.add_argument("--packets", action="store_true",
+                    help="also report the busiest client connection's bytes and data segments")
     args = ap.parse_args()
     names = args.configs.split(",")
     for rnd in range(args.rounds):
@@ -128,16 +156,21 @@ def main() -> None:
                         seen: dict[str, int] = {}
                         stop = threading.Event()
                         sampler = threading.Thread(target=sample_tcp, args=(broker.port, stop, seen))
+                        counter = threading.Thread(target=sample_packets, args=(broker.port, stop, seen))
                         if scenario == "saturated":
                             sampler.start()
+                        if args.packets:
+                            counter.start()
                         if scenario == "publish-only":
                             result = publish_only(target)
                         else:
                             result = run.run_scenario(scenario, broker, False)
                         stop.set()
-                        if sampler.is_alive():
-                            sampler.join()
-                        keep = {k: round(v) for k, v in result.items()
+                        for thread in (sampler, counter):
+                            if thread.is_alive():
+                                thread.join()
+                        # sub-millisecond latencies (the latency scenario) keep three decimals
+                        keep = {k: round(v, 3 if k.endswith("_ms") and v < 10 else None) for k, v in result.items()
                                 if k in ("rate", "publish_rate", "p50_ms", "p99_ms", "peak_ready")}
                         print(json.dumps({"round": rnd + 1, "config": name, "scenario": scenario,
                                           "load1": round(load, 1), **keep, **seen}), flush=True)

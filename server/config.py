@@ -39,22 +39,33 @@ class Settings(BaseSettings):
     # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
     # "Backpressure"; server/net/socket_bounds.py). amqp_mss is set on the AMQP listeners, so it
     # applies from the SYN-ACK on: the largest segment either side sends (0 = the route's: 64 KiB on
-    # loopback; 1448 is Ethernet's). amqp_rcvbuf is the receive buffer (bytes, the kernel doubles
-    # it; 0 = Linux's autotuning, up to tcp_rmem's max) each accepted connection gets at once,
-    # except one whose handshake round trip is amqp_rcvbuf_long_link_rtt seconds or more (0 = no
-    # exception), which keeps the autotuned window. amqp_held_rcvbuf is the receive buffer a
-    # connection gets the first time a saturated queue holds it, for the rest of its life (0 = never
-    # changed). Both windows need a small MSS, since a window under the segment size stalls the
-    # connection.
-    # Two profiles, both opt-in (benchmarks/RESULTS.md, "Saturated pubsub, third pass" and "A faster
-    # VM", its "Saturated pubsub on this VM"):
-    # - held: amqp_mss 1448, amqp_held_rcvbuf 8192, saturation_ready 500, saturation_resume_ready 150:
-    #   saturated p50/p99 0.74/1.12 s -> 0.26/0.45 s;
-    # - latency: amqp_rcvbuf 8192, amqp_mss 1448, 500/150: 0.13/0.17 s (0.03/0.05-0.3 s with cubic
-    #   clients); a connection on a LAN or the same host is capped at 16 KiB per round trip, which
-    #   its round trip makes 16 MB/s or more; a long link keeps its autotuned window.
-    # With BBR clients both cost ~30% of small-message throughput on loopback (the 1448-byte
-    # segments), hence not the defaults.
+    # loopback, 1448 on Ethernet).
+    # amqp_rcvbuf is the receive buffer (bytes, the kernel doubles it; 0 = Linux's autotuning, up
+    # to tcp_rmem's max) each accepted connection gets at once, except one whose handshake round
+    # trip is amqp_rcvbuf_long_link_rtt seconds or more (0 = no exception), which keeps the
+    # autotuned window. amqp_held_rcvbuf is the receive buffer a connection gets the first time a
+    # saturated queue holds it, for the rest of its life (0 = never changed). A small window needs
+    # a segment that fits it: a window under one segment stalls the connection.
+    # The latency profile, opt-in (benchmarks/RESULTS.md, "Saturated pubsub with clean TCP metrics"):
+    # amqp_rcvbuf 8192, amqp_mss 7300, saturation_ready 500, saturation_resume_ready 150. Saturated
+    # pubsub p50/p99 ~0.1/0.12-0.18 s with BBR clients against 0.27-0.34/0.38-0.47 s by default,
+    # at about the same pubsub and publish-only throughput; a connection on a LAN or the same host is
+    # capped at ~15 KiB per round trip, a long link keeps its autotuned window.
+    # Why 7300: Linux sizes a client's send buffer as 2 (cubic) or 3 (BBR) x its congestion window
+    # (in segments) x a segment's kernel buffer (the MSS plus ~0.5 KiB, rounded up to a power of
+    # two). Loopback's 64 KiB segments round to 128 KiB: 3.9 MB at the least. 7300 rounds to 8 KiB
+    # with room to spare and buffers no more than Ethernet's 1448, which costs a third of
+    # publish-only throughput besides.
+    # Why not the default: with small segments a single fast publisher of small messages (a topic
+    # exchange fed by one pika publisher) loses up to 45%, a quarter at the median: its congestion
+    # window, counted in segments, grows large enough that each small write leaves as a packet of
+    # its own instead of joining the queued ones, and the per-packet work on its side halves its
+    # rate (ARCHITECTURE.md, "Backpressure").
+    # held (amqp_mss, amqp_held_rcvbuf 8192): only a connection a saturated queue held gets the
+    # small window. Not advised: shrinking a live connection's buffer drops what it had in flight;
+    # the client's kernel then records a reordering degree of up to 300 for the broker's address
+    # (ip tcp_metrics) and starts every later connection from that host with a send buffer for 301
+    # segments, which defeats the bound.
     amqp_rcvbuf: int = Field(0, ge=0)
     amqp_rcvbuf_long_link_rtt: float = Field(0.002, ge=0)
     amqp_mss: int = Field(0, ge=0, le=32767)
@@ -175,8 +186,9 @@ class Settings(BaseSettings):
             window = getattr(self, name)
             if window and not 0 < self.amqp_mss <= window:
                 raise ValueError(f"{name} ({window}) needs amqp_mss between 88 and {window} (it is "
-                                 f"{self.amqp_mss}): a window smaller than a segment stalls the connection; "
-                                 "set amqp_mss too (1448, Ethernet's)")
+                                 f"{self.amqp_mss}; 0 is the route's, 64 KiB on loopback): a window smaller "
+                                 f"than a segment stalls the connection; or set {name} to 0 for Linux's "
+                                 "own sizing")
         return self
 
     @model_validator(mode="after")

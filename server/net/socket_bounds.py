@@ -38,7 +38,7 @@ _TCP_INFO_BYTES = _TCPI_RTT_OFFSET + _TCPI_RTT.size
 def bound_listeners(listeners: list[trio.SocketListener], mss: int) -> None:
     """Every accepted AMQP socket inherits the listener's segment bound, offered in the SYN-ACK:
     the client's send buffer, which Linux sizes from its congestion window times the segment size,
-    stays at hundreds of KiB instead of MiBs (ARCHITECTURE.md, "Backpressure"). Off by default."""
+    stays under 1 MB instead of 4 MB (ARCHITECTURE.md, "Backpressure"). Off by default."""
     if not mss:
         return
     for listener in listeners:
@@ -78,7 +78,9 @@ def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float
 
 def shrinker(sock: trio.socket.SocketType, rcvbuf: int) -> Callable[[], None]:
     """What a connection does the first time a saturated queue holds it: its receive buffer
-    drops to ``rcvbuf`` (the amqp_held_rcvbuf setting; nothing when 0)."""
+    drops to ``rcvbuf`` (the amqp_held_rcvbuf setting; nothing when 0). Not advised: the shrink
+    drops what the peer had already sent into the window it was offered, and the client's kernel
+    remembers the retransmissions as reordering for our address (ARCHITECTURE.md)."""
     def shrink() -> None:
         if rcvbuf:
             _set_rcvbuf(sock, rcvbuf)

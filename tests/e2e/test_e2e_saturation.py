@@ -22,7 +22,7 @@ from headrace.server.amqp.codec import encode_content, encode_method_frame
 from headrace.server.broker.saturation import SATURATION_TICK, STALLED_TICKS
 
 # The latency profile (server/config.py): small socket buffers and segments, lower gate bounds.
-RCVBUF, MSS, SATURATED_READY = 8192, 1448, 500
+RCVBUF, MSS, SATURATED_READY = 8192, 7300, 500
 BROKER_ENV = {"HEADRACE_AMQP_RCVBUF": str(RCVBUF), "HEADRACE_AMQP_MSS": str(MSS),
               "HEADRACE_SATURATION_READY": str(SATURATED_READY), "HEADRACE_SATURATION_RESUME_READY": "150"}
 BURST = 15_000
