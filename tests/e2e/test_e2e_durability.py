@@ -98,6 +98,9 @@ def wait_for(condition, connection: pika.BlockingConnection, seconds: float = 15
 
 
 def test_memory_alarm_blocks_publishers_until_consumers_drain(broker_factory):
+    """A publisher past the memory watermark gets connection.blocked and is no longer read: its
+    blocking publishes stop in the small socket window until a consumer drains the queue, then all
+    of them land and connection.unblocked follows."""
     proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000",  # 2 MB of held messages
                                "HEADRACE_METRICS": "aggregate"})
     events = []
@@ -109,12 +112,19 @@ def test_memory_alarm_blocks_publishers_until_consumers_drain(broker_factory):
     pch = publisher.channel()
     pch.queue_declare("alarmed")
     body = b"m" * 100_000
-    for _ in range(30):  # 3 MB with no consumer
-        pch.basic_publish("", "alarmed", body)
-    assert wait_for(lambda: events, publisher)
-    assert events == ["low on memory"]
+    failures: list[BaseException] = []
+
+    def publish_all() -> None:
+        try:
+            for _ in range(30):  # 3 MB with no consumer; blocks while the broker does not read it
+                pch.basic_publish("", "alarmed", body)
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    sender = threading.Thread(target=publish_all, daemon=True)
+    sender.start()
     with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
-        assert http.get("/api/overview").json()["alarms"] == ["memory"]
+        assert wait_until(lambda: http.get("/api/overview").json()["alarms"] == ["memory"], timeout=15)
         health = http.get("/api/health/checks/alarms")
         assert health.status_code == 503 and health.json()["status"] == "failed"
         refused = http.post("/api/exchanges/%2F/amq.default/publish",
@@ -134,7 +144,10 @@ def test_memory_alarm_blocks_publishers_until_consumers_drain(broker_factory):
             else:
                 consumer.process_data_events(time_limit=0.05)
         assert drained == 30
+        sender.join(15)
+        assert not sender.is_alive() and not failures, failures
         assert wait_for(lambda: "unblocked" in events, publisher)
+        assert events == ["low on memory", "unblocked"]
         assert http.get("/api/health/checks/alarms").json() == {"status": "ok"}
     pch.basic_publish("", "alarmed", b"after the alarm")
     assert wait_for(lambda: cch.basic_get("alarmed", auto_ack=True)[2] == b"after the alarm", consumer, 5)
