@@ -48,8 +48,9 @@ class Settings(BaseSettings):
     # a segment that fits it: a window under one segment stalls the connection.
     # The latency profile, opt-in (benchmarks/RESULTS.md, "Saturated pubsub with clean TCP metrics"):
     # amqp_rcvbuf 8192, amqp_mss 7300, saturation_ready 500, saturation_resume_ready 150. Saturated
-    # pubsub p50/p99 ~0.1/0.12-0.18 s with BBR clients against 0.27-0.34/0.38-0.47 s by default,
-    # at about the same pubsub and publish-only throughput; a connection on a LAN or the same host is
+    # pubsub p50/p99 0.05/0.09 s with cubic clients (Linux's default) against 0.13/0.39 s by
+    # default, faster in every scenario measured; with BBR clients ~0.1/0.12-0.21 s against
+    # 0.27-0.34/0.38-0.47 s, at 4-14% less throughput. A connection on a LAN or the same host is
     # capped at ~15 KiB per round trip, a long link keeps its autotuned window.
     # Why 7300: Linux sizes a client's send buffer as 2 (cubic) or 3 (BBR) x its congestion window
     # (in segments) x a segment's kernel buffer (the MSS plus ~0.5 KiB, rounded up to a power of
