@@ -6,13 +6,16 @@ Each round starts a fresh broker per configuration (the order flipped every roun
 machine load hits both sides alike) and runs the scenarios of ``run.py`` against it; before each
 start, ``run.py`` drops what the kernel remembers about 127.0.0.1 (``ip tcp_metrics``), so one
 configuration's retransmissions do not size the next one's client buffers. ``defaults`` is
-server/config.py's (Linux's autotuned buffers, 64 KiB segments on loopback, gate bounds
-1000/250); ``profile`` the latency profile (8 KiB windows from accept, 7300-byte segments,
-500/150); ``mss1448`` the same with Ethernet's segments (what earlier runs in RESULTS.md call the
-latency profile, ``profile`` or ``after``); ``held`` the held profile (1448-byte segments, an
-autotuned window until a saturated queue first holds the connection, then 8 KiB, 500/150). ``publish-only``
-is two pipelined pika publishers into a queue
-without consumers (it must not be gated). During ``saturated`` ``ss`` is sampled every 50 ms for
+server/config.py's (8 KiB windows from accept that grow for a connection no saturated queue holds,
+7300-byte segments, gate bounds 500/150); ``profile`` the same with a window that never grows (the
+latency profile of earlier runs in RESULTS.md); ``autotuned`` Linux's own sizing (autotuned
+windows, 64 KiB segments on loopback, 1000/250: the defaults of earlier runs); ``mss1448`` the
+fixed window with Ethernet's segments (what earlier runs call the latency profile, ``profile`` or
+``after``); ``held`` the held profile (1448-byte segments, an autotuned window until a saturated
+queue first holds the connection, then 8 KiB, 500/150). ``publish-only`` is two pipelined pika
+publishers of 128-byte messages into a queue without consumers (it must not be gated),
+``publish-64k`` the same with 64 KiB messages (a bulk publisher, whose window grows). During
+``saturated`` ``ss`` is sampled every 50 ms for
 where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
 queues and the broker's receive queues on its port (the largest sample, and the median of each
 sample's largest). With ``--packets``, every scenario also reports the busiest client
@@ -41,20 +44,28 @@ sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
 import run  # noqa: E402
 
+_BOUNDS = {"HEADRACE_SATURATION_READY": "500", "HEADRACE_SATURATION_RESUME_READY": "150"}
 CONFIGS: dict[str, dict[str, str]] = {
-    # the defaults: autotuned windows, the route's MSS (64 KiB on loopback), gate bounds 1000/250
+    # the defaults: 8 KiB windows from accept that grow for a connection no saturated queue holds,
+    # 7300-byte segments, gate bounds 500/150
     "defaults": {},
-    # the latency profile: 8 KiB windows from accept, 7300-byte segments, 500/150
-    "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "7300", "HEADRACE_SATURATION_READY": "500",
-                "HEADRACE_SATURATION_RESUME_READY": "150"},
-    # the same with Ethernet's segments (the latency profile of runs before "Saturated pubsub with
-    # clean TCP metrics" in RESULTS.md)
-    "mss1448": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_SATURATION_READY": "500",
-                "HEADRACE_SATURATION_RESUME_READY": "150"},
-    # the held profile: a small window for a connection once a saturated queue holds it
-    "held": {"HEADRACE_AMQP_MSS": "1448", "HEADRACE_AMQP_HELD_RCVBUF": "8192", "HEADRACE_SATURATION_READY": "500",
-             "HEADRACE_SATURATION_RESUME_READY": "150"},
+    # the latency profile of earlier runs (RESULTS.md): the same with a window that never grows
+    "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_RCVBUF_MAX": "8192", "HEADRACE_AMQP_MSS": "7300",
+                **_BOUNDS},
+    # Linux's own sizing: autotuned windows, the route's MSS (64 KiB on loopback), bounds 1000/250
+    # (the defaults before "Bounded windows by default" in RESULTS.md)
+    "autotuned": {"HEADRACE_AMQP_RCVBUF": "0", "HEADRACE_AMQP_MSS": "0", "HEADRACE_SATURATION_READY": "1000",
+                  "HEADRACE_SATURATION_RESUME_READY": "250"},
+    # the fixed window with Ethernet's segments (the latency profile of runs before "Saturated
+    # pubsub with clean TCP metrics" in RESULTS.md)
+    "mss1448": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_RCVBUF_MAX": "8192", "HEADRACE_AMQP_MSS": "1448",
+                **_BOUNDS},
+    # the held profile: an autotuned window until a saturated queue first holds the connection
+    "held": {"HEADRACE_AMQP_RCVBUF": "0", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_AMQP_HELD_RCVBUF": "8192",
+             **_BOUNDS},
 }
+# publish-only scenarios: (messages, producers, body bytes)
+PUBLISH_ONLY = {"publish-only": (60_000, 2, 128), "publish-64k": (3_000, 2, 65_536)}
 
 
 def settings_env(spec: str) -> dict[str, str]:
@@ -63,12 +74,12 @@ def settings_env(spec: str) -> dict[str, str]:
     return {f"HEADRACE_{key.upper()}": value for key, value in pairs}
 
 
-def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int = 2) -> dict[str, Any]:
+def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int = 2, size: int = 128) -> dict[str, Any]:
     conn, ch = amqp_load._admin(target)  # noqa: SLF001
     queue = f"bench-pubonly-{uuid.uuid4().hex[:8]}"
     ch.queue_declare(queue)
     out: mp.Queue = mp.Queue()
-    prods = [mp.Process(target=amqp_load.producer, args=(target, "", [queue], b"x" * 128, count // producers,
+    prods = [mp.Process(target=amqp_load.producer, args=(target, "", [queue], b"x" * size, count // producers,
                                                          False, False, 0, out)) for _ in range(producers)]
     start = time.perf_counter()
     amqp_load._run(prods)  # noqa: SLF001
@@ -78,7 +89,7 @@ def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int =
     queued = ch.queue_declare(queue, passive=True).method.message_count
     ch.queue_delete(queue)
     conn.close()
-    return {"rate": queued / wall, "queued": queued}
+    return {"rate": queued / wall, "queued": queued, "mb_s": queued * size / wall / 1e6}
 
 
 def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
@@ -134,8 +145,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="saturated,pubsub,publish-only")
-    ap.add_argument("--configs", default="defaults,profile",
-                    help="defaults, profile, mss1448, held, rabbitmq, or settings joined by '+', e.g. "
+    ap.add_argument("--configs", default="defaults,autotuned",
+                    help="defaults, profile, autotuned, mss1448, held, rabbitmq, or settings joined by '+', e.g. "
                          "amqp_rcvbuf=32768+amqp_mss=1448")
     ap.add_argument("--packets", action="store_true",
                     help="also report the busiest client connection's bytes and data segments")
@@ -161,8 +172,8 @@ def main() -> None:
                             sampler.start()
                         if args.packets:
                             counter.start()
-                        if scenario == "publish-only":
-                            result = publish_only(target)
+                        if scenario in PUBLISH_ONLY:
+                            result = publish_only(target, *PUBLISH_ONLY[scenario])
                         else:
                             result = run.run_scenario(scenario, broker, False)
                         stop.set()
@@ -171,7 +182,7 @@ def main() -> None:
                                 thread.join()
                         # sub-millisecond latencies (the latency scenario) keep three decimals
                         keep = {k: round(v, 3 if k.endswith("_ms") and v < 10 else None) for k, v in result.items()
-                                if k in ("rate", "publish_rate", "p50_ms", "p99_ms", "peak_ready")}
+                                if k in ("rate", "publish_rate", "p50_ms", "p99_ms", "peak_ready", "mb_s")}
                         print(json.dumps({"round": rnd + 1, "config": name, "scenario": scenario,
                                           "load1": round(load, 1), **keep, **seen}), flush=True)
                 finally:

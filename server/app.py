@@ -37,7 +37,7 @@ from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
-from headrace.server.net.socket_bounds import bound_listeners, bound_window, shrinker
+from headrace.server.net.socket_bounds import Window, bound_listeners, bound_window, shrinker
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
@@ -149,13 +149,16 @@ class App:
         except OSError:  # gone before we got to it
             await trio.aclose_forcefully(stream)
             return
-        bound_window(sock, self.settings.amqp_rcvbuf, self.settings.amqp_rcvbuf_long_link_rtt)
+        settings = self.settings
+        bounded = bound_window(sock, settings.amqp_rcvbuf, settings.amqp_rcvbuf_long_link_rtt)
+        window = Window(sock, settings.amqp_rcvbuf if bounded else 0, settings.amqp_rcvbuf_max)
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
-                                        on_first_hold=shrinker(sock, self.settings.amqp_held_rcvbuf),
+                                        on_first_hold=shrinker(sock, settings.amqp_held_rcvbuf),
+                                        grow=window.read if window.growing else None,
                                         sender=self.sender,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))

@@ -37,44 +37,40 @@ class Settings(BaseSettings):
     ports_file: Path | None = None
 
     # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
-    # "Backpressure"; server/net/socket_bounds.py). amqp_mss is set on the AMQP listeners, so it
-    # applies from the SYN-ACK on: the largest segment either side sends (0 = the route's: 64 KiB on
-    # loopback, 1448 on Ethernet).
+    # "Backpressure"; server/net/socket_bounds.py; measured in benchmarks/RESULTS.md, "Bounded
+    # windows by default"). amqp_mss is set on the AMQP listeners, so it applies from the SYN-ACK
+    # on: the largest segment either side sends (0 = the route's: 64 KiB on loopback, 1448 on
+    # Ethernet). Linux sizes a client's send buffer as 2 (cubic) or 3 (BBR) x its congestion window
+    # (in segments) x a segment's kernel buffer (the MSS plus ~0.5 KiB, rounded up to a power of
+    # two): loopback's 64 KiB segments make that 3.9 MB at the least, 7300 about 1 MB, as Ethernet's
+    # 1448 does, without 1448's per-packet cost (a third of publish-only throughput).
     # amqp_rcvbuf is the receive buffer (bytes, the kernel doubles it; 0 = Linux's autotuning, up
     # to tcp_rmem's max) each accepted connection gets at once, except one whose handshake round
     # trip is amqp_rcvbuf_long_link_rtt seconds or more (0 = no exception), which keeps the
-    # autotuned window. amqp_held_rcvbuf is the receive buffer a connection gets the first time a
-    # saturated queue holds it, for the rest of its life (0 = never changed). A small window needs
-    # a segment that fits it: a window under one segment stalls the connection.
-    # The latency profile, opt-in (benchmarks/RESULTS.md, "Saturated pubsub with clean TCP metrics"):
-    # amqp_rcvbuf 8192, amqp_mss 7300, saturation_ready 500, saturation_resume_ready 150. Saturated
-    # pubsub p50/p99 0.05/0.09 s with cubic clients (Linux's default) against 0.13/0.39 s by
-    # default, faster in every scenario measured; with BBR clients ~0.1/0.12-0.21 s against
-    # 0.27-0.34/0.38-0.47 s, at 4-14% less throughput. A connection on a LAN or the same host is
-    # capped at ~15 KiB per round trip, a long link keeps its autotuned window.
-    # Why 7300: Linux sizes a client's send buffer as 2 (cubic) or 3 (BBR) x its congestion window
-    # (in segments) x a segment's kernel buffer (the MSS plus ~0.5 KiB, rounded up to a power of
-    # two). Loopback's 64 KiB segments round to 128 KiB: 3.9 MB at the least. 7300 rounds to 8 KiB
-    # with room to spare and buffers no more than Ethernet's 1448, which costs a third of
-    # publish-only throughput besides.
-    # Why not the default: with small segments a single fast publisher of small messages (a topic
-    # exchange fed by one pika publisher) loses up to 45%, a quarter at the median: its congestion
-    # window, counted in segments, grows large enough that each small write leaves as a packet of
-    # its own instead of joining the queued ones, and the per-packet work on its side halves its
-    # rate (ARCHITECTURE.md, "Backpressure").
-    # held (amqp_mss, amqp_held_rcvbuf 8192): only a connection a saturated queue held gets the
-    # small window. Not advised: shrinking a live connection's buffer drops what it had in flight;
-    # the client's kernel then records a reordering degree of up to 300 for the broker's address
-    # (ip tcp_metrics) and starts every later connection from that host with a send buffer for 301
-    # segments, which defeats the bound.
-    amqp_rcvbuf: int = Field(0, ge=0)
+    # autotuned window. A small window needs a segment that fits it: a window under one segment
+    # stalls the connection. The window doubles after each MiB the connection reads without a
+    # saturated queue ever holding it (a bulk publisher, a consumer: a LAN publisher is not capped
+    # at 16 KiB a round trip for long), up to amqp_rcvbuf_max and net.core.rmem_max
+    # (amqp_rcvbuf_max <= amqp_rcvbuf: it never grows).
+    # With these defaults saturated pubsub (2 pika publishers, 2 consumers, loopback) waits
+    # p50/p99 ~0.05/0.09 s with cubic clients (Linux's default) and ~0.1/0.15 s with BBR clients,
+    # against 0.13/0.39 and 0.29/0.41 s with Linux's own sizing (amqp_rcvbuf 0, amqp_mss 0,
+    # saturation_ready 1000, saturation_resume_ready 250). That sizing moves 64 KiB messages twice
+    # as fast on loopback (64 KiB segments), where the defaults move ~0.4-0.5 GB/s.
+    # amqp_held_rcvbuf is the receive buffer a connection gets the first time a saturated queue
+    # holds it, for the rest of its life (0 = never changed). Not advised: shrinking a live
+    # connection's buffer drops what it had in flight; the client's kernel then records a
+    # reordering degree of up to 300 for the broker's address (ip tcp_metrics) and starts every
+    # later connection from that host with a send buffer for 301 segments, which defeats the bound.
+    amqp_rcvbuf: int = Field(8192, ge=0)
     amqp_rcvbuf_long_link_rtt: float = Field(0.002, ge=0)
-    amqp_mss: int = Field(0, ge=0, le=32767)
+    amqp_rcvbuf_max: int = Field(4 * 1024 * 1024, ge=0)
+    amqp_mss: int = Field(7300, ge=0, le=32767)
     amqp_held_rcvbuf: int = Field(0, ge=0)
     # a queue with consumers holds its publishers at this many ready messages and releases them once
     # it is down to saturation_resume_ready (broker/saturation.py)
-    saturation_ready: int = Field(1000, ge=1)
-    saturation_resume_ready: int = Field(250, ge=0)
+    saturation_ready: int = Field(500, ge=1)
+    saturation_resume_ready: int = Field(150, ge=0)
 
     data_dir: Path = Path("headrace-data")
 

@@ -26,13 +26,13 @@ __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS"
 
 # Ready messages behind which a consumer-backed queue holds its publishers (the default of the
 # saturation_ready setting). At the 20-35k msg/s a pair of pika consumers takes on this machine,
-# 1000 messages are 30-50 ms of waiting; lower bounds (500/150) only help with small socket
-# windows (amqp_held_rcvbuf or amqp_rcvbuf): with Linux's autotuned ones a resumed publisher's read
-# brings ~1000 publishes at once, past any lower bound.
-SATURATED_READY = 1000
+# 500 messages are 15-25 ms of waiting. Bounds this low hold because each connection starts with a
+# small receive window (amqp_rcvbuf): a resumed read brings a few dozen publishes. With Linux's
+# autotuned windows it brings ~1000 at once, past any bound under that (1000/250 there).
+SATURATED_READY = 500
 # Publishers read again once the queue is down to this (saturation_resume_ready): enough left that
 # the consumers keep working while the first batch after the pause arrives.
-RESUME_READY = 250
+RESUME_READY = 150
 # Clock ticks (100 ms each) without a single delivery after which a saturated queue's consumers
 # count as stalled: a second, so a loaded machine that starves the consumers' processes for a
 # moment does not count, while a consumer that stopped acking holds its publishers at most that long.

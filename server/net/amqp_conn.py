@@ -90,7 +90,8 @@ class AMQPConnectionHandler:
                  on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
                  definitions_synced: Callable[[int], Awaitable[None]] = _synced,
                  on_read: Callable[[int], None] = _ignore,
-                 on_first_hold: Callable[[], None] = _nothing, sender: Sender | None = None) -> None:
+                 on_first_hold: Callable[[], None] = _nothing, grow: Callable[[int], bool] | None = None,
+                 sender: Sender | None = None) -> None:
         self.stream = stream
         # reads and writes: a plain TCP socket's fast path, or the stream itself (TLS)
         socket_io = stream_io(stream)
@@ -101,6 +102,9 @@ class AMQPConnectionHandler:
         self._writer_parked = False
         # the first time a saturated queue holds this publisher (app.py shrinks its receive window)
         self.on_first_hold: Callable[[], None] | None = on_first_hold
+        # told the bytes of each read while the receive window may grow, until it says it is done or
+        # a saturated queue holds this connection (socket_bounds.Window)
+        self.grow = grow
         # after each batch: its durable definition changes are handed to the flusher, and the
         # replies wait (``_definitions_ticket``) until ``definitions_synced`` says they are on disk
         self.after_batch = after_batch
@@ -253,6 +257,8 @@ class AMQPConnectionHandler:
                     return
                 self._apply(data)
                 self.on_read(len(data))
+                if self.grow is not None and (session.saturating or not self.grow(len(data))):
+                    self.grow = None
         self._open_reads = None
         if session.closed:
             return  # the peer's connection.close, answered: it hangs up first (``run`` drains till then)
@@ -300,6 +306,7 @@ class AMQPConnectionHandler:
         if self.on_first_hold is not None and self.session.saturating:
             self.on_first_hold()
             self.on_first_hold = None
+            self.grow = None
         while self.session.read_paused and self.session.reading:
             await self.gate.wait_changed()
 

@@ -1,8 +1,8 @@
 """Delivery's share of the loop: a publisher outrunning the consumers of a queue stops being read
 once that queue is saturated (server/broker/saturation.py); a queue without consumers, or whose
 consumers stopped taking, never holds its publishers. What a held publisher has in flight in TCP is
-bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py) when the
-latency profile is set, as this module's broker has it.
+bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py,
+server/net/socket_bounds.py), and the window of a publisher no saturated queue holds grows.
 
 The publisher is a raw socket that writes a whole burst of pipelined publishes at once (from a
 thread: ``sendall`` blocks while the broker does not read), so the only thing that can keep the
@@ -12,6 +12,7 @@ queue short is the broker not reading it.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
@@ -20,11 +21,12 @@ from e2e_support import raw_open, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_content, encode_method_frame
 from headrace.server.broker.saturation import SATURATION_TICK, STALLED_TICKS
+from headrace.server.config import Settings
+from headrace.server.net.socket_bounds import GROW_AFTER
 
-# The latency profile (server/config.py): small socket buffers and segments, lower gate bounds.
-RCVBUF, MSS, SATURATED_READY = 8192, 7300, 500
-BROKER_ENV = {"HEADRACE_AMQP_RCVBUF": str(RCVBUF), "HEADRACE_AMQP_MSS": str(MSS),
-              "HEADRACE_SATURATION_READY": str(SATURATED_READY), "HEADRACE_SATURATION_RESUME_READY": "150"}
+# The defaults (server/config.py): small socket buffers and segments, the gate's bounds.
+DEFAULTS = Settings()
+RCVBUF, MSS, SATURATED_READY = DEFAULTS.amqp_rcvbuf, DEFAULTS.amqp_mss, DEFAULTS.saturation_ready
 BURST = 15_000
 FED_BURST = 7_000  # to a queue with a consumer: consumed whole by the test, so kept shorter
 BODY = b"s" * 200  # ~265 bytes a publish
@@ -54,6 +56,13 @@ def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.
     thread = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
     thread.start()
     return sock, thread
+
+
+def _offered_window(sock: socket.socket) -> int:
+    """The receive window the broker last offered this client (``tcpi_snd_wnd``, Linux 5.4 on):
+    what the client may have in flight toward the broker."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+    return struct.unpack_from("=I", info, 228)[0]
 
 
 def _depth(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
@@ -99,6 +108,24 @@ def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) 
         ch.queue_delete(queue)
 
 
+def test_a_bulk_publisher_no_saturated_queue_holds_gets_a_larger_window(broker, conn, ch) -> None:
+    """A publisher into a queue without consumers reads GROW_AFTER bytes again and again, and its
+    window doubles each time: the broker offers it far more than the 16 KiB every connection
+    starts with, so a bulk publisher on a LAN is not capped at 16 KiB per round trip."""
+    queue = unique("sat-bulk")
+    ch.queue_declare(queue)
+    count = 4 * GROW_AFTER // len(BODY)  # past the first three doublings
+    sock, thread = _burst(broker.amqp_port, queue, count)
+    try:
+        assert wait_until(lambda: _depth(ch, queue) == count, timeout=60), _depth(ch, queue)
+        thread.join(10)
+        assert not thread.is_alive()
+        assert _offered_window(sock) > 4 * RCVBUF, _offered_window(sock)
+    finally:
+        sock.close()
+        ch.queue_delete(queue)
+
+
 def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
     queue = unique("sat-fed")
     ch.queue_declare(queue)
@@ -116,6 +143,8 @@ def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
         thread.join(10)
         assert not thread.is_alive()
         assert peak <= HELD_DEPTH, peak
+        # held before it read GROW_AFTER bytes: its window never grew (2 x 8 KiB, a bit under)
+        assert _offered_window(sock) <= 2 * RCVBUF, _offered_window(sock)
     finally:
         sock.close()
         ch.queue_delete(queue)

@@ -101,11 +101,11 @@ def make_broker() -> Broker:
 
 
 async def start(nursery: trio.Nursery, broker: Broker | None = None, *,
-                on_first_hold: Any = lambda: None, **settings: Any) -> Running:
+                on_first_hold: Any = lambda: None, grow: Any = None, **settings: Any) -> Running:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     gate = Gate()
     handler = AMQPConnectionHandler(server_stream, broker or make_broker(), Settings(**settings), gate,
-                                    ("127.0.0.1", 40000), "test", on_first_hold=on_first_hold)
+                                    ("127.0.0.1", 40000), "test", on_first_hold=on_first_hold, grow=grow)
     running = Running(handler, Client(client_stream), gate)
     nursery.start_soon(running.run)
     nursery.start_soon(running.client.read)
@@ -283,6 +283,59 @@ async def test_the_first_saturation_hold_calls_on_first_hold_once_and_an_alarm_h
         conn.gate.notify()  # looks again, still saturated: held on, nothing more
         await trio.sleep(1)
         assert conn.session.read_paused and len(holds) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_window_is_told_each_read_until_it_is_done_or_a_saturated_queue_holds(autojump_clock):
+    """What app.py uses to grow a receive window (socket_bounds.Window): told the bytes of every
+    read of the open connection; dropped for good once it says it is done, or once a saturated
+    queue held the connection (an alarm hold does not count)."""
+    broker = make_broker()
+    queue = broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)
+    reads: list[int] = []
+    done = False
+
+    def grow(nbytes: int) -> bool:
+        reads.append(nbytes)
+        return not done
+
+    async with trio.open_nursery() as nursery:
+        conn = await start(nursery, broker, grow=grow)
+        await conn.client.send(opening())
+        await trio.testing.wait_all_tasks_blocked()
+        assert reads == []  # the handshake is not counted
+        one = publish("q")
+        await conn.client.send(one * 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert reads == [3 * len(one)]
+        broker.set_alarm("memory", True)
+        await conn.client.send(one)
+        await trio.testing.wait_all_tasks_blocked()
+        broker.set_alarm("memory", False)
+        conn.gate.notify()
+        await trio.testing.wait_all_tasks_blocked()
+        assert conn.handler.grow is not None and len(reads) == 2
+        # a consumer that takes one message and never acks, then more publishes than the bound
+        await conn.client.send(encode_method_frame(1, m.BasicQos(0, 1, False))
+                               + encode_method_frame(1, m.BasicConsume(queue="q"))
+                               + one * (broker.delivery.saturation.high + 100))
+        await trio.testing.wait_all_tasks_blocked()
+        assert conn.session.read_paused and conn.handler.grow is None
+        assert len(reads) == 2  # the batch that saturated the queue did not grow the window
+        assert queue.messages_ready > broker.delivery.saturation.high
+        nursery.cancel_scope.cancel()
+
+    reads.clear()
+    done = True
+    async with trio.open_nursery() as nursery:
+        conn = await start(nursery, make_broker(), grow=grow)
+        await conn.client.send(opening())
+        await trio.testing.wait_all_tasks_blocked()
+        await conn.client.send(publish("q"))
+        await trio.testing.wait_all_tasks_blocked()
+        await conn.client.send(publish("q"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(reads) == 1 and conn.handler.grow is None  # it said it was done: asked no more
         nursery.cancel_scope.cancel()
 
 

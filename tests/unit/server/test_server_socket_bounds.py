@@ -1,5 +1,5 @@
-"""server/net/socket_bounds.py on real loopback sockets: the latency profile's window set after
-accept (and not for a long link), the held window, and the handshake round trip they read."""
+"""server/net/socket_bounds.py on real loopback sockets: the small window set after accept (and not
+for a long link), how it grows, the held window, and the handshake round trip they read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import trio
 
-from headrace.server.net.socket_bounds import bound_window, handshake_rtt, shrinker
+from headrace.server.net.socket_bounds import GROW_AFTER, Window, bound_window, handshake_rtt, shrinker
 
 
 @contextmanager
@@ -72,3 +72,34 @@ async def test_the_held_window_is_set_on_the_real_socket_and_only_when_configure
         assert rcvbuf(server) == before
         shrinker(held, 8192)()
         assert rcvbuf(server) == 2 * 8192 < before
+
+
+async def test_the_window_doubles_after_each_mib_read_up_to_its_limit() -> None:
+    with accepted() as (_, server, held):
+        assert bound_window(held, 8192, 0)
+        window = Window(held, 8192, 32768)
+        assert window.growing
+        assert window.read(GROW_AFTER - 1) and rcvbuf(server) == 2 * 8192  # one byte short
+        assert window.read(1) and rcvbuf(server) == 2 * 16384 and window.size == 16384
+        assert window.read(GROW_AFTER - 1) and rcvbuf(server) == 2 * 16384
+        assert not window.read(1)  # at its limit: the reader stops asking
+        assert rcvbuf(server) == 2 * 32768 and not window.growing
+
+
+async def test_the_kernel_cap_ends_the_growth() -> None:
+    """SO_RCVBUF is capped at net.core.rmem_max: the window stops where the kernel stopped it."""
+    with open("/proc/sys/net/core/rmem_max") as f:
+        rmem_max = int(f.read())
+    with accepted() as (_, server, held):
+        window = Window(held, rmem_max, 4 * rmem_max)
+        assert window.growing
+        assert not window.read(GROW_AFTER)
+        assert rcvbuf(server) == 2 * rmem_max and window.size == window.limit == rmem_max
+
+
+async def test_an_autotuned_or_fixed_window_never_grows() -> None:
+    with accepted() as (_, server, held):
+        before = rcvbuf(server)
+        assert not Window(held, 0, 1 << 20).growing  # no small window was set (or a long link)
+        assert not Window(held, 8192, 8192).growing  # amqp_rcvbuf_max no larger: fixed
+        assert rcvbuf(server) == before
