@@ -48,21 +48,23 @@ class Settings(BaseSettings):
     # to tcp_rmem's max) each accepted connection gets at once, except one whose handshake round
     # trip is amqp_rcvbuf_long_link_rtt seconds or more (0 = no exception), which keeps the
     # autotuned window. A small window needs a segment that fits it: a window under one segment
-    # stalls the connection. The window doubles after each MiB the connection reads without a
-    # saturated queue ever holding it (a bulk publisher, a consumer: a LAN publisher is not capped
-    # at 16 KiB a round trip for long), up to amqp_rcvbuf_max and net.core.rmem_max
-    # (amqp_rcvbuf_max <= amqp_rcvbuf: it never grows).
+    # stalls the connection. Why 16 KiB and not less: with 8 KiB (the kernel's 16) a window holds
+    # two 7300-byte segments, and the kernel's accounting of what they cost (loopback's buffers
+    # are larger than their data) overflows it: segments dropped, a 200 ms retransmission timeout,
+    # and 64 KiB messages at a quarter of the speed. The window doubles after each 512 KiB the
+    # connection reads without a saturated queue ever holding it (a bulk publisher, a consumer: a
+    # LAN publisher is not capped at ~28 KiB a round trip for long), up to amqp_rcvbuf_max and
+    # net.core.rmem_max (amqp_rcvbuf_max <= amqp_rcvbuf: it never grows).
     # With these defaults saturated pubsub (2 pika publishers, 2 consumers, loopback) waits
     # p50/p99 ~0.05/0.09 s with cubic clients (Linux's default) and ~0.1/0.15 s with BBR clients,
-    # against 0.13/0.39 and 0.29/0.41 s with Linux's own sizing (amqp_rcvbuf 0, amqp_mss 0,
-    # saturation_ready 1000, saturation_resume_ready 250). That sizing moves 64 KiB messages twice
-    # as fast on loopback (64 KiB segments), where the defaults move ~0.4-0.5 GB/s.
+    # against 0.13/0.39 and 0.3/0.45 s with Linux's own sizing (amqp_rcvbuf 0, amqp_mss 0,
+    # saturation_ready 1000, saturation_resume_ready 250).
     # amqp_held_rcvbuf is the receive buffer a connection gets the first time a saturated queue
     # holds it, for the rest of its life (0 = never changed). Not advised: shrinking a live
     # connection's buffer drops what it had in flight; the client's kernel then records a
     # reordering degree of up to 300 for the broker's address (ip tcp_metrics) and starts every
     # later connection from that host with a send buffer for 301 segments, which defeats the bound.
-    amqp_rcvbuf: int = Field(8192, ge=0)
+    amqp_rcvbuf: int = Field(16384, ge=0)
     amqp_rcvbuf_long_link_rtt: float = Field(0.002, ge=0)
     amqp_rcvbuf_max: int = Field(4 * 1024 * 1024, ge=0)
     amqp_mss: int = Field(7300, ge=0, le=32767)

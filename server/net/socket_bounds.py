@@ -6,22 +6,23 @@ Owner: the shell (``App``) calls these on its listeners before ``listen`` and on
 AMQP socket before its handler starts; nothing else sets socket buffers.
 
 Why the small window is set on the accepted socket, not on the listener: a listener's receive
-buffer also decides the window scale its SYN-ACK offers, and one of 8 KiB offers none, which caps
+buffer also decides the window scale its SYN-ACK offers, and one of 16 KiB offers none, which caps
 the connection's window at 64 KiB for its whole life however its buffer changes later. Set after
 accept, the socket keeps the scale Linux negotiated, and a connection over a long link (a
 handshake round trip of ``amqp_rcvbuf_long_link_rtt`` or more) is left with Linux's autotuned
-window: a small window costs nothing at a LAN's round trip but caps a publisher at 16 KiB per round
-trip, a few hundred KB/s over 50 ms. The window only shrinks for what comes after it is set, so the
+window: a small window caps a publisher at one window per round trip, a few hundred KB/s over
+50 ms. The window only shrinks for what comes after it is set, so the
 segments must be small too (``amqp_mss``): a window under one segment stalls a sender that has
 seen a larger one (the settings refuse it).
 
 Why the window grows (``Window``): a small window only matters in front of a reader a saturated
-queue holds, and it caps a publisher at one window per round trip (30 MB/s at a LAN's 0.5 ms).
-A connection that has read ``GROW_AFTER`` bytes (1 MiB) without a saturated queue ever holding it
-is a bulk publisher or a consumer, not the publisher of a saturated pubsub: its window doubles,
-and again after each MiB more, up to ``amqp_rcvbuf_max`` (and the kernel's ``net.core.rmem_max``).
-Growing drops nothing; shrinking a live window would (``shrinker``), so a window never shrinks
-back, and a connection that grew and later feeds a saturated queue is held with its larger window.
+queue holds, and it caps a publisher at one window per round trip (~28 KiB: 56 MB/s at a LAN's
+0.5 ms). A connection that has read ``GROW_AFTER`` bytes (512 KiB) without a saturated queue ever
+holding it is a bulk publisher or a consumer, not the publisher of a saturated pubsub: its window
+doubles, and again after each 512 KiB more, up to ``amqp_rcvbuf_max`` (and the kernel's
+``net.core.rmem_max``). Growing drops nothing; shrinking a live window would (``shrinker``), so
+a window never shrinks back, and a connection that grew and later feeds a saturated queue is held
+with its larger window.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ _TCPI_RTT_OFFSET = 8 + 15 * 4
 _TCP_INFO_BYTES = _TCPI_RTT_OFFSET + _TCPI_RTT.size
 
 # Bytes a connection reads, never held by a saturated queue, before each doubling of its window.
-# A saturated pubsub publisher is held within its first ~200 KB (500 ready messages at ~200 B);
-# a bulk publisher on a LAN (0.5 ms) reads the first MiB in ~30 ms at 16 KiB a round trip, and
-# each later one in half the time: its window is at 1 MiB after 7 MiB, in about 60 ms, and at
-# amqp_rcvbuf_max (4 MiB) or net.core.rmem_max after a few MiB more.
-GROW_AFTER = 1 << 20
+# A saturated pubsub publisher is held within its first ~100 KB (500 ready messages and the
+# consumers' prefetch, at ~200 B a publish, shared by two publishers); a bulk publisher on a LAN
+# (0.5 ms) reads the first 512 KiB in ~10 ms at ~28 KiB a round trip, each later one in half the
+# time, and has a 1 MiB window after 3 MiB.
+GROW_AFTER = 512 << 10
 
 
 def bound_listeners(listeners: list[trio.SocketListener], mss: int) -> None:
@@ -94,8 +95,8 @@ def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float
 
 class Window:
     """One accepted socket's receive window as the shell set it (``amqp_rcvbuf`` after accept) and
-    its growth: doubled after each ``GROW_AFTER`` bytes read. The reader calls ``read`` after each read while it returns True, and never again
-    once a saturated queue held the connection."""
+    its growth: doubled after each ``GROW_AFTER`` bytes read. The reader calls ``read`` after each
+    read while it returns True, and never again once a saturated queue held the connection."""
 
     __slots__ = ("_sock", "size", "limit", "_until")
 

@@ -44,8 +44,8 @@ def test_saturation_and_socket_bounds_are_checked():
         Settings(amqp_held_rcvbuf=1024, amqp_mss=1448)
     assert Settings(amqp_held_rcvbuf=8192, amqp_mss=1448).amqp_held_rcvbuf == 8192
     # so does the window set on each connection after its handshake offered more
-    with pytest.raises(ValueError, match="amqp_rcvbuf .8192. needs amqp_mss between 88 and 8192"):
-        Settings(amqp_mss=0)  # the route's segments (64 KiB on loopback) under the default window
+    with pytest.raises(ValueError, match="amqp_rcvbuf .16384. needs amqp_mss between 88 and 16384"):
+        Settings(amqp_mss=0)  # the route's segments (64 KiB on loopback) over the default window
     with pytest.raises(ValueError, match="amqp_rcvbuf"):
         Settings(amqp_rcvbuf=1024, amqp_mss=1448)
     with pytest.raises(ValueError, match="amqp_rcvbuf_long_link_rtt"):
@@ -53,7 +53,7 @@ def test_saturation_and_socket_bounds_are_checked():
     assert Settings(amqp_rcvbuf=8192, amqp_mss=1448).amqp_rcvbuf == 8192
     defaults = Settings()
     # small windows and segments from accept, growing for a connection no saturated queue holds
-    assert (defaults.amqp_rcvbuf, defaults.amqp_mss, defaults.amqp_held_rcvbuf) == (8192, 7300, 0)
+    assert (defaults.amqp_rcvbuf, defaults.amqp_mss, defaults.amqp_held_rcvbuf) == (16384, 7300, 0)
     assert defaults.amqp_rcvbuf_max == 4 << 20  # and no more than net.core.rmem_max
     assert defaults.amqp_rcvbuf_long_link_rtt == 0.002  # a LAN's round trip is well under it
     assert (defaults.saturation_ready, defaults.saturation_resume_ready) == (500, 150)
