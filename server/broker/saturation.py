@@ -27,7 +27,7 @@ __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS"
 # Ready messages behind which a consumer-backed queue holds its publishers (the default of the
 # saturation_ready setting). At the 20-35k msg/s a pair of pika consumers takes on this machine,
 # 500 messages are 15-25 ms of waiting. Bounds this low hold because each connection starts with a
-# small receive window (amqp_rcvbuf): a resumed read brings a few dozen publishes. With Linux's
+# small receive window (amqp_rcvbuf): a resumed read brings about a hundred publishes. With Linux's
 # autotuned windows it brings ~1000 at once, past any bound under that (1000/250 there).
 SATURATED_READY = 500
 # Publishers read again once the queue is down to this (saturation_resume_ready): enough left that
