@@ -131,9 +131,12 @@ class ConfirmPublisher:
         return True
 
     def close(self) -> None:
+        """connection.close after every queued publish: the broker discards what follows a close,
+        so publishes still queued here (less than a flush's worth) would otherwise be lost."""
         if self.sock is None:
             return
         try:
+            self._flush()
             self._send_now(_method(0, 10, 50, struct.pack(">H", 200) + _shortstr("bye") + struct.pack(">HH", 0, 0)))
             self._expect(0, 10, 51)
         except (OSError, AMQPError):

@@ -352,6 +352,23 @@ def test_publishes_encoded_in_bulk_arrive_intact(broker):
     assert got[2][1].priority == 3
 
 
+def test_close_sends_the_publishes_still_queued_before_connection_close(broker):
+    """Publishes queued under a flush's worth are written at close, ahead of connection.close:
+    the broker discards whatever follows a close, so sent after it they would be lost."""
+    from headrace.spark_bridge.amqp_publisher import ConfirmPublisher
+
+    conn, ch = _bound_queue(broker.url, "queued", "queued-q")
+    pub = ConfirmPublisher(broker.url, window=100).connect()
+    for i in range(20):
+        pub.publish("queued", "k", b"\x00\x00", b"%d" % i)  # no properties: flags only
+    pub.close()  # nothing flushed before it: twenty small publishes are far under a flush
+    got = []
+    while (message := ch.basic_get("queued-q", auto_ack=True))[0] is not None:
+        got.append(int(message[2]))
+    conn.close()
+    assert got == list(range(20))
+
+
 def _bound_queue(url: str, exchange: str, queue: str):
     """A topic exchange and an exclusive queue bound to all of it: (connection, channel)."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
