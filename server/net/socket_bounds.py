@@ -81,9 +81,9 @@ def handshake_rtt(sock: trio.socket.SocketType) -> float | None:
 
 
 def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float) -> bool:
-    """The latency profile's small window (``amqp_rcvbuf``; the kernel doubles it) for a freshly
-    accepted socket, unless its round trip is ``long_link_rtt`` seconds or more (0: no exemption).
-    Returns whether the window was set."""
+    """The small window every connection starts with (``amqp_rcvbuf``; the kernel doubles it) for
+    a freshly accepted socket, unless its round trip is ``long_link_rtt`` seconds or more (0: no
+    exemption). Returns whether the window was set."""
     if not rcvbuf:
         return False
     if long_link_rtt:

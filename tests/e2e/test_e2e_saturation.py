@@ -143,7 +143,7 @@ def test_saturated_queue_holds_its_publisher(broker, conn, ch) -> None:
         thread.join(10)
         assert not thread.is_alive()
         assert peak <= HELD_DEPTH, peak
-        # held before it read GROW_AFTER bytes: its window never grew (2 x 8 KiB, a bit under)
+        # held before it read GROW_AFTER bytes: its window never grew (2 x 16 KiB, a bit under)
         assert _offered_window(sock) <= 2 * RCVBUF, _offered_window(sock)
     finally:
         sock.close()
@@ -176,9 +176,9 @@ def test_clients_are_offered_small_segments(broker) -> None:
 
 
 def test_clients_keep_the_window_scale_with_the_small_window(broker) -> None:
-    """The latency profile's small window is set on each accepted socket, not on the listener: a
-    listener's 8 KiB buffer would offer no window scale in the SYN-ACK, capping every connection's
-    window at 64 KiB for its life, long links included."""
+    """The small window is set on each accepted socket, not on the listener: a listener's 16 KiB
+    buffer would offer no window scale in the SYN-ACK, capping every connection's window at 64 KiB
+    for its life, long links included."""
     sock = raw_open(broker.amqp_port)
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
