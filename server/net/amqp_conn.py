@@ -306,7 +306,6 @@ class AMQPConnectionHandler:
         if self.on_first_hold is not None and self.session.saturating:
             self.on_first_hold()
             self.on_first_hold = None
-            self.grow = None
         while self.session.read_paused and self.session.reading:
             await self.gate.wait_changed()
 

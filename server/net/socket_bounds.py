@@ -55,7 +55,8 @@ GROW_AFTER = 512 << 10
 def bound_listeners(listeners: list[trio.SocketListener], mss: int) -> None:
     """Every accepted AMQP socket inherits the listener's segment bound, offered in the SYN-ACK:
     the client's send buffer, which Linux sizes from its congestion window times the segment size,
-    stays under 1 MB instead of 4 MB (ARCHITECTURE.md, "Backpressure"). Off by default."""
+    stays under 1 MB instead of 4 MB (ARCHITECTURE.md, "Backpressure"). 7300 by default; 0 leaves
+    the route's."""
     if not mss:
         return
     for listener in listeners:
