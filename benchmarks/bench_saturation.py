@@ -19,8 +19,12 @@ publishers of 128-byte messages into a queue without consumers (it must not be g
 where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
 queues and the broker's receive queues on its port (the largest sample, and the median of each
 sample's largest). With ``--packets``, every scenario also reports the busiest client
-connection's bytes and data segments. The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed)
-instead of headrace. Prints one JSON line per run.
+connection's bytes and data segments. With ``--trace DIR``, ``saturated`` also samples every
+client socket's TCP state every 10 ms (send queue, ``skmem`` tb, congestion window, BBR's model)
+into ``DIR/<round>-<config>.json``, and reports per publisher when its send buffer reached its
+final size and the congestion window up to then and after.
+The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed) instead of
+headrace. Prints one JSON line per run.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,6 +69,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "held": {"HEADRACE_AMQP_RCVBUF": "0", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_AMQP_HELD_RCVBUF": "8192",
              **_BOUNDS},
 }
+SS = shutil.which("ss") or "/usr/bin/ss"
 # publish-only scenarios: (messages, producers, body bytes)
 PUBLISH_ONLY = {"publish-only": (60_000, 2, 128), "publish-64k": (3_000, 2, 65_536)}
 
@@ -92,14 +98,26 @@ def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int =
     return {"rate": queued / wall, "queued": queued, "mb_s": queued * size / wall / 1e6}
 
 
+def ss(*args: str) -> list[str]:
+    """``ss``'s lines after the header, run with ``posix_spawn`` into a file. ``subprocess`` reads
+    its child's exec status from a pipe until end of file, and the load generator forks its clients
+    from another thread meanwhile: a client forked while that pipe is open keeps its write end,
+    and the read waits until that client exits (a sampler then lost the first ~1 s of a run)."""
+    with tempfile.TemporaryFile("w+") as out:
+        pid = os.posix_spawn(SS, ["ss", *args], os.environ, file_actions=[
+            (os.POSIX_SPAWN_DUP2, out.fileno(), 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+        os.waitpid(pid, 0)
+        out.seek(0)
+        return out.read().splitlines()[1:]
+
+
 def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
     """Largest client send buffer / send queue and broker receive queue on ``port`` until ``stop``,
     and the medians over the samples (each sample's largest send and receive queue)."""
     send_qs: list[int] = []
     recv_qs: list[int] = []
     while not stop.is_set():
-        lines = subprocess.run(["ss", "-tnmi", f"( sport = :{port} or dport = :{port} )"],
-                               capture_output=True, text=True).stdout.splitlines()[1:]
+        lines = ss("-tnmi", f"( sport = :{port} or dport = :{port} )")
         send_q = recv_q = 0
         for i, line in enumerate(lines):
             parts = line.split()
@@ -128,8 +146,7 @@ def sample_packets(port: int, stop: threading.Event, seen: dict[str, int]) -> No
     or joined into full segments (ARCHITECTURE.md, "Backpressure")."""
     busiest: dict[str, tuple[int, int]] = {}
     while not stop.is_set():
-        lines = subprocess.run(["ss", "-tin", f"( dport = :{port} )"],
-                               capture_output=True, text=True).stdout.splitlines()[1:]
+        lines = ss("-tin", f"( dport = :{port} )")
         for i in range(0, len(lines) - 1, 2):
             acked = re.search(r"bytes_acked:(\d+)", lines[i + 1])
             segs = re.search(r"data_segs_out:(\d+)", lines[i + 1])
@@ -141,6 +158,48 @@ def sample_packets(port: int, stop: threading.Event, seen: dict[str, int]) -> No
         time.sleep(0.1)
 
 
+TRACE_FIELDS = {"cwnd": r"cwnd:(\d+)", "tb": r"tb(\d+)", "bytes_acked": r"bytes_acked:(\d+)",
+                "snd_wnd": r"snd_wnd:(\d+)", "bbr": r"bbr:\(([^)]*)\)"}
+
+
+def trace_clients(port: int, stop: threading.Event, rows: list[dict[str, Any]]) -> None:
+    """Every client socket on ``port`` every 10 ms until ``stop``: seconds since the start, the
+    client's port, its send queue and the ``TRACE_FIELDS`` that ``ss -tnmi`` shows for it."""
+    start = time.perf_counter()
+    while not stop.is_set():
+        lines = ss("-tnmi", f"( dport = :{port} )")
+        at = round(time.perf_counter() - start, 3)
+        for i in range(0, len(lines) - 1, 2):
+            head = lines[i].split()
+            row: dict[str, Any] = {"t": at, "client": head[3].rsplit(":", 1)[1], "send_q": int(head[2])}
+            for key, pattern in TRACE_FIELDS.items():
+                found = re.search(pattern, lines[i + 1])
+                if found:
+                    row[key] = found.group(1) if key == "bbr" else int(found.group(1))
+            rows.append(row)
+        time.sleep(0.01)
+
+
+def trace_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per publisher (a client that sent over 1 MB), largest send buffer first: its final send
+    buffer, when it was set (s), the largest congestion window up to then, and the median window
+    over the rest of the run."""
+    clients: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        clients.setdefault(row["client"], []).append(row)
+    found = []
+    for samples in clients.values():
+        if max(r.get("bytes_acked", 0) for r in samples) < 1_000_000:
+            continue
+        final = max(r.get("tb", 0) for r in samples)
+        set_at = next(r["t"] for r in samples if r.get("tb", 0) == final)
+        later = [r.get("cwnd", 0) for r in samples if r["t"] > set_at]
+        found.append({"tb": final, "tb_set_at": set_at,
+                      "cwnd_until_set": max(r.get("cwnd", 0) for r in samples if r["t"] <= set_at),
+                      "cwnd_p50_after": statistics.median(later) if later else None})
+    return {"publishers": sorted(found, key=lambda p: -p["tb"])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -150,6 +209,7 @@ def main() -> None:
                          "amqp_rcvbuf=32768+amqp_mss=1448")
     ap.add_argument("--packets", action="store_true",
                     help="also report the busiest client connection's bytes and data segments")
+    ap.add_argument("--trace", metavar="DIR", help="write the clients' TCP state through each saturated run here")
     args = ap.parse_args()
     names = args.configs.split(",")
     for rnd in range(args.rounds):
@@ -168,8 +228,12 @@ def main() -> None:
                         stop = threading.Event()
                         sampler = threading.Thread(target=sample_tcp, args=(broker.port, stop, seen))
                         counter = threading.Thread(target=sample_packets, args=(broker.port, stop, seen))
+                        traced: list[dict[str, Any]] = []
+                        tracer = threading.Thread(target=trace_clients, args=(broker.port, stop, traced))
                         if scenario == "saturated":
                             sampler.start()
+                            if args.trace:
+                                tracer.start()
                         if args.packets:
                             counter.start()
                         if scenario in PUBLISH_ONLY:
@@ -177,9 +241,13 @@ def main() -> None:
                         else:
                             result = run.run_scenario(scenario, broker, False)
                         stop.set()
-                        for thread in (sampler, counter):
+                        for thread in (sampler, counter, tracer):
                             if thread.is_alive():
                                 thread.join()
+                        if traced:
+                            Path(args.trace).mkdir(parents=True, exist_ok=True)
+                            (Path(args.trace) / f"{rnd + 1}-{name}.json").write_text(json.dumps(traced))
+                            seen.update(trace_summary(traced))
                         # sub-millisecond latencies (the latency scenario) keep three decimals
                         keep = {k: round(v, 3 if k.endswith("_ms") and v < 10 else None) for k, v in result.items()
                                 if k in ("rate", "publish_rate", "p50_ms", "p99_ms", "peak_ready", "mb_s")}
