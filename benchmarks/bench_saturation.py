@@ -7,7 +7,7 @@ machine load hits both sides alike) and runs the scenarios of ``run.py`` against
 start, ``run.py`` drops what the kernel remembers about 127.0.0.1 (``ip tcp_metrics``), so one
 configuration's retransmissions do not size the next one's client buffers. ``defaults`` is
 server/config.py's (16 KiB windows from accept that grow for a connection no saturated queue holds,
-7300-byte segments, gate bounds 500/150); ``profile`` a fixed 8 KiB window with the same segments
+7300-byte segments, gate bounds 100/30); ``profile`` a fixed 8 KiB window with the same segments
 and bounds (the latency profile of earlier runs in RESULTS.md); ``autotuned`` Linux's own sizing (autotuned
 windows, 64 KiB segments on loopback, 1000/250: the defaults of earlier runs); ``mss1448`` the
 fixed window with Ethernet's segments (what earlier runs call the latency profile, ``profile`` or
@@ -52,7 +52,7 @@ import run  # noqa: E402
 _BOUNDS = {"HEADRACE_SATURATION_READY": "500", "HEADRACE_SATURATION_RESUME_READY": "150"}
 CONFIGS: dict[str, dict[str, str]] = {
     # the defaults: 16 KiB windows from accept that grow for a connection no saturated queue holds,
-    # 7300-byte segments, gate bounds 500/150
+    # 7300-byte segments, gate bounds 100/30
     "defaults": {},
     # the latency profile of earlier runs (RESULTS.md): a fixed 8 KiB window, the same segments and bounds
     "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_RCVBUF_MAX": "8192", "HEADRACE_AMQP_MSS": "7300",

@@ -26,13 +26,15 @@ __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS"
 
 # Ready messages behind which a consumer-backed queue holds its publishers (the default of the
 # saturation_ready setting). At the 20-35k msg/s a pair of pika consumers takes on this machine,
-# 500 messages are 15-25 ms of waiting. Bounds this low hold because each connection starts with a
-# small receive window (amqp_rcvbuf): a resumed read brings about a hundred publishes. With Linux's
-# autotuned windows it brings ~1000 at once, past any bound under that (1000/250 there).
-SATURATED_READY = 500
+# 100 messages are 3-5 ms of waiting. Bounds this low hold because each connection starts with a
+# small receive window (amqp_rcvbuf): a resumed read brings about a hundred publishes, so a held
+# publisher is read about once per release. With Linux's autotuned windows one read brings ~1000,
+# past any bound under that (1000/250 there). 500/150 measured the same throughput at a ~10% higher
+# saturated p50 (benchmarks/RESULTS.md, "Saturated p50 with BBR clients").
+SATURATED_READY = 100
 # Publishers read again once the queue is down to this (saturation_resume_ready): enough left that
 # the consumers keep working while the first batch after the pause arrives.
-RESUME_READY = 150
+RESUME_READY = 30
 # Clock ticks (100 ms each) without a single delivery after which a saturated queue's consumers
 # count as stalled: a second, so a loaded machine that starves the consumers' processes for a
 # moment does not count, while a consumer that stopped acking holds its publishers at most that long.

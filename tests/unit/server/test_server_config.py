@@ -56,4 +56,4 @@ def test_saturation_and_socket_bounds_are_checked():
     assert (defaults.amqp_rcvbuf, defaults.amqp_mss, defaults.amqp_held_rcvbuf) == (16384, 7300, 0)
     assert defaults.amqp_rcvbuf_max == 4 << 20  # and no more than net.core.rmem_max
     assert defaults.amqp_rcvbuf_long_link_rtt == 0.002  # a LAN's round trip is well under it
-    assert (defaults.saturation_ready, defaults.saturation_resume_ready) == (500, 150)
+    assert (defaults.saturation_ready, defaults.saturation_resume_ready) == (100, 30)

@@ -52,10 +52,10 @@ def test_queue_without_consumers_never_pauses_its_publisher():
 def test_saturated_queue_pauses_its_publisher_until_it_drains():
     b, publisher, pconn, consumer, cconn = setup()
     other, oconn = open_session(b)
-    publisher.handle(pconn.receive_data(publishes("fed", SATURATED_READY - 100)), NOW)
-    assert not publisher.read_paused  # below the bound
-    publisher.handle(pconn.receive_data(publishes("fed", 200)), NOW)
-    assert b.vhosts["/"].queues["fed"].messages_ready == SATURATED_READY + 100 - 10
+    publisher.handle(pconn.receive_data(publishes("fed", SATURATED_READY // 2)), NOW)
+    assert not publisher.read_paused  # below the bound (the consumer holds 10 of them)
+    publisher.handle(pconn.receive_data(publishes("fed", SATURATED_READY)), NOW)
+    assert b.vhosts["/"].queues["fed"].messages_ready == SATURATED_READY // 2 + SATURATED_READY - 10
     assert publisher.read_paused
     other.handle(oconn.receive_data(publishes("backlog", 10)), NOW)
     assert not other.read_paused  # it published elsewhere

@@ -66,10 +66,15 @@ async def connect(nursery: trio.Nursery, sender: Sender, **kw: Any) -> tuple[AMQ
 
 async def test_a_full_socket_hands_the_rest_to_the_writer_and_every_frame_arrives_once_in_order() -> None:
     n = 400
+    broker = make_broker()
+    # The consumer is this connection, whose peer reads nothing: the queue it cannot take from
+    # would saturate and hold the publishes (and no clock runs here to find its consumer stalled).
+    # What is tested is the sender, so the gate stays out of it.
+    broker.delivery.saturation.high = 10 * n
     async with trio.open_nursery() as nursery:
         sender = Sender()
         nursery.start_soon(sender.run)
-        handler, peer = await connect(nursery, sender)
+        handler, peer = await connect(nursery, sender, broker=broker)
         await peer.stream.send_all(opening() + encode_method_frame(1, m.QueueDeclare(queue="q"))
                                    + encode_method_frame(1, m.BasicConsume(queue="q", no_ack=True)))
         await peer.read_until(lambda: peer.methods(m.BasicConsumeOk))
