@@ -56,9 +56,9 @@ class Settings(BaseSettings):
     # LAN publisher is not capped at ~28 KiB a round trip for long), up to amqp_rcvbuf_max and
     # net.core.rmem_max (amqp_rcvbuf_max <= amqp_rcvbuf: it never grows).
     # With these defaults saturated pubsub (2 pika publishers, 2 consumers, loopback) waits
-    # p50/p99 ~0.11/0.18 s with BBR clients and ~0.085/0.38 s with cubic ones (Linux's default;
-    # measured at bounds 500/150), against 0.37/0.53 and 0.14/0.34 s with Linux's own sizing
-    # (amqp_rcvbuf 0, amqp_mss 0, saturation_ready 1000, saturation_resume_ready 250).
+    # p50/p99 ~0.11/0.18 s with BBR clients and ~0.06/0.37 s with cubic ones (Linux's default),
+    # against 0.37/0.53 and 0.13/0.34 s with Linux's own sizing (amqp_rcvbuf 0, amqp_mss 0,
+    # saturation_ready 1000, saturation_resume_ready 250).
     # amqp_held_rcvbuf is the receive buffer a connection gets the first time a saturated queue
     # holds it, for the rest of its life (0 = never changed). Not advised: shrinking a live
     # connection's buffer drops what it had in flight; the client's kernel then records a
