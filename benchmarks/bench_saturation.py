@@ -111,19 +111,22 @@ def ss(*args: str) -> list[str]:
         return out.read().splitlines()[1:]
 
 
+def sockets(*args: str) -> list[tuple[list[str], str]]:
+    """Each socket ``ss -i ...`` lists: its columns (state, queues, addresses) and its info line."""
+    lines = ss(*args)
+    return [(lines[i].split(), lines[i + 1]) for i in range(0, len(lines) - 1, 2)]
+
+
 def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
     """Largest client send buffer / send queue and broker receive queue on ``port`` until ``stop``,
     and the medians over the samples (each sample's largest send and receive queue)."""
     send_qs: list[int] = []
     recv_qs: list[int] = []
     while not stop.is_set():
-        lines = ss("-tnmi", f"( sport = :{port} or dport = :{port} )")
         send_q = recv_q = 0
-        for i, line in enumerate(lines):
-            parts = line.split()
+        for parts, info in sockets("-tnmi", f"( sport = :{port} or dport = :{port} )"):
             if len(parts) < 5 or parts[0] != "ESTAB":
                 continue
-            info = lines[i + 1] if i + 1 < len(lines) else ""
             if parts[3].endswith(f":{port}"):
                 recv_q = max(recv_q, int(parts[1]))
             else:
@@ -146,12 +149,11 @@ def sample_packets(port: int, stop: threading.Event, seen: dict[str, int]) -> No
     or joined into full segments (ARCHITECTURE.md, "Backpressure")."""
     busiest: dict[str, tuple[int, int]] = {}
     while not stop.is_set():
-        lines = ss("-tin", f"( dport = :{port} )")
-        for i in range(0, len(lines) - 1, 2):
-            acked = re.search(r"bytes_acked:(\d+)", lines[i + 1])
-            segs = re.search(r"data_segs_out:(\d+)", lines[i + 1])
+        for parts, info in sockets("-tin", f"( dport = :{port} )"):
+            acked = re.search(r"bytes_acked:(\d+)", info)
+            segs = re.search(r"data_segs_out:(\d+)", info)
             if acked and segs:
-                busiest[lines[i].split()[3]] = (int(acked.group(1)), int(segs.group(1)))
+                busiest[parts[3]] = (int(acked.group(1)), int(segs.group(1)))
         if busiest:
             acked_bytes, segments = max(busiest.values())
             seen["busiest_client_bytes"], seen["busiest_client_segs"] = acked_bytes, segments
@@ -167,13 +169,12 @@ def trace_clients(port: int, stop: threading.Event, rows: list[dict[str, Any]]) 
     client's port, its send queue and the ``TRACE_FIELDS`` that ``ss -tnmi`` shows for it."""
     start = time.perf_counter()
     while not stop.is_set():
-        lines = ss("-tnmi", f"( dport = :{port} )")
+        found_sockets = sockets("-tnmi", f"( dport = :{port} )")
         at = round(time.perf_counter() - start, 3)
-        for i in range(0, len(lines) - 1, 2):
-            head = lines[i].split()
-            row: dict[str, Any] = {"t": at, "client": head[3].rsplit(":", 1)[1], "send_q": int(head[2])}
+        for parts, info in found_sockets:
+            row: dict[str, Any] = {"t": at, "client": parts[3].rsplit(":", 1)[1], "send_q": int(parts[2])}
             for key, pattern in TRACE_FIELDS.items():
-                found = re.search(pattern, lines[i + 1])
+                found = re.search(pattern, info)
                 if found:
                     row[key] = found.group(1) if key == "bbr" else int(found.group(1))
             rows.append(row)

@@ -45,7 +45,7 @@ _TCPI_RTT_OFFSET = 8 + 15 * 4
 _TCP_INFO_BYTES = _TCPI_RTT_OFFSET + _TCPI_RTT.size
 
 # Bytes a connection reads, never held by a saturated queue, before each doubling of its window.
-# A saturated pubsub publisher is held within its first ~100 KB (500 ready messages and the
+# A saturated pubsub publisher is held within its first ~100 KB (the gate's ready bound and the
 # consumers' prefetch, at ~200 B a publish, shared by two publishers); a bulk publisher on a LAN
 # (0.5 ms) reads the first 512 KiB in ~10 ms at ~28 KiB a round trip, each later one in half the
 # time, and has a 1 MiB window after 3 MiB.
