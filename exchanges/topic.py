@@ -22,25 +22,41 @@ class TopicExchange(Exchange):
     def __init__(self, name: str, **kw: Any) -> None:
         super().__init__(name, **kw)
         self._trie = TopicTrie()
-        self._refs: dict[tuple[str, Destination], int] = {}
+        # bindings per (routing key, destination kind's value, destination): several bindings that
+        # differ in their arguments only are one entry in the trie. Strings only, so neither these
+        # keys nor the dict are objects the garbage collector tracks.
+        self._refs: dict[tuple[str, str, str], int] = {}
+        # destination -> (the one tuple for it that the trie's values hold, its entries there): a
+        # destination tuple holds its kind, an object the collector tracks, so one per destination
+        # rather than one per binding
+        self._dests: dict[Destination, tuple[Destination, int]] = {}
         self._cache: dict[str, tuple[Destination, ...]] = {}
 
     def _add(self, b: Binding) -> None:
-        key = (b.routing_key, (b.kind, b.destination))
+        key = (b.routing_key, b.kind.value, b.destination)
         count = self._refs.get(key, 0)
         self._refs[key] = count + 1
         if not count:
-            self._trie.add(b.routing_key, key[1])
+            dest = (b.kind, b.destination)
+            dest, entries = self._dests.get(dest, (dest, 0))
+            self._dests[dest] = (dest, entries + 1)
+            self._trie.add(b.routing_key, dest)
         self._cache.clear()
 
     def _remove(self, b: Binding) -> None:
-        key = (b.routing_key, (b.kind, b.destination))
+        key = (b.routing_key, b.kind.value, b.destination)
         count = self._refs.get(key, 0) - 1
         if count > 0:
             self._refs[key] = count
-        else:
-            self._refs.pop(key, None)
-            self._trie.remove(b.routing_key, key[1])
+        elif count == 0:
+            del self._refs[key]
+            dest = (b.kind, b.destination)
+            self._trie.remove(b.routing_key, dest)
+            dest, entries = self._dests[dest]
+            if entries > 1:
+                self._dests[dest] = (dest, entries - 1)
+            else:
+                del self._dests[dest]
         self._cache.clear()
 
     def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:

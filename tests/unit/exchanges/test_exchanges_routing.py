@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 
 import pytest
@@ -85,6 +86,72 @@ def test_trie_remove_prunes_and_keeps_others():
     trie.add("a.#", 2)
     assert trie.remove("a.*.c", 1) and not trie.remove("a.*.c", 1)
     assert set(trie.match("a.b.c")) == {2} and len(trie) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(patterns=st.lists(st.lists(words, min_size=0, max_size=4).map(".".join), min_size=1, max_size=8),
+       removed=st.lists(st.integers(0, 7), max_size=8),
+       keys=st.lists(st.lists(st.sampled_from(["a", "b", "", "c", "*", "#"]), min_size=0, max_size=4).map(".".join),
+                     min_size=1, max_size=8))
+def test_trie_after_removals_agrees_with_reference_matcher(patterns, removed, keys):
+    """What is left after removing some patterns (pruned branches, shared prefixes, '*' and '#'
+    nodes) still matches as the reference does, keys with the words '*' and '#' included."""
+    trie = TopicTrie()
+    for i, p in enumerate(patterns):
+        assert trie.add(p, i)
+    gone = {i for i in removed if i < len(patterns)}
+    for i in gone:
+        assert trie.remove(patterns[i], i)
+        assert not trie.remove(patterns[i], i)
+    assert len(trie) == len(patterns) - len(gone)
+    for key in keys:
+        expected = {i for i, p in enumerate(patterns) if i not in gone and reference_match(p, key)}
+        assert set(trie.match(key)) == expected, (patterns, gone, key)
+
+
+_HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC: a container type, one the collector can track
+
+
+def _reachable(root: object, tracked_only: bool) -> int:
+    """Containers reachable from ``root``: the ones the garbage collector tracks, or all of them
+    (tracked or not: a dict of strings to ints is a container the collector does not track)."""
+    seen = {id(root)}
+    todo = [root]
+    count = 0
+    while todo:
+        obj = todo.pop()
+        if gc.is_tracked(obj) if tracked_only else type(obj).__flags__ & _HAVE_GC:
+            count += 1
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen and not isinstance(ref, type):
+                seen.add(id(ref))
+                todo.append(ref)
+    return count
+
+
+def test_topic_bindings_leave_the_garbage_collector_little_to_walk():
+    """Each topic binding adds at most two objects the collector tracks: the binding and one dict
+    of destinations per pattern (a node object with its dicts per pattern word made it eight, and
+    a full collection walked them all). Unbinding everything leaves the exchange as it started."""
+    ex = TopicExchange("t")
+    bind(ex, "q", "warm.up")  # the exchange's own containers exist from here on
+    ex.unbind(Binding.make("t", "q", Q, "warm.up"))
+    gc.collect()  # tuples and dicts of atomic values leave the collector's sight at a collection
+    base_tracked, base_all = _reachable(ex, True), _reachable(ex, False)
+    n = 2000
+    for i in range(n):
+        bind(ex, f"q{i % 10}", f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#")
+        bind(ex, f"q{i % 10}", f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#", {"x-tag": 1})  # same entry
+    gc.collect()
+    assert routed(ex, "svc7.eu.created") == ["q7"] and routed(ex, "svc8.eu.a.b") == ["q8"]
+    assert _reachable(ex, True) - base_tracked <= 2 * (2 * n) + 10 + 5  # two bindings per pattern, 10 queues
+    for i in range(n):
+        for args in (None, {"x-tag": 1}):
+            assert ex.unbind(Binding.make("t", f"q{i % 10}", Q, f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#",
+                                          args))
+    gc.collect()
+    assert _reachable(ex, False) == base_all  # (the routes above were cached; unbinding cleared that)
+    assert routed(ex, "svc7.eu.created") == [] and len(ex._trie) == 0
 
 
 def test_topic_cache_invalidated_on_bind_and_unbind():
