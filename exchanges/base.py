@@ -15,10 +15,39 @@ from typing import Any, ClassVar
 
 from .binding import Binding, DestinationKind
 
-__all__ = ["Exchange", "RouteResult", "Destination"]
+__all__ = ["Destination", "Destinations", "Exchange", "RouteResult"]
 
 Destination = tuple[DestinationKind, str]
 QUEUE = DestinationKind.QUEUE
+
+
+class Destinations:
+    """One tuple per destination, shared by an exchange's entries for it, with their count.
+
+    A destination tuple holds its kind, an enum member the garbage collector tracks, so the tuple
+    stays tracked for good: one per destination, not one per binding (ARCHITECTURE.md, "The
+    garbage collector")."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[Destination, tuple[Destination, int]] = {}
+
+    def take(self, kind: DestinationKind, name: str) -> Destination:
+        dest: Destination = (kind, name)
+        dest, uses = self._held.get(dest, (dest, 0))
+        self._held[dest] = (dest, uses + 1)
+        return dest
+
+    def drop(self, kind: DestinationKind, name: str) -> None:
+        dest, uses = self._held[(kind, name)]
+        if uses > 1:
+            self._held[dest] = (dest, uses - 1)
+        else:
+            del self._held[dest]
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 @dataclass(slots=True)  # not frozen: one per publish, and a frozen __init__ costs ~3x

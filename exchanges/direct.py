@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from .base import Destination, Exchange
+from .base import Destination, Destinations, Exchange
 from .binding import Binding, DestinationKind
 from .errors import OperationNotPermitted
 
@@ -18,11 +18,15 @@ class DirectExchange(Exchange):
     def __init__(self, name: str, **kw: Any) -> None:
         super().__init__(name, **kw)
         self._routes: dict[str, dict[Destination, int]] = {}
+        self._dests = Destinations()  # the one tuple per destination that the routes' dicts hold
 
     def _add(self, b: Binding) -> None:
         dests = self._routes.setdefault(b.routing_key, {})
         key = (b.kind, b.destination)
-        dests[key] = dests.get(key, 0) + 1  # same destination may be bound with different arguments
+        count = dests.get(key, 0)
+        if not count:
+            key = self._dests.take(b.kind, b.destination)
+        dests[key] = count + 1  # same destination may be bound with different arguments
 
     def _remove(self, b: Binding) -> None:
         dests = self._routes.get(b.routing_key)
@@ -32,8 +36,9 @@ class DirectExchange(Exchange):
         left = dests.get(key, 0) - 1
         if left > 0:
             dests[key] = left
-        else:
-            dests.pop(key, None)
+        elif left == 0:
+            del dests[key]
+            self._dests.drop(b.kind, b.destination)
             if not dests:
                 del self._routes[b.routing_key]
 

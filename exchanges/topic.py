@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, cast
 
-from .base import Destination, Exchange
+from .base import Destination, Destinations, Exchange
 from .binding import Binding
 from .topic_trie import TopicTrie
 
@@ -26,10 +26,7 @@ class TopicExchange(Exchange):
         # differ in their arguments only are one entry in the trie. Strings only, so neither these
         # keys nor the dict are objects the garbage collector tracks.
         self._refs: dict[tuple[str, str, str], int] = {}
-        # destination -> (the one tuple for it that the trie's values hold, its entries there): a
-        # destination tuple holds its kind, an object the collector tracks, so one per destination
-        # rather than one per binding
-        self._dests: dict[Destination, tuple[Destination, int]] = {}
+        self._dests = Destinations()  # the one tuple per destination the trie's values hold
         self._cache: dict[str, tuple[Destination, ...]] = {}
 
     def _add(self, b: Binding) -> None:
@@ -37,10 +34,7 @@ class TopicExchange(Exchange):
         count = self._refs.get(key, 0)
         self._refs[key] = count + 1
         if not count:
-            dest = (b.kind, b.destination)
-            dest, entries = self._dests.get(dest, (dest, 0))
-            self._dests[dest] = (dest, entries + 1)
-            self._trie.add(b.routing_key, dest)
+            self._trie.add(b.routing_key, self._dests.take(b.kind, b.destination))
         self._cache.clear()
 
     def _remove(self, b: Binding) -> None:
@@ -50,13 +44,8 @@ class TopicExchange(Exchange):
             self._refs[key] = count
         elif count == 0:
             del self._refs[key]
-            dest = (b.kind, b.destination)
-            self._trie.remove(b.routing_key, dest)
-            dest, entries = self._dests[dest]
-            if entries > 1:
-                self._dests[dest] = (dest, entries - 1)
-            else:
-                del self._dests[dest]
+            self._trie.remove(b.routing_key, (b.kind, b.destination))
+            self._dests.drop(b.kind, b.destination)
         self._cache.clear()
 
     def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:

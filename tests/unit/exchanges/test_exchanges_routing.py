@@ -130,9 +130,10 @@ def _reachable(root: object, tracked_only: bool) -> int:
 
 
 def test_topic_bindings_leave_the_garbage_collector_little_to_walk():
-    """Each topic binding adds at most two objects the collector tracks: the binding and one dict
-    of destinations per pattern (a node object with its dicts per pattern word made it eight, and
-    a full collection walked them all). Unbinding everything leaves the exchange as it started."""
+    """A topic binding adds at most two objects the collector tracks: itself and its pattern's dict
+    of destinations (a node object with its dicts per pattern word, and tuples holding the
+    destination kind, made it eight, and a full collection walked them all). Unbinding everything
+    leaves the exchange as it started."""
     ex = TopicExchange("t")
     bind(ex, "q", "warm.up")  # the exchange's own containers exist from here on
     ex.unbind(Binding.make("t", "q", Q, "warm.up"))
@@ -143,8 +144,11 @@ def test_topic_bindings_leave_the_garbage_collector_little_to_walk():
         bind(ex, f"q{i % 10}", f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#")
         bind(ex, f"q{i % 10}", f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#", {"x-tag": 1})  # same entry
     gc.collect()
+    gc.collect()  # a tuple of tuples (frozen arguments) is untracked once its items are
     assert routed(ex, "svc7.eu.created") == ["q7"] and routed(ex, "svc8.eu.a.b") == ["q8"]
-    assert _reachable(ex, True) - base_tracked <= 2 * (2 * n) + 10 + 5  # two bindings per pattern, 10 queues
+    # per pattern its two bindings and its dict of destinations; the ten destinations' tuples with
+    # their counts; the exchange's own containers
+    assert _reachable(ex, True) - base_tracked <= 3 * n + 30
     for i in range(n):
         for args in (None, {"x-tag": 1}):
             assert ex.unbind(Binding.make("t", f"q{i % 10}", Q, f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#",
@@ -152,6 +156,34 @@ def test_topic_bindings_leave_the_garbage_collector_little_to_walk():
     gc.collect()
     assert _reachable(ex, False) == base_all  # (the routes above were cached; unbinding cleared that)
     assert routed(ex, "svc7.eu.created") == [] and len(ex._trie) == 0
+
+
+def test_direct_bindings_share_one_tuple_per_destination():
+    """A direct binding adds two tracked objects at most (the binding, its key's dict, here shared
+    by two bindings), and the destination tuples in those dicts are one per destination, not one
+    per key; unbinding everything leaves the exchange as it started."""
+    ex = make_exchange("direct", "d")
+    bind(ex, "q", "warm.up")
+    ex.unbind(Binding.make("d", "q", Q, "warm.up"))
+    gc.collect()
+    base_tracked, base_all = _reachable(ex, True), _reachable(ex, False)
+    n = 2000
+    for i in range(n):
+        bind(ex, f"q{i % 10}", f"user.{i}")
+        bind(ex, f"q{i % 10}", f"user.{i}", {"x-tag": 1})
+    gc.collect()
+    gc.collect()  # a tuple of tuples (frozen arguments) is untracked once its items are
+    assert routed(ex, "user.7") == ["q7"]
+    # per key its two bindings and its dict; the ten destinations' tuples with their counts; the
+    # exchange's own containers
+    assert _reachable(ex, True) - base_tracked <= 3 * n + 30
+    assert len({id(dest) for dests in ex._routes.values() for dest in dests}) == 10
+    for i in range(n):
+        for args in (None, {"x-tag": 1}):
+            assert ex.unbind(Binding.make("d", f"q{i % 10}", Q, f"user.{i}", args))
+    gc.collect()
+    assert _reachable(ex, False) == base_all
+    assert routed(ex, "user.7") == []
 
 
 def test_topic_cache_invalidated_on_bind_and_unbind():
