@@ -85,6 +85,10 @@ class Exchange(ABC):
             alternate = alternate.decode()
         self.alternate: str | None = alternate if isinstance(alternate, str) and alternate else None
         self._bindings: dict[Binding, None] = {}
+        # destination name -> its bindings here, per kind: deleting a queue or an exchange unbinds
+        # its own bindings instead of scanning all of them (per deletion: quadratic over many queues)
+        self._to_queues: dict[str, dict[Binding, None]] = {}
+        self._to_exchanges: dict[str, dict[Binding, None]] = {}
         self._exchange_destinations = 0  # bindings to exchanges: route() only walks when > 0
         self.cache_hits = 0
         self.cache_misses = 0
@@ -101,6 +105,13 @@ class Exchange(ABC):
         self._bindings[b] = None
         if b.kind is DestinationKind.EXCHANGE:
             self._exchange_destinations += 1
+            index = self._to_exchanges
+        else:
+            index = self._to_queues
+        mine = index.get(b.destination)
+        if mine is None:
+            mine = index[b.destination] = {}
+        mine[b] = None
         return True
 
     def unbind(self, b: Binding) -> bool:
@@ -110,13 +121,22 @@ class Exchange(ABC):
         self._remove(b)
         if b.kind is DestinationKind.EXCHANGE:
             self._exchange_destinations -= 1
+            index = self._to_exchanges
+        else:
+            index = self._to_queues
+        mine = index[b.destination]
+        del mine[b]
+        if not mine:
+            del index[b.destination]
         return True
 
     def bindings(self) -> list[Binding]:
         return list(self._bindings)
 
     def unbind_destination(self, destination: str, kind: DestinationKind) -> list[Binding]:
-        removed = [b for b in self._bindings if b.destination == destination and b.kind is kind]
+        """Every binding to ``destination`` removed (it was deleted), in the order they were made."""
+        index = self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues
+        removed = list(index.get(destination, ()))
         for b in removed:
             self.unbind(b)
         return removed

@@ -146,9 +146,10 @@ def test_topic_bindings_leave_the_garbage_collector_little_to_walk():
     gc.collect()
     gc.collect()  # a tuple of tuples (frozen arguments) is untracked once its items are
     assert routed(ex, "svc7.eu.created") == ["q7"] and routed(ex, "svc8.eu.a.b") == ["q8"]
-    # per pattern its two bindings and its dict of destinations; the ten destinations' tuples with
-    # their counts; the exchange's own containers
-    assert _reachable(ex, True) - base_tracked <= 3 * n + 30
+    # per pattern its two bindings and its dict of destinations; per destination (ten) its tuple,
+    # its count's tuple and its dict of bindings (to unbind it when it goes); the exchange's own
+    # containers
+    assert _reachable(ex, True) - base_tracked <= 3 * n + 3 * 10 + 20
     for i in range(n):
         for args in (None, {"x-tag": 1}):
             assert ex.unbind(Binding.make("t", f"q{i % 10}", Q, f"svc{i}.*.created" if i % 2 else f"svc{i}.eu.#",
@@ -174,9 +175,9 @@ def test_direct_bindings_share_one_tuple_per_destination():
     gc.collect()
     gc.collect()  # a tuple of tuples (frozen arguments) is untracked once its items are
     assert routed(ex, "user.7") == ["q7"]
-    # per key its two bindings and its dict; the ten destinations' tuples with their counts; the
-    # exchange's own containers
-    assert _reachable(ex, True) - base_tracked <= 3 * n + 30
+    # per key its two bindings and its dict; per destination (ten) its tuple, its count's tuple and
+    # its dict of bindings (to unbind it when it goes); the exchange's own containers
+    assert _reachable(ex, True) - base_tracked <= 3 * n + 3 * 10 + 20
     assert len({id(dest) for dests in ex._routes.values() for dest in dests}) == 10
     for i in range(n):
         for args in (None, {"x-tag": 1}):
@@ -184,6 +185,25 @@ def test_direct_bindings_share_one_tuple_per_destination():
     gc.collect()
     assert _reachable(ex, False) == base_all
     assert routed(ex, "user.7") == []
+
+
+@pytest.mark.parametrize("type_", ["direct", "topic", "fanout", "headers"])
+def test_unbind_destination_takes_that_destination_of_that_kind_only(type_):
+    """A deleted queue (or exchange) takes its own bindings, in the order they were made: not a
+    queue's namesake exchange's, nor another queue's; what is left routes as before."""
+    ex = make_exchange(type_, "x")
+    args = {"x-match": "any", "k": "v"} if type_ == "headers" else None
+    made = [Binding.make("x", "a", Q, key, args) for key in ("k1", "k2", "k3")]
+    for b in made:
+        assert ex.bind(b)
+    assert ex.bind(Binding.make("x", "a", E, "k1", args))  # an exchange called "a"
+    assert ex.bind(Binding.make("x", "b", Q, "k1", args))
+    assert ex.unbind_destination("a", Q) == made
+    assert ex.unbind_destination("a", Q) == []
+    assert {(b.kind, b.destination) for b in ex.bindings()} == {(E, "a"), (Q, "b")}
+    assert routed(ex, "k1", {"k": "v"}) == ["b"]
+    assert [b.destination for b in ex.unbind_destination("a", E)] == ["a"]
+    assert [b.destination for b in ex.unbind_destination("b", Q)] == ["b"] and not ex.has_bindings()
 
 
 def test_topic_cache_invalidated_on_bind_and_unbind():
