@@ -1,11 +1,12 @@
-"""Deleting many bound queues: what one queue's deletion costs as the bindings around it grow.
+"""Deleting many bound queues: what one queue's deletion costs as the queues and bindings grow.
 
     .venv/bin/python benchmarks/bench_queue_delete.py [--queues 10000] [--bindings-per-queue 10] [--exchanges 1]
 
 In one process, no sockets: a broker's default vhost gets ``--exchanges`` topic exchanges and
-``--queues`` queues, each bound ``--bindings-per-queue`` times (spread over the exchanges), then
-every queue is deleted, as when thousands of consumers with exclusive queues disconnect at once.
-Prints one JSON line: the seconds for all the deletions and the microseconds per queue.
+``--queues`` exclusive queues, each of its own connection (an owner object, as a session is) and
+bound ``--bindings-per-queue`` times (spread over the exchanges); then every connection closes as a
+session does (its exclusive queues found and deleted), as when thousands of consumers disconnect
+at once. Prints one JSON line: the seconds for all the closes and the microseconds per queue.
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ def main() -> None:
     vhost = broker.vhosts["/"]
     for e in range(args.exchanges):
         vhost.declare_exchange(f"ex{e}", "topic")
-    for i in range(args.queues):
-        vhost.declare_queue(f"q{i}", owner=None, now=0.0)
+    owners = [object() for _ in range(args.queues)]
+    for i, owner in enumerate(owners):
+        vhost.declare_queue(f"q{i}", owner=owner, now=0.0, exclusive=True)
         for j in range(args.bindings_per_queue):
             vhost.bind(f"ex{(i + j) % args.exchanges}", f"q{i}", DestinationKind.QUEUE, f"svc{i}.{j}.*", None)
     t0 = time.perf_counter()
-    for i in range(args.queues):
-        vhost.delete_queue(f"q{i}")
+    for owner in owners:
+        for name in vhost.owned_queues(owner):
+            vhost.delete_queue(name)
     seconds = time.perf_counter() - t0
     print(json.dumps({"queues": args.queues, "bindings_per_queue": args.bindings_per_queue,
                       "exchanges": args.exchanges, "delete_all_s": round(seconds, 2),

@@ -88,6 +88,9 @@ class VHost:
         self.broker = broker
         self.name = name
         self.queues: dict[str, Queue] = {}
+        # exclusive queues by owning connection: one closing finds its own without scanning every
+        # queue (per close: quadratic when thousands of connections go at once)
+        self._owned: dict[object, dict[str, None]] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues.__contains__)}
         for ex_name, ex_type in PREDECLARED:
             self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True)
@@ -280,6 +283,8 @@ class VHost:
             queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
             queue.queue_type = kind
         self.queues[name] = queue
+        if queue.exclusive_owner is not None:
+            self._owned.setdefault(queue.exclusive_owner, {})[name] = None
         apply_queue_dedup(self.broker.policies, self.broker.delivery.dedup, self.name, name, arguments, kind)
         queue.touch(now)
         self.broker.delivery.arm(self, queue)  # an x-expires lease starts now
@@ -310,6 +315,11 @@ class VHost:
             raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = queue.messages_ready
         del self.queues[name]
+        if queue.exclusive_owner is not None:
+            mine = self._owned[queue.exclusive_owner]
+            del mine[name]
+            if not mine:
+                del self._owned[queue.exclusive_owner]
         self.broker.churn("queue_deleted")
         self.broker.delivery.queue_deleted(queue)
         for exchange in list(self.exchanges.values()):
@@ -393,4 +403,4 @@ class VHost:
         return DELAYED_TYPE if name in self.delayed_exchanges else self.exchanges[name].TYPE
 
     def owned_queues(self, owner: object) -> list[str]:
-        return [name for name, q in self.queues.items() if q.exclusive_owner is owner]
+        return list(self._owned.get(owner, ()))

@@ -73,6 +73,26 @@ def test_exclusive_queue_locked_for_other_owner(broker):
     assert info.value.reply_code == 405
 
 
+def test_owned_queues_are_the_owners_exclusive_queues_still_there(broker):
+    """A closing connection's exclusive queues, in the order declared; a queue deleted meanwhile
+    (by its owner, or expired) is no longer among them, nor another owner's or a shared queue."""
+    vhost = broker.vhosts["/"]
+    owner, other = object(), object()
+    for name in ("a", "b", "c"):
+        vhost.declare_queue(name, now=NOW, owner=owner, exclusive=True)
+    vhost.declare_queue("a", now=NOW, owner=owner, exclusive=True)  # a redeclare: still one
+    vhost.declare_queue("theirs", now=NOW, owner=other, exclusive=True)
+    vhost.declare_queue("shared", now=NOW, owner=owner)
+    assert vhost.owned_queues(owner) == ["a", "b", "c"]
+    vhost.delete_queue("b", owner=owner)
+    assert vhost.owned_queues(owner) == ["a", "c"] and vhost.owned_queues(other) == ["theirs"]
+    for name in vhost.owned_queues(owner):
+        vhost.delete_queue(name)
+    assert vhost.owned_queues(owner) == [] and set(vhost.queues) == {"theirs", "shared"}
+    vhost.declare_queue("a", now=NOW, owner=other, exclusive=True)  # the name is free again
+    assert vhost.owned_queues(other) == ["theirs", "a"]
+
+
 def test_publish_routes_one_message_object_to_every_queue(broker):
     vhost = broker.vhosts["/"]
     for name in ("a", "b"):
