@@ -133,6 +133,13 @@ class Exchange(ABC):
     def bindings(self) -> list[Binding]:
         return list(self._bindings)
 
+    def bound_to(self, destination: str, kind: DestinationKind) -> bool:
+        return destination in (self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues)
+
+    def bound_destinations(self, kind: DestinationKind) -> list[str]:
+        """The names of the queues (or exchanges) this exchange has bindings to."""
+        return list(self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues)
+
     def unbind_destination(self, destination: str, kind: DestinationKind) -> list[Binding]:
         """Every binding to ``destination`` removed (it was deleted), in the order they were made."""
         index = self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues

@@ -30,6 +30,7 @@ from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
 from headrace.server.auth import UserRegistry
 
 from . import errors
+from .bound_from import BoundFrom
 from .definition_changes import DefinitionChanges
 from .delayed import DELAYED_TYPE, DelayedMessages
 from .delivery import Delivery
@@ -92,6 +93,7 @@ class VHost:
         # queue (per close: quadratic when thousands of connections go at once)
         self._owned: dict[object, dict[str, None]] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues.__contains__)}
+        self.bound_from = BoundFrom()  # the exchanges bound to each queue and exchange
         for ex_name, ex_type in PREDECLARED:
             self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True)
         self.mirrored: set[str] = set()
@@ -172,18 +174,17 @@ class VHost:
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # RabbitMQ: deleting an absent exchange is not an error
-        if if_unused and (exchange.has_bindings() or self._is_destination(name)):
+        if if_unused and (exchange.has_bindings() or self.bound_from.is_bound(EXCHANGE, name)):
             raise errors.in_use("exchange", name, self.name)
         del self.exchanges[name]
+        self.bound_from.source_gone(exchange)
         self.broker.delivery.window_deleted("exchange", self.name, name)
         self.mirrored.discard(name)
         self.mirror_retention.pop(name, None)
         if name in self.delayed_exchanges:
             self.delayed_exchanges.discard(name)
             self.broker.delivery.exchange_deleted(self, name)
-        for other in list(self.exchanges.values()):
-            if other.unbind_destination(name, EXCHANGE):
-                self._maybe_auto_delete_exchange(other)
+        self._unbind_everywhere(EXCHANGE, name)
         if exchange.durable:  # with its bindings and mirror setting
             self.broker.definitions.deleted("exchanges", (self.name, name))
 
@@ -201,8 +202,13 @@ class VHost:
             self.mirror_retention.pop(name, None)
         self.broker.definitions.changed("mirrors", (self.name, name))
 
-    def _is_destination(self, name: str) -> bool:
-        return any(b.destination == name and b.kind is EXCHANGE for ex in self.exchanges.values() for b in ex.bindings())
+    def _unbind_everywhere(self, kind: DestinationKind, name: str) -> None:
+        """``name`` was deleted: the exchanges bound to it drop those bindings (and go, if that was
+        their last and they auto-delete)."""
+        for source in self.bound_from.take(kind, name):
+            other = self.exchanges.get(source)
+            if other is not None and other.unbind_destination(name, kind):
+                self._maybe_auto_delete_exchange(other)
 
     def get_exchange(self, name: str) -> Exchange:
         exchange = self.exchanges.get(name)
@@ -322,9 +328,7 @@ class VHost:
                 del self._owned[queue.exclusive_owner]
         self.broker.churn("queue_deleted")
         self.broker.delivery.queue_deleted(queue)
-        for exchange in list(self.exchanges.values()):
-            if exchange.unbind_destination(name, QUEUE):
-                self._maybe_auto_delete_exchange(exchange)
+        self._unbind_everywhere(QUEUE, name)
         if queue.durable:  # with its bindings
             self.broker.definitions.deleted("queues", (self.name, name))
         return count
@@ -351,8 +355,10 @@ class VHost:
             added = exchange.bind(binding)
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
-        if added and self._binding_durable(binding):
-            self.broker.definitions.binding(self.name, binding, bound=True)
+        if added:
+            self.bound_from.bound(source, kind, destination)
+            if self._binding_durable(binding):
+                self.broker.definitions.binding(self.name, binding, bound=True)
         return added
 
     def unbind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
@@ -368,6 +374,7 @@ class VHost:
         binding = Binding.make(source, destination, kind, routing_key, arguments)
         removed = exchange.unbind(binding)
         if removed:
+            self.bound_from.unbound(exchange, kind, destination)
             if self._binding_durable(binding):
                 self.broker.definitions.binding(self.name, binding, bound=False)
             self._maybe_auto_delete_exchange(exchange)
