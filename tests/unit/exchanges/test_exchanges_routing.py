@@ -91,11 +91,13 @@ def test_trie_remove_prunes_and_keeps_others():
 @settings(max_examples=300, deadline=None)
 @given(patterns=st.lists(st.lists(words, min_size=0, max_size=4).map(".".join), min_size=1, max_size=8),
        removed=st.lists(st.integers(0, 7), max_size=8),
+       added=st.lists(st.lists(words, min_size=0, max_size=4).map(".".join), max_size=6),
        keys=st.lists(st.lists(st.sampled_from(["a", "b", "", "c", "*", "#"]), min_size=0, max_size=4).map(".".join),
                      min_size=1, max_size=8))
-def test_trie_after_removals_agrees_with_reference_matcher(patterns, removed, keys):
+def test_trie_after_removals_agrees_with_reference_matcher(patterns, removed, added, keys):
     """What is left after removing some patterns (pruned branches, shared prefixes, '*' and '#'
-    nodes) still matches as the reference does, keys with the words '*' and '#' included."""
+    nodes), and patterns added after that (on the numbers of pruned nodes), still matches as the
+    reference does, keys with the words '*' and '#' included."""
     trie = TopicTrie()
     for i, p in enumerate(patterns):
         assert trie.add(p, i)
@@ -104,9 +106,14 @@ def test_trie_after_removals_agrees_with_reference_matcher(patterns, removed, ke
         assert trie.remove(patterns[i], i)
         assert not trie.remove(patterns[i], i)
     assert len(trie) == len(patterns) - len(gone)
+    live = {i: p for i, p in enumerate(patterns) if i not in gone}
+    for j, p in enumerate(added, start=len(patterns)):
+        assert trie.add(p, j)
+        live[j] = p
+    assert len(trie) == len(live)
     for key in keys:
-        expected = {i for i, p in enumerate(patterns) if i not in gone and reference_match(p, key)}
-        assert set(trie.match(key)) == expected, (patterns, gone, key)
+        expected = {i for i, p in live.items() if reference_match(p, key)}
+        assert set(trie.match(key)) == expected, (patterns, gone, added, key)
 
 
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC: a container type, one the collector can track
