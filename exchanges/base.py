@@ -46,9 +46,6 @@ class Destinations:
         else:
             del self._held[dest]
 
-    def __len__(self) -> int:
-        return len(self._held)
-
 
 @dataclass(slots=True)  # not frozen: one per publish, and a frozen __init__ costs ~3x
 class RouteResult:
@@ -88,8 +85,7 @@ class Exchange(ABC):
         # destination name -> its bindings here, per kind: deleting a queue or an exchange unbinds
         # its own bindings instead of scanning all of them (per deletion: quadratic over many queues)
         self._to_queues: dict[str, dict[Binding, None]] = {}
-        self._to_exchanges: dict[str, dict[Binding, None]] = {}
-        self._exchange_destinations = 0  # bindings to exchanges: route() only walks when > 0
+        self._to_exchanges: dict[str, dict[Binding, None]] = {}  # route() only walks when not empty
         self.cache_hits = 0
         self.cache_misses = 0
         # the management API's publish_in / publish_out: messages published to this exchange, and
@@ -103,11 +99,7 @@ class Exchange(ABC):
             return False
         self._add(b)
         self._bindings[b] = None
-        if b.kind is DestinationKind.EXCHANGE:
-            self._exchange_destinations += 1
-            index = self._to_exchanges
-        else:
-            index = self._to_queues
+        index = self._to(b.kind)
         mine = index.get(b.destination)
         if mine is None:
             mine = index[b.destination] = {}
@@ -119,11 +111,7 @@ class Exchange(ABC):
             return False
         del self._bindings[b]
         self._remove(b)
-        if b.kind is DestinationKind.EXCHANGE:
-            self._exchange_destinations -= 1
-            index = self._to_exchanges
-        else:
-            index = self._to_queues
+        index = self._to(b.kind)
         mine = index[b.destination]
         del mine[b]
         if not mine:
@@ -133,17 +121,19 @@ class Exchange(ABC):
     def bindings(self) -> list[Binding]:
         return list(self._bindings)
 
+    def _to(self, kind: DestinationKind) -> dict[str, dict[Binding, None]]:
+        return self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues
+
     def bound_to(self, destination: str, kind: DestinationKind) -> bool:
-        return destination in (self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues)
+        return destination in self._to(kind)
 
     def bound_destinations(self, kind: DestinationKind) -> list[str]:
         """The names of the queues (or exchanges) this exchange has bindings to."""
-        return list(self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues)
+        return list(self._to(kind))
 
     def unbind_destination(self, destination: str, kind: DestinationKind) -> list[Binding]:
         """Every binding to ``destination`` removed (it was deleted), in the order they were made."""
-        index = self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues
-        removed = list(index.get(destination, ()))
+        removed = list(self._to(kind).get(destination, ()))
         for b in removed:
             self.unbind(b)
         return removed
@@ -164,7 +154,7 @@ class Exchange(ABC):
     def route(self, routing_key: str, headers: Mapping[str, Any] | None,
               lookup: Callable[[str], Exchange | None]) -> RouteResult:
         carbon_copies = headers is not None and ("CC" in headers or "BCC" in headers)
-        if not carbon_copies and not self._exchange_destinations:
+        if not carbon_copies and not self._to_exchanges:
             found = self.destinations(routing_key, headers)  # fast path: one key, queues only
             if found:
                 return RouteResult(tuple([name for _, name in found]))
