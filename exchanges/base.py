@@ -121,6 +121,11 @@ class Exchange(ABC):
     def bindings(self) -> list[Binding]:
         return list(self._bindings)
 
+    @property
+    def binding_count(self) -> int:
+        """How many bindings, without listing them (the memory alarm counts them often)."""
+        return len(self._bindings)
+
     def _to(self, kind: DestinationKind) -> dict[str, dict[Binding, None]]:
         return self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues
 

@@ -26,6 +26,7 @@ from .consumer import Consumer
 from .message import Message, QueueEntry
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
 from .queue_upkeep import QueueUpkeep
+from .held import HeldTally
 from .ready import ReadyList
 from .spilled import GET_READ_BATCH, SpilledRange
 
@@ -42,7 +43,7 @@ class Queue(QueueUpkeep):
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
                  resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
-                 backing_factory: Callable[[], Backing] | None = None) -> None:
+                 backing_factory: Callable[[], Backing] | None = None, held: HeldTally | None = None) -> None:
         self.name = name
         self.vhost = vhost
         self.durable = durable
@@ -53,7 +54,8 @@ class Queue(QueueUpkeep):
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
         self._spill = SpilledRange(None if self.args.max_priority else backing_factory)
-        self._ready = ReadyList(self.args.max_priority)
+        self._held = held if held is not None else HeldTally()  # shared by the broker's queues (held.py)
+        self._ready = ReadyList(self.args.max_priority, self._held)
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
         self._consumers: list[Consumer[Queue]] = []
@@ -205,19 +207,27 @@ class Queue(QueueUpkeep):
         return entry
 
     def _pop_live(self, now: float, left: list[Left] | None) -> QueueEntry | None:
-        """Next ready entry that has not expired; expired ones go to ``left`` on the way."""
+        """Next ready entry that has not expired, still counted as held (``ReadyList.take``): the
+        caller keeps it unacked or lets it go (``_let_go``). Expired ones go to ``left`` on the way."""
         ready = self._ready
         while True:
-            entry = ready.pop()
+            entry = ready.take()
             if entry is None:
                 return None
             if self._spill.count and self.page_in_wanted():
                 self._spill.backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
             if entry.expires_at is not None and entry.expires_at < now:
+                self._let_go(entry)
                 self.stats.expired += 1
                 self._gone(left, entry, "expired")
                 continue
             return entry
+
+    def _let_go(self, entry: QueueEntry) -> None:
+        """An entry taken from the ready list and not kept unacked is no longer held."""
+        held = self._held
+        held.entries -= 1
+        held.bytes -= len(entry.message.body)
 
     def dispatch(self, now: float, left: list[Left] | None = None,
                  delivered: list[QueueEntry] | None = None) -> int:
@@ -277,12 +287,13 @@ class Queue(QueueUpkeep):
         if entry.redelivered:
             self.stats.redelivered += 1
         if consumer.no_ack:
+            self._let_go(entry)
             self.stats.delivered_no_ack += 1
             consumer.sink.deliver(consumer, self, entry)
             if left is not None:
                 left.append(left_entry(entry, None))
         else:
-            self._unacked[entry.seq] = entry
+            self._unacked[entry.seq] = entry  # held before, held still: no tally update
             self._unacked_bytes += len(entry.message.body)
             consumer.unacked += 1
             consumer.sink.deliver(consumer, self, entry)
@@ -309,11 +320,12 @@ class Queue(QueueUpkeep):
         if entry.redelivered:
             stats.redelivered += 1
         if no_ack:
+            self._let_go(entry)
             stats.got_no_ack += 1
             self._gone(left, entry, None)
         else:
             stats.got += 1
-            self._unacked[entry.seq] = entry
+            self._unacked[entry.seq] = entry  # still held (``_pop_live``)
             self._unacked_bytes += len(entry.message.body)
         return entry
 
@@ -322,7 +334,11 @@ class Queue(QueueUpkeep):
         if self._unacked.get(entry.seq) is not entry:
             return False
         del self._unacked[entry.seq]
-        self._unacked_bytes -= len(entry.message.body)
+        size = len(entry.message.body)
+        self._unacked_bytes -= size
+        held = self._held
+        held.entries -= 1
+        held.bytes -= size
         owner = entry.owner
         if isinstance(owner, Consumer):
             owner.unacked -= 1
@@ -359,6 +375,7 @@ class Queue(QueueUpkeep):
     # ------------------------------------------------------------------ consumers
     def add_consumer(self, consumer: Consumer[Queue]) -> None:
         self._consumers.append(consumer)
+        self._held.consumers += 1
         self.had_consumer = True  # auto-delete applies only after the first consumer left
         self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
 
@@ -366,6 +383,7 @@ class Queue(QueueUpkeep):
         for i, consumer in enumerate(self._consumers):
             if consumer.tag == tag:
                 del self._consumers[i]
+                self._held.consumers -= 1
                 self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
                 return consumer
         return None

@@ -14,6 +14,7 @@ from .backing import Backing
 from .consumer import Consumer
 from .message import QueueEntry
 from .outcome import Left, QueueStats, left_entry
+from .held import HeldTally
 from .ready import ReadyList
 from .spilled import SpilledRange
 
@@ -33,6 +34,7 @@ class QueueUpkeep:
     _ready: ReadyList
     _unacked: dict[int, QueueEntry]
     _unacked_bytes: int
+    _held: HeldTally
     _consumers: list[Consumer[Any]]
     _last_used: float
 
@@ -103,6 +105,10 @@ class QueueUpkeep:
         """Everything goes (the broker records the store side as one DropQueue)."""
         consumers, self._consumers = self._consumers, []
         self._ready.clear()
+        held = self._held
+        held.consumers -= len(consumers)
+        held.entries -= len(self._unacked)
+        held.bytes -= self._unacked_bytes
         self._unacked.clear()
         self._unacked_bytes = 0
         self._spill.close()

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedKeyList
 
+from .held import HeldTally
 from .message import QueueEntry
 
 __all__ = ["ReadyList"]
@@ -48,14 +49,16 @@ class _Lane:
 class ReadyList:
     """``count`` is the entries in every lane, so an empty list is seen without asking a lane.
     Without priorities there is one lane, kept as ``_one``: append, peek and pop go straight to
-    it (they run once per message)."""
+    it (they run once per message). Every change to ``count`` and ``bytes`` goes to ``held`` too,
+    the tally the queue shares with the others of its broker (held.py)."""
 
-    def __init__(self, max_priority: int | None = None) -> None:
+    def __init__(self, max_priority: int | None = None, held: HeldTally | None = None) -> None:
         self._lanes = [_Lane() for _ in range((max_priority or 0) + 1)]
         self._max = max_priority or 0
         self._one = self._lanes[0]
         self.count = 0
         self.bytes = 0
+        self.held = held if held is not None else HeldTally()
 
     def __len__(self) -> int:
         return self.count
@@ -70,8 +73,12 @@ class ReadyList:
 
     def append(self, entry: QueueEntry) -> None:
         (self._lane(entry) if self._max else self._one).fresh.append(entry)
+        size = len(entry.message.body)
         self.count += 1
-        self.bytes += len(entry.message.body)
+        self.bytes += size
+        held = self.held
+        held.entries += 1
+        held.bytes += size
 
     def extend(self, entries: Iterable[QueueEntry]) -> None:
         for entry in entries:
@@ -79,8 +86,12 @@ class ReadyList:
 
     def requeue(self, entry: QueueEntry) -> None:
         self._lane(entry).returned.add(entry)
+        size = len(entry.message.body)
         self.count += 1
-        self.bytes += len(entry.message.body)
+        self.bytes += size
+        held = self.held
+        held.entries += 1
+        held.bytes += size
 
     def _head_lane(self) -> _Lane:
         """The lane served next; only called when ``count`` is not 0."""
@@ -98,6 +109,17 @@ class ReadyList:
         return lane.fresh[0] if not lane.returned else lane.peek()
 
     def pop(self) -> QueueEntry | None:
+        """The head, gone from memory as far as ``held`` goes (dropped, expired)."""
+        entry = self.take()
+        if entry is not None:
+            held = self.held
+            held.entries -= 1
+            held.bytes -= len(entry.message.body)
+        return entry
+
+    def take(self) -> QueueEntry | None:
+        """The head, still held: its queue either keeps it unacked, which leaves ``held`` as it
+        is (most deliveries: no tally update at all), or lets it go and says so there."""
         if not self.count:
             return None
         lane = self._one if not self._max else self._head_lane()
@@ -111,6 +133,8 @@ class ReadyList:
         for lane in self._lanes:
             lane.fresh.clear()
             lane.returned.clear()
+        self.held.entries -= self.count
+        self.held.bytes -= self.bytes
         self.count = 0
         self.bytes = 0
         return out

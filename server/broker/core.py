@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
 from headrace.queues import Message, Queue
+from headrace.queues.held import HeldTally
+from headrace.queues.queue import ENTRY_OVERHEAD
 from headrace.queues.backing import Backing
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
@@ -68,6 +70,7 @@ class Broker:
         self.users = UserRegistry(failed_per_second=failed_logins_per_second)
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
+        self.held = HeldTally()  # what every queue holds, kept by the queues as it changes (held.py)
         self.limits = limits
         self.counters = Counters()
         self._spill_factory = spill_factory
@@ -358,7 +361,8 @@ class Broker:
     def held_memory(self) -> int:
         """Bytes held for clients: messages in memory in every queue plus connections' unsent
         output and uncommitted transactions. Unlike RSS this falls as soon as consumers drain, so an alarm on it clears."""
-        total = sum(q.memory for vhost in self.vhosts.values() for q in vhost.queues.values())
+        held = self.held
+        total = held.entries * ENTRY_OVERHEAD + held.bytes  # the sum of every queue's ``memory``
         for session in self.connections.values():
             total += session.conn.bytes_pending + session.tx_bytes
         return total

@@ -27,6 +27,7 @@ from headrace.exchanges import (
     make_exchange,
 )
 from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
+from headrace.queues.held import HeldTally
 from headrace.server.auth import UserRegistry
 
 from . import errors
@@ -76,6 +77,7 @@ class VHostOwner(Protocol):
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
+    held: HeldTally  # shared by every queue (queues/held.py)
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
 
@@ -280,7 +282,7 @@ class VHost:
             vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
             auto_delete=auto_delete, arguments=arguments, args=args,
             resident_max_messages=self.broker.resident_max_messages,
-            resident_max_bytes=self.broker.resident_max_bytes,
+            resident_max_bytes=self.broker.resident_max_bytes, held=self.broker.held,
         )
         if kind == "stream":
             assert self.broker.stream_data_dir is not None

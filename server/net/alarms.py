@@ -66,13 +66,10 @@ def held_memory(broker: Broker) -> int:
     """The "held" calculation: bytes of messages and output held for clients, plus what the
     queues, bindings, connections, channels and consumers themselves cost. Unlike RSS it falls as
     soon as consumers drain or clients leave, so an alarm on it clears."""
-    total = broker.held_memory()
-    for vhost in broker.vhosts.values():
+    total = broker.held_memory() + broker.held.consumers * CONSUMER_COST
+    for vhost in broker.vhosts.values():  # no walk over the queues: this runs several times a second
         total += len(vhost.queues) * QUEUE_COST
-        for queue in vhost.queues.values():
-            total += queue.consumer_count * CONSUMER_COST
-        for exchange in vhost.exchanges.values():
-            total += len(exchange.bindings()) * BINDING_COST
+        total += sum(exchange.binding_count for exchange in vhost.exchanges.values()) * BINDING_COST
     for session in broker.connections.values():
         total += CONNECTION_COST + len(session.channels) * CHANNEL_COST
     return total
