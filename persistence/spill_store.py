@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 from .segments import SEGMENT_SUFFIX
@@ -22,6 +22,7 @@ __all__ = ["SpillStore"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _OURS = re.compile(r"^\d{8}-")  # names of backing directories this module creates
 _NAME_CHARS = 48  # sanitised queue-name part of a directory name, for humans only
+_COMPACT_MIN = 64  # backings listed before the closed ones are first dropped from the list
 
 
 class SpillStore:
@@ -32,10 +33,12 @@ class SpillStore:
         self._dir = Path(directory)
         self._max = segment_max_bytes
         self._report = report  # told of bytes appends wrote and of failed writes (disk alarm)
-        # called (on the event loop) when a queue wants spilled entries back: wakes the pager
-        self.on_page_wanted: Callable[[], None] | None = None
+        # called (on the event loop) with the backing's ``key`` when its queue wants spilled
+        # entries back: wakes the pager, which then looks at that queue only
+        self.on_page_wanted: Callable[[Hashable], None] | None = None
         self._count = 0
-        self._backings: list[SpillBacking] = []
+        self._backings: list[SpillBacking] = []  # closed ones dropped when the list doubles
+        self._compact_at = _COMPACT_MIN
         self._dir.mkdir(parents=True, exist_ok=True)
         for entry in os.scandir(self._dir):
             # Only what this module creates is removed, so a misconfigured path loses nothing else.
@@ -44,20 +47,23 @@ class SpillStore:
             elif entry.name.endswith(SEGMENT_SUFFIX) and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
 
-    def backing(self, name: str) -> SpillBacking:
-        """A new, empty backing for queue ``name``; every call gets its own directory."""
+    def backing(self, name: str, key: Hashable = None) -> SpillBacking:
+        """A new, empty backing for queue ``name``; every call gets its own directory. ``key``
+        is what ``on_page_wanted`` is told when this backing's queue wants entries back."""
         self._count += 1
         safe = _UNSAFE.sub("_", name)[:_NAME_CHARS]
         backing = SpillBacking(self._dir / f"{self._count:08d}-{safe}",
                                segment_max_bytes=self._max, report=self._report,
-                               on_wanted=self._page_wanted)
-        self._backings = [b for b in self._backings if not b.closed]
+                               on_wanted=lambda: self._page_wanted(key))
         self._backings.append(backing)
+        if len(self._backings) >= self._compact_at:  # amortised: not a scan per new backing
+            self._backings = self._live()
+            self._compact_at = max(2 * len(self._backings), _COMPACT_MIN)
         return backing
 
-    def _page_wanted(self) -> None:
+    def _page_wanted(self, key: Hashable) -> None:
         if self.on_page_wanted is not None:
-            self.on_page_wanted()
+            self.on_page_wanted(key)
 
     def disk_bytes(self) -> int:
         return sum(b.disk_bytes() for b in self._live())

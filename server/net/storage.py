@@ -60,7 +60,7 @@ class Storage:
         self.flusher.definitions = self.definitions
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
-        return self.spill.backing(f"{vhost}\x00{queue}")
+        return self.spill.backing(f"{vhost}\x00{queue}", (vhost, queue))
 
     def recover(self, broker: Broker) -> None:
         recover(self.store, broker)

@@ -227,3 +227,49 @@ def test_dot_names_are_accepted_over_amqp_and_survive_a_restart(broker_factory):
         ch.queue_delete(name)
         ch.exchange_delete(name)
     conn.close()
+
+
+def test_spilled_queues_of_one_name_in_two_vhosts_page_in_side_by_side(broker_factory):
+    """Each spilled queue that runs low wakes the pager for itself (vhost and name): three queues
+    spilling at once, two of one name in different vhosts, all drain completely and in order."""
+    proc = broker_factory(env={"HEADRACE_QUEUE_MAX_RESIDENT_MESSAGES": "200"})
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=5) as http:
+        assert http.put("/api/vhosts/other").status_code in (201, 204)
+        assert http.put("/api/permissions/other/guest",
+                        json={"configure": ".*", "write": ".*", "read": ".*"}).status_code in (201, 204)
+    queues = {"%2F": ["a", "b"], "other": ["a"]}
+    total = 3000
+    conns = {v: pika.BlockingConnection(pika.URLParameters(proc.url.rsplit("/", 1)[0] + "/" + v)) for v in queues}
+    channels = {v: c.channel() for v, c in conns.items()}
+    for vhost, names in queues.items():
+        ch = channels[vhost]
+        for name in names:
+            ch.queue_declare(name)
+            for i in range(total):
+                ch._impl.basic_publish("", name, f"{vhost}/{name}/{i:06d}".encode() + b"." * 200)
+                if i % 500 == 499:
+                    conns[vhost].process_data_events(0)
+            assert ch.queue_declare(name, passive=True).method.message_count == total
+    assert dir_bytes(proc.data_dir / "spill") > 3 * 2000 * 200  # most of each queue spilled (some still buffered)
+    got: dict[tuple[str, str], int] = {(v, n): 0 for v, names in queues.items() for n in names}
+
+    def on_message(vhost, name):
+        def handle(ch, method, _props, body):
+            key = (vhost, name)
+            assert body[:-200] == f"{vhost}/{name}/{got[key]:06d}".encode()  # in order, none missing
+            got[key] += 1
+            if got[key] % 50 == 0 or got[key] == total:
+                ch.basic_ack(method.delivery_tag, multiple=True)
+        return handle
+
+    for vhost, names in queues.items():
+        channels[vhost].basic_qos(prefetch_count=100)
+        for name in names:
+            channels[vhost].basic_consume(name, on_message(vhost, name))
+    deadline = time.monotonic() + 60
+    while any(n < total for n in got.values()) and time.monotonic() < deadline:
+        for conn in conns.values():
+            conn.process_data_events(time_limit=0.05)
+    assert all(n == total for n in got.values()), got
+    for conn in conns.values():
+        conn.close()
