@@ -62,11 +62,14 @@ def check_declare(limits: Limits, parameters: RuntimeParameters, kind: str, vhos
 def connection_refused(parameters: RuntimeParameters, sessions: Iterable[Any], vhost: str, user: str) -> str | None:
     """Why one more connection of ``user`` to ``vhost`` would pass a vhost or user limit
     (RabbitMQ's max-connections), or None."""
-    sessions = list(sessions)
     limit = parameters.vhost_limit(vhost, "max-connections")
+    user_limit = parameters.user_limit(user, "max-connections")
+    if limit is None and user_limit is None:
+        return None  # the usual case: no walk over every open connection per connection opened
+    sessions = list(sessions)
     if limit is not None and sum(1 for s in sessions if s.vhost.name == vhost) >= limit:
         return f"access to vhost '{vhost}' refused for user '{user}': connection limit ({limit}) is reached"
-    limit = parameters.user_limit(user, "max-connections")
+    limit = user_limit
     if limit is not None and sum(1 for s in sessions if s.user.name == user) >= limit:
         return f"Connection refused for user '{user}': user connection limit ({limit}) is reached"
     return None
