@@ -205,6 +205,9 @@ class ConfirmPublisher:
     def _send_now(self, data: bytes) -> None:
         assert self.sock is not None
         try:
+            # a non-blocking read (``_recv``) leaves the socket without its timeout: sendall would
+            # then fail with EAGAIN as soon as a slow broker lets the send buffer fill
+            self.sock.settimeout(self.timeout)
             self.sock.sendall(data)
         except OSError as exc:
             raise AMQPError(f"connection lost: {exc}") from None

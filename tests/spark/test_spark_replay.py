@@ -369,6 +369,50 @@ def test_close_sends_the_publishes_still_queued_before_connection_close(broker):
     assert got == list(range(20))
 
 
+def test_a_publisher_the_broker_stops_reading_waits_for_room_instead_of_failing(broker_factory):
+    """A publisher reads its confirms without blocking between sends; the send after such a read
+    must still wait for room in its socket buffer. Here the memory alarm stops the broker reading
+    it, with 3 MB queued, until a consumer drains the queue: every publish is then confirmed (a
+    send on the socket left non-blocking failed with EAGAIN and lost the connection)."""
+    import httpx
+
+    from headrace.spark_bridge.amqp_publisher import ConfirmPublisher
+
+    proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000"})
+    conn, ch = _bound_queue(proc.url, "held", "held-q")
+    pub = ConfirmPublisher(proc.url, window=100, timeout=30).connect()
+    body = b"m" * 100_000
+    outcome: list[BaseException | int] = []
+
+    def publish_all() -> None:
+        try:
+            for i in range(30):
+                pub.publish("held", "k", b"\x00\x00", body)
+            pub.wait_confirms()
+            outcome.append(pub.confirmed)
+        except BaseException as exc:  # reported by the test thread
+            outcome.append(exc)
+
+    sender = threading.Thread(target=publish_all, daemon=True)
+    sender.start()
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
+        deadline = time.monotonic() + 15
+        while http.get("/api/overview").json()["alarms"] != ["memory"] and not outcome:
+            assert time.monotonic() < deadline, "no memory alarm"
+            conn.process_data_events(time_limit=0.05)
+    drained = 0
+    deadline = time.monotonic() + 30
+    while drained < 30 and time.monotonic() < deadline:
+        if ch.basic_get("held-q", auto_ack=True)[2] == body:
+            drained += 1
+        else:
+            conn.process_data_events(time_limit=0.05)
+    sender.join(30)
+    pub.close()
+    conn.close()
+    assert outcome == [30] and drained == 30
+
+
 def _bound_queue(url: str, exchange: str, queue: str):
     """A topic exchange and an exclusive queue bound to all of it: (connection, channel)."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -405,7 +449,8 @@ def test_a_partition_cut_short_leaves_what_it_sent_in_doubt_inside_the_saved_ran
     """A resume reads only the offsets ``doubt_range`` gives (not the whole log past the saved
     progress): every row a dying partition sent and did not have confirmed lies inside it, and the
     range ends where the batch being sent ends, not at the end of the log."""
-    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition, uncertain_rows
+    from headrace.spark_bridge.replay_progress import doubt_range
+    from headrace.spark_bridge.replay_sink import publish_partition, uncertain_rows
 
     conn, ch = _bound_queue(broker.url, "cut", "cut-q")
     progress = tmp_path / "progress"
@@ -429,7 +474,8 @@ def test_a_partition_cut_short_leaves_what_it_sent_in_doubt_inside_the_saved_ran
 
 
 def test_a_range_spans_every_partition_and_needs_them_all(broker, tmp_path):
-    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition
+    from headrace.spark_bridge.replay_progress import doubt_range
+    from headrace.spark_bridge.replay_sink import publish_partition
 
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     conn.channel().exchange_declare("whole", "topic")
@@ -456,7 +502,8 @@ def test_a_resume_loses_nothing_of_a_partition_that_never_started(spark, broker_
     progress past them, and they would never be sent."""
     import pyarrow as pa
 
-    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition
+    from headrace.spark_bridge.replay_progress import doubt_range
+    from headrace.spark_bridge.replay_sink import publish_partition
 
     proc = broker_factory()
     write_log(proc.data_dir, n=600, keys=3)
@@ -517,7 +564,8 @@ def test_a_partition_saves_how_far_it_may_send_before_it_sends(broker, tmp_path)
     range its publishes fall in: the file is written before the batch's first publish."""
     import pyarrow as pa
 
-    from headrace.spark_bridge.replay_sink import doubt_range, publish_partition
+    from headrace.spark_bridge.replay_progress import doubt_range
+    from headrace.spark_bridge.replay_sink import publish_partition
 
     conn, ch = _bound_queue(broker.url, "first", "first-q")
     progress = tmp_path / "progress"
