@@ -41,10 +41,10 @@ def write_log(data: Path, args: argparse.Namespace) -> None:
     bytes over ``args.keys`` routing keys, written in batches of 10,000."""
     log = MirrorLog(data, "/", "src")
     log.recover()
-    batch = [MirrorRecord(1_700_000_000_000 + i, f"k.{i % args.keys}", b"", b"x" * args.body)
-             for i in range(10_000)]
-    for _ in range(args.messages // len(batch)):
-        log.append_many(batch)
+    body = b"x" * args.body
+    for start in range(0, args.messages, 10_000):  # keys counted over the whole log, not per batch
+        log.append_many([MirrorRecord(1_700_000_000_000 + i, f"k.{i % args.keys}", b"", body)
+                         for i in range(start, min(start + 10_000, args.messages))])
     log.close()
 
 

@@ -33,7 +33,8 @@ def main() -> None:
     with replay_setup(args, "headrace-resume-") as (tmp, ch, spark, url):
         from headrace.spark_bridge.export import read_log
         from headrace.spark_bridge.replay import _first_past, load_progress, replay
-        from headrace.spark_bridge.replay_sink import doubt_range, uncertain_rows
+        from headrace.spark_bridge.replay_progress import doubt_range
+        from headrace.spark_bridge.replay_sink import uncertain_rows
 
         ch.exchange_declare("replayed", "topic")
         progress = tmp / "progress"

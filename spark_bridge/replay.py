@@ -21,7 +21,7 @@ could otherwise publish thousands of new messages, pushing the keys out of the t
 before another (started later, or waiting for a core) re-sends its window. Between a key's first
 publish and its re-send there are then at most the windows of both runs, 2 x (window + a piece)
 per partition, within the 3 x window x partitions above. That job reads only the stretch of the
-log the progress files put in doubt, for the routing keys they hold (``replay_sink.doubt_range``):
+log the progress files put in doubt, for the routing keys they hold (``replay_progress.doubt_range``):
 resuming a run does not scan and sort the rest of a long log for it. A run that ends leaves the file
 ``finished`` in the progress directory (removed when the next one starts): re-running a job that
 finished (to publish what the log gained since) has nothing in doubt and skips that job.
@@ -42,7 +42,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .export import read_log
-from .replay_sink import ReplaySink, doubt_range, load_progress, run_total, topic_matches, uncertain_rows
+from .replay_progress import doubt_range, load_progress, run_total
+from .replay_sink import ReplaySink, topic_matches, uncertain_rows
 
 __all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "replay", "topic_matches"]
 

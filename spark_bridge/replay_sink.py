@@ -6,7 +6,7 @@ no Row object is made per message and no pandas is needed; each batch is filtere
 and saved progress in bulk, encoded to AMQP frames in pieces (``replay_frames``) and written back
 to back with a window of confirms (``ConfirmPublisher.send_encoded``). Progress per routing key is
 the highest offset below which every publish is confirmed: one piece's worth at a time, saved once
-per batch of confirms that completes a piece (``part-<n>.json``, with the run's published count).
+per batch of confirms that completes a piece (``part-<n>.json``, a journal: ``replay_progress``).
 The same file bounds what a killed run can have left in doubt (``doubt_range``): ``through``, up to
 where the partition's rows are all confirmed, and ``bound``, the end of the Arrow batch being sent,
 written with the batch's routing keys before its first publish.
@@ -14,12 +14,9 @@ written with the batch's routing keys before its first publish.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -28,9 +25,9 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 
 from .amqp_publisher import ConfirmPublisher
 from .replay_frames import FrameEncoder
+from .replay_progress import ProgressJournal, load_progress
 
-__all__ = ["PIECE_ROWS", "ReplaySink", "doubt_range", "load_progress", "piece_rows", "publish_partition", "run_total",
-           "topic_matches", "uncertain_rows"]
+__all__ = ["PIECE_ROWS", "ReplaySink", "piece_rows", "publish_partition", "topic_matches", "uncertain_rows"]
 
 
 def topic_matches(pattern: str, routing_key: str) -> bool:
@@ -46,64 +43,6 @@ def topic_matches(pattern: str, routing_key: str) -> bool:
         return j < len(k) and (p[i] == "*" or p[i] == k[j]) and match(i + 1, j + 1)
 
     return match(0, 0)
-
-
-def load_progress(progress_dir: str) -> dict[str, int]:
-    """Confirmed offset per routing key, merged over every partition's file (the highest wins)."""
-    done: dict[str, int] = {}
-    for path in Path(progress_dir).glob("part-*.json"):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        for rk, offset in doc.get("offsets", {}).items():
-            if offset > done.get(rk, -1):
-                done[rk] = offset
-    return done
-
-
-def _save(progress_dir: str, partition: int, offsets: dict[str, int], run: str = "", published: int = 0,
-          through: int = -1, bound: int = -1) -> None:
-    path = Path(progress_dir) / f"part-{partition}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"offsets": offsets, "run": run, "published": published, "through": through,
-                               "bound": bound}))
-    os.replace(tmp, path)
-
-
-def doubt_range(progress_dir: str) -> tuple[int, int] | None:
-    """(lo, hi): what the last run may have sent and not had confirmed lies in ``lo < offset <= hi``,
-    and its routing keys all have progress saved. Each partition's file holds ``through`` (its rows
-    up to there are confirmed, or were skipped as confirmed before) and ``bound`` (saved, with
-    every routing key of the batch, before the partition sends any row past it). So a resume reads
-    that stretch of the log for those keys only, not the whole log. None when there is no file, or
-    one written without them: the whole log then."""
-    lo: int | None = None
-    hi = -1
-    for path in Path(progress_dir).glob("part-*.json"):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        through, bound = doc.get("through"), doc.get("bound")
-        if not isinstance(through, int) or not isinstance(bound, int):
-            return None
-        lo = through if lo is None else min(lo, through)
-        hi = max(hi, bound)
-    return None if lo is None else (lo, hi)
-
-
-def run_total(progress_dir: str, run: str) -> int:
-    """How many messages the partitions of run ``run`` published (each says so in its file)."""
-    total = 0
-    for path in Path(progress_dir).glob("part-*.json"):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if doc.get("run") == run:
-            total += int(doc.get("published", 0))
-    return total
 
 
 # rows per encoded batch (and per step of saved progress): small against the window, so a kill
@@ -146,7 +85,7 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
     window of confirms, skipping what ``progress_dir`` says an earlier run confirmed; returns how
     many it published, also written to its progress file under ``run``."""
     done = load_progress(progress_dir)
-    saved: dict[str, int] = {}  # what this partition's file holds: every key it saw, at least as loaded
+    journal = ProgressJournal(progress_dir, partition)  # every key it saw, at least as loaded
     # (last tag of a piece, its first offset, last offset per routing key in it), in publish order
     pending: deque[tuple[int, int, dict[str, int]]] = deque()
     # this partition's rows up to ``through`` are confirmed (rows go out in offset order, and those
@@ -164,11 +103,12 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
         nonlocal through
         moved = False
         while pending and pending[0][0] <= tag:
-            saved.update(pending.popleft()[2])
+            for rk, offset in pending.popleft()[2].items():
+                journal.note(rk, offset)
             moved = True
         if moved:
             through = pending[0][1] - 1 if pending else sent
-            _save(progress_dir, partition, saved, run, published, through, bound)
+            journal.save(run, published, through, bound)
 
     try:
         for batch in batches:
@@ -176,8 +116,8 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
                 seen = batch.column("offset")[-1].as_py()
             mask = _keep_mask(batch, done, pattern, matches)
             for rk in batch.column("routing_key").unique().to_pylist():
-                if rk not in saved and (pattern is None or matches[rk]):
-                    saved[rk] = done.get(rk, -1)
+                if rk not in journal.offsets and (pattern is None or matches[rk]):
+                    journal.note(rk, done.get(rk, -1))
             if mask is not None:
                 batch = batch.filter(mask)
             if not batch.num_rows:
@@ -192,9 +132,9 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
             bodies = batch.column("body").to_pylist()
             if not pending and sent < 0:
                 through = offsets[0] - 1  # the rows before the first to send were confirmed before
-            if offsets[-1] > bound:  # the file says how far this batch goes (and its keys, in ``saved``)
+            if offsets[-1] > bound:  # the file says how far this batch goes (and its keys, noted above)
                 bound = offsets[-1]  # before any of it is sent
-                _save(progress_dir, partition, saved, run, published, through, bound)
+                journal.save(run, published, through, bound)
             for lo in range(0, len(offsets), piece):
                 hi = lo + piece
                 if rate:
@@ -214,9 +154,9 @@ def publish_partition(batches: Iterator[pa.RecordBatch], *, partition: int, amqp
         if pub is not None:
             pub.wait_confirms()
             confirmed(pub.confirmed)
-        if saved or published:  # a partition without rows leaves an earlier run's file alone
+        if journal.offsets or published:  # a partition without rows leaves an earlier run's file alone
             through = max(through, seen)  # every row read is confirmed now, or was skipped as confirmed
-            _save(progress_dir, partition, saved, run, published, through, bound)
+            journal.save(run, published, through, bound)
     finally:
         if pub is not None:
             pub.close()
