@@ -9,6 +9,9 @@ unacked, so a late ack after a requeue, or after the queue was purged, changes n
 Rule 3: it never calls up. A message that leaves for good is reported in the caller's ``left``
 list (see ``outcome``); the only outward call is ``ConsumerSink.deliver`` during ``dispatch``,
 the consumer's own buffer, which must not call back into the queue.
+Rule 4: what it holds in memory is also added to the broker's ``HeldTally`` (held.py) where it
+changes: by its ``ReadyList`` for ready entries, here for an entry taken and not kept unacked
+(``_let_go``), a release, and consumers.
 
 Spill: once the resident window (N messages / M bytes) is full, new entries go to the ``Backing``
 and keep going there until the pager has brought every spilled entry back, so FIFO order holds.
@@ -23,10 +26,10 @@ from typing import Any
 from .args import Overflow, QueueArgs
 from .backing import Backing, PropsInfo, RecoveredRow
 from .consumer import Consumer
+from .held import HeldTally
 from .message import Message, QueueEntry
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
 from .queue_upkeep import QueueUpkeep
-from .held import HeldTally
 from .ready import ReadyList
 from .spilled import GET_READ_BATCH, SpilledRange
 

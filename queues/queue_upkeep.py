@@ -12,9 +12,9 @@ from typing import Any
 from .args import QueueArgs
 from .backing import Backing
 from .consumer import Consumer
+from .held import HeldTally
 from .message import QueueEntry
 from .outcome import Left, QueueStats, left_entry
-from .held import HeldTally
 from .ready import ReadyList
 from .spilled import SpilledRange
 
