@@ -73,7 +73,7 @@ class App:
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         saturation = self.broker.delivery.saturation
-        saturation.on_release = self.gate.notify  # saturated queues drained
+        saturation.on_release = self.gate.released  # a saturated queue drained: the readers it held
         saturation.high, saturation.low = settings.saturation_ready, settings.saturation_resume_ready
         self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
                                   settings.memory_calculation_strategy)

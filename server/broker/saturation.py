@@ -12,8 +12,8 @@ Rule 3: release is the owner's: after a dispatch that follows acks or new credit
 the queue is down to ``low`` (``saturation_resume_ready``), and on the clock (``tick``) for a queue
 that lost its consumers, was deleted, or delivered nothing for ``STALLED_TICKS`` ticks (its
 consumers stalled: a backlog again, which must not hold publishers; it stays exempt until it
-drains). Each release calls ``on_release`` (the shell's ``Gate.notify``) so paused readers look
-again.
+drains). Each release calls ``on_release`` with the queue (the shell's ``Gate.released``), so the
+readers that queue held, and only those, look again.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ def _nothing() -> None:
     pass
 
 
+def _released_nothing(queue: Queue) -> None:
+    pass
+
+
 class Saturation:
     __slots__ = ("touched", "saturated", "stalled", "on_release", "on_saturated", "high", "low")
 
@@ -57,7 +61,7 @@ class Saturation:
         self.touched: dict[Queue, None] = {}  # queues published into by the batch being applied
         self.saturated: dict[Queue, tuple[int, int]] = {}  # queue -> (delivered count, ticks without)
         self.stalled: set[Queue] = set()  # consumers delivered nothing for a tick: exempt till drained
-        self.on_release: Callable[[], None] = _nothing
+        self.on_release: Callable[[Queue], None] = _released_nothing
         self.on_saturated: Callable[[], None] = _nothing  # the clock's wake: ticks are due again
 
     def check(self) -> list[Queue]:
@@ -81,7 +85,7 @@ class Saturation:
         if queue.messages_ready <= self.low:
             self.stalled.discard(queue)
             if self.saturated.pop(queue, None) is not None:
-                self.on_release()
+                self.on_release(queue)
 
     def tick(self) -> None:
         """The clock, every 100 ms: release the queues no longer fed, or not draining at all."""
@@ -90,19 +94,19 @@ class Saturation:
             self.stalled = {q for q in self.stalled if not q.deleted and q.messages_ready > self.low}
         if not self.saturated:
             return
-        released = False
+        released: list[Queue] = []
         for queue, (seen, idle) in list(self.saturated.items()):
             delivered = queue.stats.delivered
             if queue.deleted or not queue.consumer_count or queue.messages_ready <= self.low:
                 del self.saturated[queue]
-                released = True
+                released.append(queue)
             elif delivered != seen:
                 self.saturated[queue] = (delivered, 0)
             elif idle + 1 >= STALLED_TICKS:
                 del self.saturated[queue]
                 self.stalled.add(queue)
-                released = True
+                released.append(queue)
             else:
                 self.saturated[queue] = (seen, idle + 1)
-        if released:
-            self.on_release()
+        for queue in released:
+            self.on_release(queue)

@@ -306,8 +306,10 @@ class AMQPConnectionHandler:
         if self.on_first_hold is not None and self.session.saturating:
             self.on_first_hold()
             self.on_first_hold = None
-        while self.session.read_paused and self.session.reading:
-            await self.gate.wait_changed()
+        session = self.session
+        while session.read_paused and session.reading:
+            # nothing but a saturated queue holds it: that queue's release, not every broadcast
+            await self.gate.wait_changed(None if session.paused_otherwise() else session.held_by())
 
     async def _writer(self) -> None:
         conn = self.conn

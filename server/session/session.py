@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from headrace.queues import Queue
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.errors import AMQPError, ChannelException, ConnectionException
 from headrace.server.amqp.events import (
@@ -105,18 +106,28 @@ class Session(SessionState):
         publishes waiting for fsync, a consumer-backed queue the last batch published into is
         saturated, or (for connections that publish) a full mirror or store outbox: the owner of
         each input calls ``gate.notify`` when it changes, and the reader looks again."""
+        return self.paused_otherwise() or (bool(self.saturating) and self.held_by() is not None)
+
+    def paused_otherwise(self) -> bool:
+        """``read_paused`` for a reason other than a saturated queue: what ``Gate.notify`` announces."""
         if self.confirms.unconfirmed >= self.max_unconfirmed:
             return True
         broker = self.broker
-        if self.saturating:  # delivery's share of the loop (broker/saturation.py)
-            saturated = broker.delivery.saturation.saturated
-            if any(queue in saturated for queue in self.saturating):
-                return True
-            self.saturating = []
         if self.published and (broker.mirror_backlog >= MIRROR_BACKLOG_MAX
                                or broker.store_backlog >= broker.store_backlog_max):
             return True
         return bool(broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
+
+    def held_by(self) -> Queue | None:
+        """A saturated queue the last batch published into (delivery's share of the loop,
+        broker/saturation.py), whose release the reader waits for (``Gate.released``); None once
+        none is saturated any more."""
+        saturated = self.broker.delivery.saturation.saturated
+        for queue in self.saturating:
+            if queue in saturated:
+                return queue
+        self.saturating = []
+        return None
 
     def handle(self, events: list[Any], now: float) -> None:
         """Apply one batch of protocol events at time ``now``."""

@@ -59,14 +59,14 @@ def test_saturated_queue_pauses_its_publisher_until_it_drains():
     assert publisher.read_paused
     other.handle(oconn.receive_data(publishes("backlog", 10)), NOW)
     assert not other.read_paused  # it published elsewhere
-    released: list[bool] = []
-    b.delivery.saturation.on_release = lambda: released.append(True)
+    released: list[object] = []
+    b.delivery.saturation.on_release = released.append
     b.tick(NOW + 0.1)  # delivered since it was marked: still saturated
     assert publisher.read_paused and not released
     # the consumer takes everything (no prefetch limit): consumer_ready dispatches and releases
     consumer.handle(cconn.receive_data(encode_method_frame(1, m.BasicQos(prefetch_count=0))), NOW)
     assert b.vhosts["/"].queues["fed"].messages_ready == 0
-    assert released == [True] and not publisher.read_paused
+    assert released == [b.vhosts["/"].queues["fed"]] and not publisher.read_paused
 
 
 def test_stalled_consumers_release_their_publishers_and_leave_the_queue_exempt():
