@@ -5,9 +5,8 @@ costs a publish microseconds per binding: 10 ms with 10,000). Each binding is fi
 pairs (``_index``): an ``all`` binding under one of the pairs it requires, since a message that
 lacks it cannot match (the pair the fewest bindings are filed under when it is bound: a pair
 every binding shares, such as ``kind: order``, narrows nothing); an ``any`` binding under every
-pair, since a match needs one of them. A
-message's candidates are the bindings filed under its own pairs, each then checked in full by the
-same rule as before; a binding with nothing to file it under (``all`` with no pairs, which matches
+pair, since a match needs one of them. A message's candidates are the bindings filed under its own
+pairs, each then checked in full by the same rule as before; a binding with nothing to file it under (``all`` with no pairs, which matches
 every message, or a value that cannot be a dict key) is always a candidate. Values are filed in a
 form where any two that match share a key (bytes as text, and 1, 1.0 and True hash alike), so the
 index only narrows: what matches is decided by ``_matches``. A pair with a void value matches on

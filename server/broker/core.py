@@ -21,9 +21,9 @@ from typing import Any, Protocol
 from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
 from headrace.queues import Message, Queue
+from headrace.queues.backing import Backing
 from headrace.queues.held import HeldTally
 from headrace.queues.queue import ENTRY_OVERHEAD
-from headrace.queues.backing import Backing
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
 
 from . import limits as limit_rules

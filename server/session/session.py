@@ -105,7 +105,8 @@ class Session(SessionState):
         """Stop reading this socket: broker alarm (for connections that publish), too many
         publishes waiting for fsync, a consumer-backed queue the last batch published into is
         saturated, or (for connections that publish) a full mirror or store outbox: the owner of
-        each input calls ``gate.notify`` when it changes, and the reader looks again."""
+        each input calls ``gate.notify`` when it changes (a saturated queue's release,
+        ``gate.released``, wakes only the readers it held), and the reader looks again."""
         return self.paused_otherwise() or (bool(self.saturating) and self.held_by() is not None)
 
     def paused_otherwise(self) -> bool:
