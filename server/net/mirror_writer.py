@@ -51,6 +51,9 @@ class MirrorWriter:
         self._last_retention = 0.0
         self._unsynced: set[Key] = set()  # logs written since their last fsync
         self._last_sync = 0.0  # trio time of the last sync pass
+        # one pass at a time: shutdown's drain calls ``write`` while the task may be in the middle
+        # of one, and two worker threads appending to one log would interleave their records
+        self._busy = trio.Lock()
 
     def kick(self) -> None:
         """The broker's mirror outbox got its first record."""
@@ -71,7 +74,8 @@ class MirrorWriter:
             gate.notify()  # publishers paused on a full mirror backlog may read again
             if trio.current_time() - self._last_retention >= interval:
                 self._last_retention = trio.current_time()
-                await self._enforce_retention(broker)
+                async with self._busy:
+                    await self._enforce_retention(broker)
 
     def _log(self, key: Key, retention: Retention) -> MirrorLog:
         """The open log of a mirrored exchange, reopened when its retention changed."""
@@ -117,6 +121,11 @@ class MirrorWriter:
             log.warning("mirror retention stopped: %s", exc)
 
     async def write(self, broker: Broker) -> None:
+        """Append what the outbox holds (and what waited for room), after any pass under way."""
+        async with self._busy:
+            await self._write(broker)
+
+    async def _write(self, broker: Broker) -> None:
         groups = broker.take_mirror_records()
         waiting, self._waiting = self._waiting, {}
         for key, recs in waiting.items():  # not written last time: ahead of the new ones

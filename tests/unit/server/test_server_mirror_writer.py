@@ -108,3 +108,23 @@ async def test_with_fsync_off_the_mirror_is_never_synced_and_the_writer_does_not
         nursery.cancel_scope.cancel()
     assert passes <= 4  # woken by the retention interval (10 s), not in a loop
     assert fsyncs == [] and entries(tmp_path) == list(range(10))
+
+
+async def test_shutdown_write_waits_for_the_pass_under_way(tmp_path: Path) -> None:
+    """Shutdown's drain calls ``write`` while the writer task may be appending in its worker thread:
+    the drain's records go after the task's, not into the same log at the same time."""
+    writer = MirrorWriter(tmp_path, DiskWatch(tmp_path, 0), Settings(mirror_sync_interval=60))
+    broker = Broker()
+    broker.on_mirror_pending = writer.kick
+    first = 100_000  # a batch the task's thread is still appending when the drain begins
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run, broker, Gate())
+        await trio.testing.wait_all_tasks_blocked()  # the task waits for records
+        publish(broker, 0, first)
+        await trio.testing.wait_all_tasks_blocked()  # the task is in its worker thread
+        assert broker.mirrors.count == 0
+        publish(broker, first, 10)
+        await writer.write(broker)  # as ``Storage.drain`` does
+        nursery.cancel_scope.cancel()
+    writer.close()
+    assert entries(tmp_path) == list(range(first + 10))
