@@ -1,10 +1,12 @@
 """What one sample of the memory alarm's "held" figure costs as queues and bindings grow.
 
     .venv/bin/python benchmarks/bench_memory_sample.py [--queues 100000] [--bindings 100000] [--messages 10]
+        [--connections 0]
 
 In one process, no sockets: a broker's default vhost gets ``--queues`` queues, each holding
 ``--messages`` messages with an acking consumer on every other queue (half of them delivered,
-unacked), and ``--bindings`` topic bindings spread over them. The shell samples this figure every
+unacked), and ``--bindings`` topic bindings spread over them; ``--connections`` real sessions
+(each with one channel open) are opened on it. The shell samples this figure every
 0.5 s and after every 4 MiB read from clients, on the event loop. Prints one JSON line: the
 milliseconds per sample (median of 21) and the figure itself.
 """
@@ -22,6 +24,8 @@ from headrace.queues import Consumer
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker.core import Broker
 from headrace.server.net.alarms import held_memory
+
+from bench_core import session
 
 
 class _Sink:
@@ -42,6 +46,7 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=100_000)
     ap.add_argument("--bindings", type=int, default=100_000)
     ap.add_argument("--messages", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=0)
     args = ap.parse_args()
     broker = Broker()
     broker.ensure_default("/", "guest", "guest")
@@ -57,12 +62,15 @@ def main() -> None:
             broker.delivery.add_consumer(vhost, queue, Consumer(f"c{i}", sink, prefetch=args.messages // 2), 0.0)
     for i in range(args.bindings):
         vhost.bind("events", f"q{i % max(args.queues, 1)}", DestinationKind.QUEUE, f"svc.{i}.*", None)
+    sessions = [session(broker) for _ in range(args.connections)]
+    assert len(broker.connections) == args.connections
     times = []
     for _ in range(21):
         t0 = time.perf_counter()
         figure = held_memory(broker)
         times.append(time.perf_counter() - t0)
     print(json.dumps({"queues": args.queues, "bindings": args.bindings, "messages_per_queue": args.messages,
+                      "connections": len(sessions),
                       "sample_ms": round(statistics.median(times) * 1e3, 3), "held_bytes": figure}))
 
 
