@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser compiler
+.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser compiler clients
 
 # the install builds the mirror framing's C module in place (persistence/_mirror_frame.c), so a
 # change to it installs again
@@ -50,7 +50,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	touch $@
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
-test: $(VENV)/.dev lint browser $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser clients $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
 # the suite checks that the install built the mirror framing's C module, so it needs a C compiler
@@ -59,6 +59,14 @@ compiler:
 	@command -v cc >/dev/null && $(PYTHON) -c "import os, sys, sysconfig; \
 		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev)
+
+# the Go and Ruby clients' tests (tests/e2e/test_e2e_go_ruby.py) use Debian's Go with amqp091-go and
+# Debian's Bunny; installed once, as root (CI runs as root), when any of them is missing
+clients:
+	@command -v go >/dev/null && test -d /usr/share/gocode/src/github.com/rabbitmq/amqp091-go && \
+		command -v ruby >/dev/null && ruby -e 'require "bunny"' 2>/dev/null || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
+			golang-github-rabbitmq-amqp091-go-dev ruby-bunny)
 
 # the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
 # at test time); installed once, as root (CI runs as root)
@@ -69,7 +77,7 @@ browser: /usr/bin/chromium
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev browser $(NODE_DIR)/node_modules/.installed
+e2e: $(VENV)/.dev browser clients $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev

@@ -74,3 +74,17 @@ def test_a_long_lived_consumer_channel_without_consumer_timeout_stays_bounded():
         session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=0, multiple=True))), NOW)
         conn.data_to_send()
     assert not channel.unacked and len(channel.unstamped) <= 4096
+
+
+def test_an_empty_virtual_host_opens_the_default_one_and_an_unknown_one_is_530():
+    """Bunny reads ``amqp://host/`` as the virtual host "" (the AMQP URI spec); it is taken as "/"
+    (README, "Use it from your client"). A vhost that does not exist is 530, as in RabbitMQ."""
+    b = make_broker()
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    session.handle(conn.receive_data(handshake(vhost="")), NOW)
+    assert session.state is Lifecycle.OPEN and session.vhost is b.vhosts["/"]
+    conn = AMQPConnection(server_properties={})
+    session = Session(b, conn)
+    session.handle(conn.receive_data(handshake(vhost="nope")), NOW)
+    assert session.state is Lifecycle.CLOSING and b"NOT_ALLOWED - vhost nope not found" in conn.data_to_send()
