@@ -50,7 +50,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	touch $@
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
-test: $(VENV)/.dev lint browser clients $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser clients $(RABBITMQADMIN) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
 # the suite checks that the install built the mirror framing's C module, so it needs a C compiler
@@ -68,6 +68,15 @@ clients:
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
 			golang-github-rabbitmq-amqp091-go-dev ruby-bunny)
 
+# RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
+# Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)
+RABBITMQADMIN := build/rabbitmqadmin/rabbitmqadmin
+$(RABBITMQADMIN):
+	rm -rf build/rabbitmqadmin && mkdir -p build/rabbitmqadmin
+	cd build/rabbitmqadmin && (apt-get download -q rabbitmq-server 2>/dev/null || \
+		(apt-get update -q && apt-get download -q rabbitmq-server)) && dpkg-deb -x rabbitmq-server_*.deb deb
+	cp build/rabbitmqadmin/deb/usr/bin/rabbitmqadmin $@
+
 # the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
 # at test time); installed once, as root (CI runs as root)
 browser: /usr/bin/chromium
@@ -77,7 +86,7 @@ browser: /usr/bin/chromium
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev browser clients $(NODE_DIR)/node_modules/.installed
+e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev

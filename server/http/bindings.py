@@ -12,7 +12,7 @@ from headrace.server.broker import VHost
 
 from .listing import page, visible_vhosts
 from .models import BindingBody
-from .object_json import binding_json
+from .object_json import binding_json, default_binding_json, exchange_name
 from .routes import Context, HTTPError, Request, Response, Routes
 
 __all__ = ["routes"]
@@ -25,14 +25,19 @@ RIGHTS = [("write", "dest"), ("read", "source")]
 @routes.get("/api/bindings")
 @routes.get("/api/bindings/{vhost}")
 def list_bindings(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
+    """Each vhost's bindings after the default exchange's implicit one of each of its queues, as
+    RabbitMQ lists them (and rabbitmqadmin's ``list bindings`` shows them)."""
     vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
-    return page(req, [binding_json(v, b) for v in vhosts for b in v.bindings()])
+    return page(req, [row for v in vhosts
+                      for row in [*(default_binding_json(v, q) for q in v.queues),
+                                  *(binding_json(v, b) for b in v.bindings())]])
 
 
 @routes.post("/api/bindings/{vhost}/e/{source}/q/{dest}", perms=RIGHTS, params=QUEUE)
 @routes.post("/api/bindings/{vhost}/e/{source}/e/{dest}", perms=RIGHTS, params=EXCHANGE)
 def bind(ctx: Context, req: Request, vhost: VHost, source: str, dest: str, kind: DestinationKind) -> Response:
     body = BindingBody.model_validate(req.json())
+    source = exchange_name(source)  # the default exchange: refused (401) as over AMQP
     vhost.bind(source, dest, kind, body.routing_key, body.arguments)
     key = Binding.make(source, dest, kind, body.routing_key, body.arguments).properties_key
     letter = "q" if kind is DestinationKind.QUEUE else "e"
@@ -44,6 +49,9 @@ def bind(ctx: Context, req: Request, vhost: VHost, source: str, dest: str, kind:
 @routes.delete("/api/bindings/{vhost}/e/{source}/e/{dest}/{props}", perms=RIGHTS, params=EXCHANGE)
 def unbind(ctx: Context, req: Request, vhost: VHost, source: str, dest: str, props: str,
            kind: DestinationKind) -> Response:
+    source = exchange_name(source)
+    if not source and source in vhost.exchanges:  # the implicit bindings: refused (401) as over AMQP
+        vhost.unbind(source, dest, kind, dest, None)
     for b in vhost.exchanges[source].bindings() if source in vhost.exchanges else []:
         if b.destination == dest and b.kind is kind and props in (b.properties_key, unquote(b.properties_key)):
             vhost.unbind(source, dest, kind, b.routing_key, b.arguments_dict())

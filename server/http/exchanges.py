@@ -9,6 +9,7 @@ from headrace.server.broker import VHost
 from .list_query import flag
 from .listing import page, rated, visible_vhosts
 from .models import ExchangeBody, check_object_name
+from .object_json import exchange_name
 from .routes import Context, Request, Response, Routes, json_response
 
 __all__ = ["routes"]
@@ -43,6 +44,7 @@ def list_exchanges(ctx: Context, req: Request, vhost: VHost | None = None) -> Re
 
 @routes.get("/api/exchanges/{vhost}/{name}")
 def get_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    name = exchange_name(name)
     vhost.get_exchange(name)
     # the per-channel and per-queue breakdowns: empty, as RabbitMQ's in its default (basic) rates mode
     return json_response(200, {**_exchange_json(ctx, vhost, name), "incoming": [], "outgoing": []})
@@ -60,6 +62,7 @@ def put_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
 
 @routes.delete("/api/exchanges/{vhost}/{name}", perms=[("configure", "name")])
 def delete_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    name = exchange_name(name)  # the default exchange: refused (401), as every amq.* one
     vhost.get_exchange(name)
     vhost.delete_exchange(name, if_unused=req.arg("if-unused") == "true")
     return Response(204)

@@ -20,6 +20,7 @@ from headrace.server.broker.topic_auth import check_topic_write
 
 from .consume import HTTPConsumer, properties_json
 from .models import GetBody, PropertiesBody, PublishBody, SettleBody, from_json_value, validation_reason
+from .object_json import exchange_name
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["MAX_BATCH", "routes"]
@@ -35,8 +36,7 @@ ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "rej
 def publish(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     _publishing_allowed(ctx)
     body = PublishBody.model_validate(req.json())
-    if name == "amq.default":  # the management API's name for the default exchange
-        name = ""
+    name = exchange_name(name)
     payload, props_raw = _message_body(body)
     if ctx.broker.users.topic_permissions:  # topic authorisation, as over AMQP
         check_topic_write(vhost, user_of(req).name, name, body.routing_key)
@@ -87,7 +87,7 @@ def _publishing_allowed(ctx: Context) -> None:
 def publish_batch(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     """NDJSON in, one result per line out (like NSQ's /mpub); answered after the fsync that covers
     the persistent ones."""
-    exchange = "" if name == "amq.default" else name
+    exchange = exchange_name(name)
     _publishing_allowed(ctx)
     lines = [line for line in req.body.splitlines() if line.strip()]
     if len(lines) > MAX_BATCH:

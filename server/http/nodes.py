@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .listing import rated
+from .listing import page, rated
 from .node_facts import FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json
 from .rates import CHURN
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
@@ -41,7 +41,7 @@ def node_of(ctx: Context) -> dict[str, Any]:
 @routes.get("/api/nodes")
 def list_nodes(ctx: Context, req: Request) -> Response:
     require_monitor(req)
-    return json_response(200, [node_of(ctx)])
+    return page(req, [node_of(ctx)])
 
 
 @routes.get("/api/nodes/{name}")

@@ -23,8 +23,8 @@ from .node_facts import NODE_NAME
 from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, Request, user_of
 
-__all__ = ["binding_json", "channel_json", "connection_basic_json", "connection_json", "connection_name", "consumer_json",
-           "head_timestamp", "queue_detail_json", "queue_stats_json", "rabbit_time",
+__all__ = ["DEFAULT_EXCHANGE", "binding_json", "channel_json", "connection_basic_json", "connection_json",
+           "connection_name", "consumer_json", "default_binding_json", "exchange_name", "head_timestamp", "queue_detail_json", "queue_stats_json", "rabbit_time",
            "visible_sessions"]
 
 DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
@@ -134,6 +134,21 @@ def consumer_json(vhost: VHost, queue: str, c: Consumer[Any]) -> dict[str, Any]:
             "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
             "priority": c.priority, "channel": c.channel_id, "unacked": c.unacked, "arguments": {},
             "active": True, "activity_status": "up"}
+
+
+DEFAULT_EXCHANGE = "amq.default"  # the management API's name for the nameless default exchange
+
+
+def exchange_name(name: str) -> str:
+    """The exchange a management API path names: ``amq.default`` is the default exchange ("")."""
+    return "" if name == DEFAULT_EXCHANGE else name
+
+
+def default_binding_json(vhost: VHost, queue: str) -> dict[str, Any]:
+    """The default exchange's implicit binding of ``queue`` by its own name: RabbitMQ lists one per
+    queue in the binding lists (the vhost's, the queue's, amq.default's) and never exports it."""
+    return {"source": "", "vhost": vhost.name, "destination": queue, "destination_type": "queue",
+            "routing_key": queue, "arguments": {}, "properties_key": queue}
 
 
 def binding_json(vhost: VHost, b: Binding) -> dict[str, Any]:

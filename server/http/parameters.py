@@ -114,7 +114,7 @@ def delete_global(ctx: Context, req: Request, name: str) -> Response:
 def list_vhost_limits(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
     names = [vhost.name] if vhost is not None else [v.name for v in visible_vhosts(ctx, req)]
     limits = ctx.broker.parameters.vhost_limits
-    return json_response(200, [{"vhost": n, "value": dict(limits[n])} for n in names if limits.get(n)])
+    return page(req, [{"vhost": n, "value": dict(limits[n])} for n in names if limits.get(n)])
 
 
 @routes.put("/api/vhost-limits/{vhost}/{name}", admin=True)
@@ -137,7 +137,7 @@ def list_user_limits(ctx: Context, req: Request, user: str | None = None) -> Res
         _known_user(ctx, user)
     limits = ctx.broker.parameters.user_limits
     names = [user] if user is not None else sorted(limits)
-    return json_response(200, [{"user": n, "value": dict(limits[n])} for n in names if limits.get(n)])
+    return page(req, [{"user": n, "value": dict(limits[n])} for n in names if limits.get(n)])
 
 
 @routes.put("/api/user-limits/{user}/{name}", admin=True)

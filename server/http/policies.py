@@ -13,7 +13,7 @@ from collections.abc import Callable
 from headrace.server.broker import VHost
 from headrace.server.broker.policies import PolicyError
 
-from .listing import visible_vhosts
+from .listing import page, visible_vhosts
 from .routes import Context, Handler, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["routes"]
@@ -44,8 +44,7 @@ def _each(method: str, suffix: str) -> Callable[[Handler], Handler]:
 def list_policies(ctx: Context, req: Request, operator: bool, vhost: VHost | None = None) -> Response:
     _allowed(req, operator)
     names = {v.name for v in ([vhost] if vhost is not None else visible_vhosts(ctx, req))}
-    return json_response(200, [p.as_json() for p in ctx.broker.policies.list(operator=operator)
-                               if p.vhost in names])
+    return page(req, [p.as_json() for p in ctx.broker.policies.list(operator=operator) if p.vhost in names])
 
 
 @_each("GET", "/{vhost}/{name}")

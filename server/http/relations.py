@@ -13,7 +13,8 @@ from headrace.exchanges import DestinationKind
 from headrace.server.broker import VHost
 
 from .listing import page
-from .object_json import binding_json, channel_json, connection_json, connection_name, visible_sessions
+from .object_json import (binding_json, channel_json, connection_json, connection_name, default_binding_json,
+                          exchange_name, visible_sessions)
 from .parameters import topic_permissions_json
 from .routes import Context, HTTPError, Request, Response, Routes, json_response
 from .users import user_json
@@ -93,13 +94,16 @@ def user_topic_permissions(ctx: Context, req: Request, user: str) -> Response:
 # ---------------------------------------------------------------------- bindings of one object
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/source")
 def exchange_bindings_source(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
-    exchange = "" if name == "amq.default" else name
+    exchange = exchange_name(name)
     vhost.get_exchange(exchange)
+    if not exchange:  # the default exchange: its implicit binding of every queue
+        return page(req, [default_binding_json(vhost, queue) for queue in vhost.queues])
     return page(req, [binding_json(vhost, b) for b in vhost.bindings() if b.source == exchange])
 
 
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/destination")
 def exchange_bindings_destination(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    name = exchange_name(name)
     vhost.get_exchange(name)
     return page(req, [binding_json(vhost, b) for b in vhost.bindings()
                       if b.destination == name and b.kind is DestinationKind.EXCHANGE])
@@ -113,11 +117,9 @@ def queue_bindings(ctx: Context, req: Request, vhost: VHost, name: str) -> Respo
 
 def _queue_bindings(vhost: VHost, name: str) -> list[dict[str, Any]]:
     """The queue's bindings with the default exchange's implicit one first, as RabbitMQ lists them."""
-    default = {"source": "", "vhost": vhost.name, "destination": name, "destination_type": "queue",
-               "routing_key": name, "arguments": {}, "properties_key": name}
     rows = [binding_json(vhost, b) for b in vhost.bindings()
             if b.destination == name and b.kind is DestinationKind.QUEUE and b.source]
-    return [default, *rows]
+    return [default_binding_json(vhost, name), *rows]
 
 
 @routes.get("/api/bindings/{vhost}/e/{source}/q/{dest}", params=QUEUE)
@@ -138,9 +140,12 @@ def get_binding(ctx: Context, req: Request, vhost: VHost, source: str, dest: str
 
 
 def _between(vhost: VHost, source: str, dest: str, kind: DestinationKind) -> list[dict[str, Any]]:
+    source = exchange_name(source)
     vhost.get_exchange(source)
     if kind is DestinationKind.QUEUE:
-        vhost.get_queue(dest)
+        vhost.get_queue(dest)  # RabbitMQ shows amq.default's binding of a queue that does not exist too
+        if not source:
+            return [default_binding_json(vhost, dest)]
     else:
         vhost.get_exchange(dest)
     return [binding_json(vhost, b) for b in vhost.bindings()

@@ -65,6 +65,9 @@ log = logging.getLogger("headrace.http")
 _STATUS = {404: 404, 403: 401}
 _LABELS = {404: "not_found", 401: "not_authorised", 400: "bad_request"}
 NESTED_TOO_DEEP = "invalid JSON body: nested too deeply"
+# an AMQP reply text's leading reply name ("PRECONDITION_FAILED - "): RabbitMQ's HTTP API gives the
+# reason without it ("inequivalent arg 'durable' for queue ...")
+_REPLY_NAME = re.compile(r"^[A-Z_]+ - ")
 
 
 class Context(Protocol):
@@ -252,7 +255,7 @@ class Router:
                 return error_response(exc)
             except AMQPError as exc:
                 status = _STATUS.get(exc.reply_code, 400)
-                return error_response(HTTPError(status, _LABELS[status], exc.reply_text))
+                return error_response(HTTPError(status, _LABELS[status], _REPLY_NAME.sub("", exc.reply_text, 1)))
             except ValidationError as exc:
                 return error_response(HTTPError(400, "bad_request", str(exc.errors(include_url=False))))
             except (ValueError, KeyError) as exc:

@@ -42,7 +42,7 @@ def test_queue_exchange_binding_publish_get_cycle(broker, http):
     method, _, body = conn.channel().basic_get(q, auto_ack=True)
     assert body == b"hi" and method.redelivered
     conn.close()
-    binding = next(b for b in http.get("/api/bindings/%2F").json() if b["destination"] == q)
+    binding = next(b for b in http.get("/api/bindings/%2F").json() if b["destination"] == q and b["source"] == x)
     assert http.delete(f"/api/bindings/%2F/e/{x}/q/{q}/{binding['properties_key']}").status_code == 204
     assert http.delete(f"/api/queues/%2F/{q}/contents").status_code == 204
     assert http.delete(f"/api/queues/%2F/{q}").status_code == 204

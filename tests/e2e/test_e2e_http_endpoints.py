@@ -114,6 +114,16 @@ def test_lists_take_rabbitmqs_query_parameters(broker, http):
     totals = http.get("/api/queues/%2F", params={"disable_stats": "true", "enable_queue_totals": "true",
                                                  "name": prefix}).json()
     assert all(q["messages"] == 0 and "message_stats" not in q for q in totals)
+    # every list takes them, the small ones too (rabbitmqadmin's raw_json output is what comes back)
+    assert http.get("/api/nodes", params={"columns": "name,type"}).json() == [{"name": "headrace@localhost",
+                                                                               "type": "disc"}]
+    http.put(f"/api/policies/%2F/{prefix}", json={"pattern": f"^{prefix}", "definition": {"max-length": 9}})
+    assert http.get("/api/policies/%2F", params={"columns": "name,priority", "name": prefix}).json() == \
+        [{"name": prefix, "priority": 0}]
+    http.delete(f"/api/policies/%2F/{prefix}")
+    http.put("/api/vhost-limits/%2F/max-queues", json={"value": 10000})
+    assert http.get("/api/vhost-limits/%2F", params={"columns": "vhost"}).json() == [{"vhost": "/"}]
+    http.delete("/api/vhost-limits/%2F/max-queues")
 
 
 def test_vhost_limits_refuse_connections_and_queues(broker, http):
