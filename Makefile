@@ -43,6 +43,15 @@ lint: $(VENV)/.dev
 	@# TYPE_CHECKING would hide a dependency the contracts above are there to see
 	@! grep -rn --include='*.py' 'TYPE_CHECKING' $(LINT_TREE)/headrace || (echo "import it plainly instead (ARCHITECTURE.md, Layers)"; false)
 
+# RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
+# Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)
+RABBITMQADMIN := build/rabbitmqadmin/rabbitmqadmin
+$(RABBITMQADMIN):
+	rm -rf build/rabbitmqadmin && mkdir -p build/rabbitmqadmin
+	cd build/rabbitmqadmin && (apt-get download -q rabbitmq-server 2>/dev/null || \
+		(apt-get update -q && apt-get download -q rabbitmq-server)) && dpkg-deb -x rabbitmq-server_*.deb deb
+	cp build/rabbitmqadmin/deb/usr/bin/rabbitmqadmin $@
+
 # the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
 NODE_DIR := tests/node
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
@@ -67,15 +76,6 @@ clients:
 		command -v ruby >/dev/null && ruby -e 'require "bunny"' 2>/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
 			golang-github-rabbitmq-amqp091-go-dev ruby-bunny)
-
-# RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
-# Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)
-RABBITMQADMIN := build/rabbitmqadmin/rabbitmqadmin
-$(RABBITMQADMIN):
-	rm -rf build/rabbitmqadmin && mkdir -p build/rabbitmqadmin
-	cd build/rabbitmqadmin && (apt-get download -q rabbitmq-server 2>/dev/null || \
-		(apt-get update -q && apt-get download -q rabbitmq-server)) && dpkg-deb -x rabbitmq-server_*.deb deb
-	cp build/rabbitmqadmin/deb/usr/bin/rabbitmqadmin $@
 
 # the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
 # at test time); installed once, as root (CI runs as root)
