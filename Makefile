@@ -69,13 +69,15 @@ compiler:
 		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev)
 
-# the Go and Ruby clients' tests (tests/e2e/test_e2e_go_ruby.py) use Debian's Go with amqp091-go and
-# Debian's Bunny; installed once, as root (CI runs as root), when any of them is missing
+# the Go, Ruby and Java clients' tests (tests/e2e/test_e2e_go_ruby_java.py) use Debian's Go with
+# amqp091-go, Debian's Bunny, and Debian's RabbitMQ Java client run by the JDK's source launcher;
+# installed once, as root (CI runs as root), when any of them is missing
 clients:
 	@command -v go >/dev/null && test -d /usr/share/gocode/src/github.com/rabbitmq/amqp091-go && \
-		command -v ruby >/dev/null && ruby -e 'require "bunny"' 2>/dev/null || \
+		command -v ruby >/dev/null && ruby -e 'require "bunny"' 2>/dev/null && \
+		test -f /usr/share/java/amqp-client.jar && java --list-modules 2>/dev/null | grep -q '^jdk.compiler@' || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
-			golang-github-rabbitmq-amqp091-go-dev ruby-bunny)
+			golang-github-rabbitmq-amqp091-go-dev ruby-bunny librabbitmq-client-java openjdk-17-jdk-headless)
 
 # the web console's tests drive Debian's Chromium through its chromedriver (nothing is downloaded
 # at test time); installed once, as root (CI runs as root)
