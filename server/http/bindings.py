@@ -5,6 +5,7 @@ unbinding checks the same. The ``props`` of a binding's URL is its ``properties_
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote, unquote
 
 from headrace.exchanges import Binding, DestinationKind
@@ -27,10 +28,11 @@ RIGHTS = [("write", "dest"), ("read", "source")]
 def list_bindings(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
     """Each vhost's bindings after the default exchange's implicit one of each of its queues, as
     RabbitMQ lists them (and rabbitmqadmin's ``list bindings`` shows them)."""
-    vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
-    return page(req, [row for v in vhosts
-                      for row in [*(default_binding_json(v, q) for q in v.queues),
-                                  *(binding_json(v, b) for b in v.bindings())]])
+    rows: list[dict[str, Any]] = []
+    for v in [vhost] if vhost is not None else visible_vhosts(ctx, req):
+        rows += [default_binding_json(v, queue) for queue in v.queues]
+        rows += [binding_json(v, b) for b in v.bindings()]
+    return page(req, rows)
 
 
 @routes.post("/api/bindings/{vhost}/e/{source}/q/{dest}", perms=RIGHTS, params=QUEUE)
@@ -50,7 +52,7 @@ def bind(ctx: Context, req: Request, vhost: VHost, source: str, dest: str, kind:
 def unbind(ctx: Context, req: Request, vhost: VHost, source: str, dest: str, props: str,
            kind: DestinationKind) -> Response:
     source = exchange_name(source)
-    if not source and source in vhost.exchanges:  # the implicit bindings: refused (401) as over AMQP
+    if not source:  # an implicit binding: the default exchange refuses it (401 here, 403 over AMQP)
         vhost.unbind(source, dest, kind, dest, None)
     for b in vhost.exchanges[source].bindings() if source in vhost.exchanges else []:
         if b.destination == dest and b.kind is kind and props in (b.properties_key, unquote(b.properties_key)):

@@ -24,8 +24,8 @@ from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, Request, user_of
 
 __all__ = ["DEFAULT_EXCHANGE", "binding_json", "channel_json", "connection_basic_json", "connection_json",
-           "connection_name", "consumer_json", "default_binding_json", "exchange_name", "head_timestamp", "queue_detail_json", "queue_stats_json", "rabbit_time",
-           "visible_sessions"]
+           "connection_name", "consumer_json", "default_binding_json", "exchange_name", "head_timestamp",
+           "queue_detail_json", "queue_stats_json", "rabbit_time", "visible_sessions"]
 
 DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
 # Erlang's scheduler work and garbage collection: no such thing here

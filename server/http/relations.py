@@ -143,7 +143,7 @@ def _between(vhost: VHost, source: str, dest: str, kind: DestinationKind) -> lis
     source = exchange_name(source)
     vhost.get_exchange(source)
     if kind is DestinationKind.QUEUE:
-        vhost.get_queue(dest)  # RabbitMQ shows amq.default's binding of a queue that does not exist too
+        vhost.get_queue(dest)  # 404 for a missing queue (RabbitMQ invents amq.default's binding of it)
         if not source:
             return [default_binding_json(vhost, dest)]
     else:
