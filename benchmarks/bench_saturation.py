@@ -19,7 +19,8 @@ publishers of 128-byte messages into a queue without consumers (it must not be g
 where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
 queues and the broker's receive queues on its port (the largest sample, and the median of each
 sample's largest). With ``--packets``, every scenario also reports the busiest client
-connection's bytes and data segments. With ``--trace DIR``, ``saturated`` also samples every
+connection's bytes and data segments; with ``--cpu``, the broker's and the clients' CPU time and
+time spent waiting for a core. With ``--trace DIR``, ``saturated`` also samples every
 client socket's TCP state every 10 ms (send queue, ``skmem`` tb, congestion window, BBR's model)
 into ``DIR/<round>-<config>.json``, and reports per publisher when its send buffer reached its
 final size and the congestion window up to then and after.
@@ -117,7 +118,7 @@ def sockets(*args: str) -> list[tuple[list[str], str]]:
     return [(lines[i].split(), lines[i + 1]) for i in range(0, len(lines) - 1, 2)]
 
 
-def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
+def sample_tcp(port: int, stop: threading.Event, seen: dict[str, Any]) -> None:
     """Largest client send buffer / send queue and broker receive queue on ``port`` until ``stop``,
     and the medians over the samples (each sample's largest send and receive queue)."""
     send_qs: list[int] = []
@@ -143,7 +144,7 @@ def sample_tcp(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
         time.sleep(0.05)
 
 
-def sample_packets(port: int, stop: threading.Event, seen: dict[str, int]) -> None:
+def sample_packets(port: int, stop: threading.Event, seen: dict[str, Any]) -> None:
     """The busiest client connection on ``port`` (most bytes acked) until ``stop``: its bytes and
     data segments. Bytes per segment tell whether a publisher's small writes left one packet each
     or joined into full segments (ARCHITECTURE.md, "Backpressure")."""
@@ -160,8 +161,53 @@ def sample_packets(port: int, stop: threading.Event, seen: dict[str, int]) -> No
         time.sleep(0.1)
 
 
+def cpu_and_wait(pid: int) -> tuple[float, float]:
+    """A process's CPU time and the time its threads spent runnable but waiting for a core
+    (``schedstat``: the Erlang VM's schedulers are threads), in seconds; (0, 0) once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        waited = sum(int((task / "schedstat").read_text().split()[1])
+                     for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0, 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), waited
+
+
+def sample_cpu(broker: int, stop: threading.Event, seen: dict[str, Any]) -> None:
+    """Until ``stop``, every 20 ms: the broker's CPU and wait for a core since the start, and each
+    load-generating client's (this script's forks started since, not the samplers' ``ss``) as
+    last seen before it exited. When the machine's cores are the limit, every process waits for
+    one about as long as it runs, and the throughput is the cores over the sum of everyone's CPU
+    per message."""
+    import psutil  # a dev dependency, as this script is
+
+    start = time.perf_counter()
+    cpu0, wait0 = cpu_and_wait(broker)
+    clients: dict[int, tuple[float, float]] = {}
+    me = psutil.Process()
+    before = {child.pid for child in me.children(recursive=True)}  # the broker and its wrappers
+    while True:
+        for child in me.children(recursive=True):
+            try:
+                if child.pid in before or child.name() != me.name():
+                    continue
+            except psutil.Error:  # gone meanwhile
+                continue
+            got = cpu_and_wait(child.pid)
+            if got[0]:
+                clients[child.pid] = got
+        cpu, wait = cpu_and_wait(broker)
+        if stop.wait(0.02):
+            break
+    seen.update({"wall_s": round(time.perf_counter() - start, 2), "broker_cpu_s": round(cpu - cpu0, 2),
+                 "broker_wait_s": round(wait - wait0, 2),
+                 "clients_cpu_s": sorted((round(c, 2) for c, _ in clients.values()), reverse=True),
+                 "clients_wait_s": round(sum(w for _, w in clients.values()), 2)})
+
+
 TRACE_FIELDS = {"cwnd": r"cwnd:(\d+)", "tb": r"tb(\d+)", "bytes_acked": r"bytes_acked:(\d+)",
-                "snd_wnd": r"snd_wnd:(\d+)", "bbr": r"bbr:\(([^)]*)\)"}
+                "snd_wnd": r"snd_wnd:(\d+)", "segs": r"data_segs_out:(\d+)",
+                "bbr": r"bbr:\(([^)]*)\)"}
 
 
 def trace_clients(port: int, stop: threading.Event, rows: list[dict[str, Any]]) -> None:
@@ -211,6 +257,8 @@ def main() -> None:
     ap.add_argument("--packets", action="store_true",
                     help="also report the busiest client connection's bytes and data segments")
     ap.add_argument("--trace", metavar="DIR", help="write the clients' TCP state through each saturated run here")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also report the broker's and the clients' CPU time and time waiting for a core")
     args = ap.parse_args()
     names = args.configs.split(",")
     for rnd in range(args.rounds):
@@ -225,24 +273,27 @@ def main() -> None:
                     target = amqp_load.Target(broker.name, "127.0.0.1", broker.port)
                     for scenario in args.scenarios.split(","):
                         load = os.getloadavg()[0]
-                        seen: dict[str, int] = {}
+                        seen: dict[str, Any] = {}
                         stop = threading.Event()
                         sampler = threading.Thread(target=sample_tcp, args=(broker.port, stop, seen))
                         counter = threading.Thread(target=sample_packets, args=(broker.port, stop, seen))
                         traced: list[dict[str, Any]] = []
                         tracer = threading.Thread(target=trace_clients, args=(broker.port, stop, traced))
+                        cpu = threading.Thread(target=sample_cpu, args=(run.broker_pid(broker), stop, seen))
                         if scenario == "saturated":
                             sampler.start()
                             if args.trace:
                                 tracer.start()
                         if args.packets:
                             counter.start()
+                        if args.cpu:
+                            cpu.start()
                         if scenario in PUBLISH_ONLY:
                             result = publish_only(target, *PUBLISH_ONLY[scenario])
                         else:
                             result = run.run_scenario(scenario, broker, False)
                         stop.set()
-                        for thread in (sampler, counter, tracer):
+                        for thread in (sampler, counter, tracer, cpu):
                             if thread.is_alive():
                                 thread.join()
                         if traced:
