@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import queue as queue_mod
 import shutil
 import signal
@@ -32,7 +31,7 @@ from typing import Any
 
 import amqp_load
 import pika
-from run import Headrace
+from run import Headrace, cpu_seconds
 
 
 class PeakRss:
@@ -56,13 +55,6 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         return round(self.peak / 2**20, 1)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (a figure the machine's load does not inflate)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _connect(port: int, timeout: float) -> pika.BlockingConnection:

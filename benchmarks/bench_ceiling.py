@@ -12,7 +12,6 @@ run reaches much more than the CPU per message.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -20,11 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
 import run  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def main() -> None:
@@ -39,10 +33,10 @@ def main() -> None:
         try:
             target = amqp_load.Target("headrace", "127.0.0.1", server.port)
             for i in range(args.rounds):
-                before = cpu_seconds(server.proc.pid)
+                before = run.cpu_seconds(server.proc.pid)
                 result = amqp_load.scenario_pubsub(target, producers=args.producers, consumers=args.consumers,
                                                    count=args.messages)
-                used = cpu_seconds(server.proc.pid) - before
+                used = run.cpu_seconds(server.proc.pid) - before
                 per = used / max(result["consumed"], 1) * 1e6
                 print(f"round {i + 1}: {result['consumed']} messages, broker CPU {used:.2f} s, "
                       f"{per:.1f} µs/message, ceiling {1e6 / per:,.0f} msg/s on one core, "

@@ -23,15 +23,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
 import pika  # noqa: E402
-from run import Headrace  # noqa: E402
+from run import Headrace, cpu_seconds  # noqa: E402
 
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU the process has used (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def publish_rate(target: amqp_load.Target, exchange: str, queue: str, count: int, ch: Any,

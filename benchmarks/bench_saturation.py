@@ -162,15 +162,11 @@ def sample_packets(port: int, stop: threading.Event, seen: dict[str, Any]) -> No
 
 
 def cpu_and_wait(pid: int) -> tuple[float, float]:
-    """A process's CPU time and the time its threads spent runnable but waiting for a core
-    (``schedstat``: the Erlang VM's schedulers are threads), in seconds; (0, 0) once it is gone."""
+    """``run.cpu_seconds`` and ``run.wait_seconds`` of a process; (0, 0) once it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        waited = sum(int((task / "schedstat").read_text().split()[1])
-                     for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+        return run.cpu_seconds(pid), run.wait_seconds(pid)
     except (OSError, IndexError, ValueError):
         return 0.0, 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), waited
 
 
 def sample_cpu(broker: int, stop: threading.Event, seen: dict[str, Any]) -> None:

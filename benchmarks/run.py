@@ -174,6 +174,19 @@ def listener_pid(port: int) -> int | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, all its threads (``/proc/PID/stat``): a figure
+    the machine's load does not inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_seconds(pid: int) -> float:
+    """Time a process's threads have spent runnable but waiting for a core (``schedstat``; the
+    Erlang VM's schedulers are threads)."""
+    return sum(int((task / "schedstat").read_text().split()[1]) for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+
+
 def broker_pid(server: Any) -> int:
     if isinstance(server, RabbitMQ):
         return server.vm_pid  # the Erlang VM holds the memory, not the shell wrappers around it

@@ -33,10 +33,6 @@ def admin(broker):
     return run
 
 
-def rows(text: str) -> list[dict]:
-    return json.loads(text)
-
-
 def test_declare_publish_get_list_and_delete(admin):
     assert admin("declare", "vhost", "name=adm-v") == "vhost declared\n"
     assert admin("declare", "user", "name=adm-u", "password=pw", "tags=management") == "user declared\n"
@@ -51,12 +47,12 @@ def test_declare_publish_get_list_and_delete(admin):
         "Message published\n"
     assert admin(*v, "publish", "exchange=adm-x", "routing_key=zzz", "payload=lost") == \
         "Message published but NOT routed\n"
-    queues = rows(admin(*v, "-f", "raw_json", "list", "queues", "name", "messages", "durable", "arguments"))
+    queues = json.loads(admin(*v, "-f", "raw_json", "list", "queues", "name", "messages", "durable", "arguments"))
     assert queues == [{"name": "adm-q", "messages": 1, "durable": True, "arguments": {"x-max-length": 100}}]
-    first = rows(admin(*v, "-f", "raw_json", "get", "queue=adm-q", "ackmode=ack_requeue_true"))
+    first = json.loads(admin(*v, "-f", "raw_json", "get", "queue=adm-q", "ackmode=ack_requeue_true"))
     assert [(m["payload"], m["routing_key"], m["exchange"], m["redelivered"], m["properties"]["headers"],
              m["properties"]["message_id"]) for m in first] == [("hello", "a.b", "adm-x", False, {"h": "v"}, "m1")]
-    again = rows(admin(*v, "-f", "raw_json", "get", "queue=adm-q", "ackmode=ack_requeue_false", "count=5"))
+    again = json.loads(admin(*v, "-f", "raw_json", "get", "queue=adm-q", "ackmode=ack_requeue_false", "count=5"))
     assert [(m["payload"], m["redelivered"]) for m in again] == [("hello", True)]
     # the default exchange's implicit binding is listed first, as RabbitMQ lists it
     assert admin(*v, "-f", "tsv", "list", "bindings", "source", "destination", "routing_key") == \
@@ -89,7 +85,7 @@ def test_refusals_print_rabbitmqs_reasons_and_exit_1(admin):
 def test_policies_definitions_and_closing_a_connection(admin, broker, tmp_path):
     admin("declare", "policy", "name=adm-cap", "pattern=^adm-", 'definition={"max-length": 10}', "apply-to=queues",
           "priority=1")
-    assert rows(admin("-f", "raw_json", "list", "policies", "name", "pattern", "definition", "priority")) == \
+    assert json.loads(admin("-f", "raw_json", "list", "policies", "name", "pattern", "definition", "priority")) == \
         [{"name": "adm-cap", "pattern": "^adm-", "definition": {"max-length": 10}, "priority": 1}]
     admin("declare", "queue", "name=adm-kept", "durable=true")
     exported = tmp_path / "defs.json"
@@ -100,16 +96,16 @@ def test_policies_definitions_and_closing_a_connection(admin, broker, tmp_path):
     admin("delete", "queue", "name=adm-kept")
     admin("delete", "policy", "name=adm-cap")
     assert admin("import", str(exported)).startswith("Uploaded definitions")
-    assert [q["name"] for q in rows(admin("-f", "raw_json", "list", "queues", "name")) if q["name"] == "adm-kept"] \
+    assert [q["name"] for q in json.loads(admin("-f", "raw_json", "list", "queues", "name")) if q["name"] == "adm-kept"] \
         == ["adm-kept"]
-    assert [p["name"] for p in rows(admin("-f", "raw_json", "list", "policies", "name"))] == ["adm-cap"]
+    assert [p["name"] for p in json.loads(admin("-f", "raw_json", "list", "policies", "name"))] == ["adm-cap"]
     admin("delete", "policy", "name=adm-cap")
     admin("delete", "queue", "name=adm-kept")
 
     params = pika.URLParameters(broker.url)
     params.client_properties = {"connection_name": "adm-client"}
     conn = pika.BlockingConnection(params)
-    listed = rows(admin("-f", "raw_json", "list", "connections", "name", "user", "client_properties"))
+    listed = json.loads(admin("-f", "raw_json", "list", "connections", "name", "user", "client_properties"))
     name = next(c["name"] for c in listed if c["client_properties"].get("connection_name") == "adm-client")
     assert admin("close", "connection", f"name={name}") == "connection closed\n"
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
