@@ -18,8 +18,8 @@ publishers of 128-byte messages into a queue without consumers (it must not be g
 ``saturated`` ``ss`` is sampled every 50 ms for
 where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
 queues and the broker's receive queues on its port (the largest sample, and the median of each
-sample's largest). With ``--packets``, every scenario also reports the busiest client
-connection's bytes and data segments; with ``--cpu``, the broker's and the clients' CPU time and
+sample's largest). With ``--packets``, every scenario also reports the client connections'
+bytes and data segments (the busiest, and all that sent 256 KiB or more); with ``--cpu``, the broker's and the clients' CPU time and
 time spent waiting for a core. With ``--trace DIR``, ``saturated`` also samples every
 client socket's TCP state every 10 ms (send queue, ``skmem`` tb, congestion window, BBR's model)
 into ``DIR/<round>-<config>.json``, and reports per publisher when its send buffer reached its
@@ -145,19 +145,22 @@ def sample_tcp(port: int, stop: threading.Event, seen: dict[str, Any]) -> None:
 
 
 def sample_packets(port: int, stop: threading.Event, seen: dict[str, Any]) -> None:
-    """The busiest client connection on ``port`` (most bytes acked) until ``stop``: its bytes and
-    data segments. Bytes per segment tell whether a publisher's small writes left one packet each
-    or joined into full segments (ARCHITECTURE.md, "Backpressure")."""
-    busiest: dict[str, tuple[int, int]] = {}
+    """The client connections on ``port`` until ``stop``: the busiest one's (most bytes acked)
+    bytes and data segments, and every one's that sent 256 KiB or more, busiest first
+    (``client_bytes_segs``: in ``topic100k`` the connection that made the bindings is the busiest,
+    the publisher the next). Bytes per segment tell whether a publisher's small writes left one
+    packet each or joined into full segments (ARCHITECTURE.md, "Backpressure")."""
+    seen_by_peer: dict[str, tuple[int, int]] = {}
     while not stop.is_set():
         for parts, info in sockets("-tin", f"( dport = :{port} )"):
             acked = re.search(r"bytes_acked:(\d+)", info)
             segs = re.search(r"data_segs_out:(\d+)", info)
             if acked and segs:
-                busiest[parts[3]] = (int(acked.group(1)), int(segs.group(1)))
-        if busiest:
-            acked_bytes, segments = max(busiest.values())
-            seen["busiest_client_bytes"], seen["busiest_client_segs"] = acked_bytes, segments
+                seen_by_peer[parts[3]] = (int(acked.group(1)), int(segs.group(1)))
+        if seen_by_peer:
+            ranked = sorted(seen_by_peer.values(), reverse=True)
+            seen["busiest_client_bytes"], seen["busiest_client_segs"] = ranked[0]
+            seen["client_bytes_segs"] = [list(pair) for pair in ranked if pair[0] >= 256 << 10]
         time.sleep(0.1)
 
 
@@ -251,7 +254,7 @@ def main() -> None:
                     help="defaults, profile, autotuned, mss1448, held, rabbitmq, or settings joined by '+', e.g. "
                          "amqp_rcvbuf=32768+amqp_mss=1448")
     ap.add_argument("--packets", action="store_true",
-                    help="also report the busiest client connection's bytes and data segments")
+                    help="also report the client connections' bytes and data segments")
     ap.add_argument("--trace", metavar="DIR", help="write the clients' TCP state through each saturated run here")
     ap.add_argument("--cpu", action="store_true",
                     help="also report the broker's and the clients' CPU time and time waiting for a core")
