@@ -15,15 +15,15 @@ fixed window with Ethernet's segments (what earlier runs call the latency profil
 queue first holds the connection, then 8 KiB, 500/150). ``publish-only`` is two pipelined pika
 publishers of 128-byte messages into a queue without consumers (it must not be gated),
 ``publish-64k`` the same with 64 KiB messages (a bulk publisher, whose window grows). During
-``saturated`` ``ss`` is sampled every 50 ms for
-where the messages wait: the largest client send buffer (``skmem`` tb), and the clients' send
-queues and the broker's receive queues on its port (the largest sample, and the median of each
-sample's largest). With ``--packets``, every scenario also reports the client connections'
-bytes and data segments (the busiest, and all that sent 256 KiB or more); with ``--cpu``, the broker's and the clients' CPU time and
-time spent waiting for a core. With ``--trace DIR``, ``saturated`` also samples every
-client socket's TCP state every 10 ms (send queue, ``skmem`` tb, congestion window, BBR's model)
-into ``DIR/<round>-<config>.json``, and reports per publisher when its send buffer reached its
-final size and the congestion window up to then and after.
+``saturated`` ``ss`` is sampled every 50 ms for where the messages wait: the largest client send
+buffer (``skmem`` tb), and the clients' send queues and the broker's receive queues on its port
+(the largest sample, and the median of each sample's largest). With ``--packets``, every
+scenario also reports the client connections' bytes and data segments (the busiest, and all
+that sent 256 KiB or more); with ``--cpu``, the broker's and the clients' CPU time and time
+spent waiting for a core. With ``--trace DIR``, ``saturated`` also samples every client
+socket's TCP state every 10 ms (send queue, ``skmem`` tb, congestion window, BBR's model) into
+``DIR/<round>-<config>.json``, and reports per publisher when its send buffer reached its final
+size and the congestion window up to then and after.
 The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed) instead of
 headrace. Prints one JSON line per run.
 """
@@ -45,6 +45,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
@@ -173,13 +175,11 @@ def cpu_and_wait(pid: int) -> tuple[float, float]:
 
 
 def sample_cpu(broker: int, stop: threading.Event, seen: dict[str, Any]) -> None:
-    """Until ``stop``, every 20 ms: the broker's CPU and wait for a core since the start, and each
-    load-generating client's (this script's forks started since, not the samplers' ``ss``) as
-    last seen before it exited. When the machine's cores are the limit, every process waits for
+    """The broker's CPU and wait for a core from the start until ``stop``, and each
+    load-generating client's (this script's forks started since, not the samplers' ``ss``), read
+    every 20 ms, as last seen before it exited. When the machine's cores are the limit, every process waits for
     one about as long as it runs, and the throughput is the cores over the sum of everyone's CPU
     per message."""
-    import psutil  # a dev dependency, as this script is
-
     start = time.perf_counter()
     cpu0, wait0 = cpu_and_wait(broker)
     clients: dict[int, tuple[float, float]] = {}
@@ -195,9 +195,9 @@ def sample_cpu(broker: int, stop: threading.Event, seen: dict[str, Any]) -> None
             got = cpu_and_wait(child.pid)
             if got[0]:
                 clients[child.pid] = got
-        cpu, wait = cpu_and_wait(broker)
         if stop.wait(0.02):
             break
+    cpu, wait = cpu_and_wait(broker)  # still running: the round stops it after this thread ends
     seen.update({"wall_s": round(time.perf_counter() - start, 2), "broker_cpu_s": round(cpu - cpu0, 2),
                  "broker_wait_s": round(wait - wait0, 2),
                  "clients_cpu_s": sorted((round(c, 2) for c, _ in clients.values()), reverse=True),
