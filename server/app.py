@@ -37,7 +37,7 @@ from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
-from headrace.server.net.socket_bounds import Window, bound_listeners, bound_window, shrinker
+from headrace.server.net.socket_bounds import Window, bound_listeners, bound_window, handshake_rtt, shrinker
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
@@ -151,7 +151,7 @@ class App:
             return
         settings = self.settings
         bounded = bound_window(sock, settings.amqp_rcvbuf, settings.amqp_rcvbuf_long_link_rtt)
-        window = Window(sock, settings.amqp_rcvbuf if bounded else 0, settings.amqp_rcvbuf_max)
+        window = Window(sock, settings.amqp_rcvbuf if bounded else 0, settings.amqp_rcvbuf_max, handshake_rtt(sock))
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,

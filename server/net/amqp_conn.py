@@ -90,7 +90,7 @@ class AMQPConnectionHandler:
                  on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
                  definitions_synced: Callable[[int], Awaitable[None]] = _synced,
                  on_read: Callable[[int], None] = _ignore,
-                 on_first_hold: Callable[[], None] = _nothing, grow: Callable[[int], bool] | None = None,
+                 on_first_hold: Callable[[], None] = _nothing, grow: Callable[[int, int], bool] | None = None,
                  sender: Sender | None = None) -> None:
         self.stream = stream
         # reads and writes: a plain TCP socket's fast path, or the stream itself (TLS)
@@ -102,8 +102,8 @@ class AMQPConnectionHandler:
         self._writer_parked = False
         # the first time a saturated queue holds this publisher (app.py shrinks its receive window)
         self.on_first_hold: Callable[[], None] | None = on_first_hold
-        # told the bytes of each read while the receive window may grow, until it says it is done or
-        # a saturated queue holds this connection (socket_bounds.Window)
+        # told the bytes of each read and the publishes so far while the receive window may grow,
+        # until it says it is done or a saturated queue holds this connection (socket_bounds.Window)
         self.grow = grow
         # after each batch: its durable definition changes are handed to the flusher, and the
         # replies wait (``_definitions_ticket``) until ``definitions_synced`` says they are on disk
@@ -257,7 +257,7 @@ class AMQPConnectionHandler:
                     return
                 self._apply(data)
                 self.on_read(len(data))
-                if self.grow is not None and (session.saturating or not self.grow(len(data))):
+                if self.grow is not None and (session.saturating or not self.grow(len(data), session.published)):
                     self.grow = None
         self._open_reads = None
         if session.closed:

@@ -23,6 +23,14 @@ doubles, and again after each 512 KiB more, up to ``amqp_rcvbuf_max`` (and the k
 ``net.core.rmem_max``). Growing drops nothing; shrinking a live window would (``shrinker``), so
 a window never shrinks back, and a connection that grew and later feeds a saturated queue is held
 with its larger window.
+
+Why small publishes on a fast link do not grow it: a stretch of 512 KiB that averaged under
+``BULK_PUBLISH`` bytes a publish, from a connection whose handshake took under ``FAST_LINK_RTT``,
+leaves the window as it is. There the small window costs nothing (over 400k publishes/s of 200 B
+at 0.25 ms), and it is what packs such a publisher's writes: a client whose window is closed
+only copies each publish into its send buffer, and the segments go out full when the broker reads;
+behind a window that is never closed each publish is a packet of its own, sent through loopback in
+the client's own call (benchmarks/RESULTS.md, "the publisher's packets").
 """
 
 from __future__ import annotations
@@ -50,6 +58,12 @@ _TCP_INFO_BYTES = _TCPI_RTT_OFFSET + _TCPI_RTT.size
 # (0.5 ms) reads the first 512 KiB in ~10 ms at ~28 KiB a round trip, each later one in half the
 # time, and has a 1 MiB window after 3 MiB.
 GROW_AFTER = 512 << 10
+
+# A stretch of GROW_AFTER bytes that averaged under BULK_PUBLISH bytes a publish, on a connection
+# whose handshake took under FAST_LINK_RTT, does not grow the window: ~28 KiB a round trip of
+# 0.25 ms is 112 MB/s, over 400k publishes/s of 200 B, more than one core routes.
+BULK_PUBLISH = 1024
+FAST_LINK_RTT = 0.00025
 
 
 def bound_listeners(listeners: list[trio.SocketListener], mss: int) -> None:
@@ -96,27 +110,36 @@ def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float
 
 class Window:
     """One accepted socket's receive window as the shell set it (``amqp_rcvbuf`` after accept) and
-    its growth: doubled after each ``GROW_AFTER`` bytes read. The reader calls ``read`` after each
+    its growth: doubled after each ``GROW_AFTER`` bytes read, unless they were small publishes on a
+    fast link (``rtt``: the handshake's, None where unknown). The reader calls ``read`` after each
     read while it returns True, and never again once a saturated queue held the connection."""
 
-    __slots__ = ("_sock", "size", "limit", "_until")
+    __slots__ = ("_sock", "size", "limit", "_until", "_published", "_fast")
 
-    def __init__(self, sock: trio.socket.SocketType, size: int, limit: int) -> None:
+    def __init__(self, sock: trio.socket.SocketType, size: int, limit: int, rtt: float | None = None) -> None:
         self._sock = sock
         self.size = size  # the SO_RCVBUF asked for last (the kernel doubles it); 0: autotuned
         self.limit = limit  # amqp_rcvbuf_max: no growth past it
         self._until = GROW_AFTER  # bytes to read before the next doubling
+        self._published = 0  # the connection's publishes when the stretch began
+        self._fast = rtt is not None and rtt < FAST_LINK_RTT
 
     @property
     def growing(self) -> bool:
         return 0 < self.size < self.limit
 
-    def read(self, nbytes: int) -> bool:
-        """``nbytes`` read; False once the window has stopped growing (at its limit, the kernel's
-        cap, or a socket that refused)."""
+    def read(self, nbytes: int, published: int = 0) -> bool:
+        """``nbytes`` read, ``published`` the connection's publishes so far; False once the window
+        has stopped growing (at its limit, the kernel's cap, or a socket that refused)."""
         self._until -= nbytes
         if self._until > 0:
             return True
+        publishes = published - self._published
+        if self._fast and publishes and GROW_AFTER - self._until < BULK_PUBLISH * publishes:
+            self._until = GROW_AFTER
+            self._published = published
+            return True
+        self._published = published
         want = min(self.size * 2, self.limit)
         if not _set_rcvbuf(self._sock, want):
             self.limit = self.size

@@ -2,7 +2,8 @@
 once that queue is saturated (server/broker/saturation.py); a queue without consumers, or whose
 consumers stopped taking, never holds its publishers. What a held publisher has in flight in TCP is
 bounded by the small receive buffer and segment size of the AMQP sockets (server/app.py,
-server/net/socket_bounds.py), and the window of a publisher no saturated queue holds grows.
+server/net/socket_bounds.py), and the window of a bulk publisher no saturated queue holds grows,
+where a small-message publisher on loopback keeps the small one.
 
 The publisher is a raw socket that writes a whole burst of pipelined publishes at once (from a
 thread: ``sendall`` blocks while the broker does not read), so the only thing that can keep the
@@ -22,7 +23,7 @@ from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_content, encode_method_frame
 from headrace.server.broker.saturation import SATURATION_TICK, STALLED_TICKS
 from headrace.server.config import Settings
-from headrace.server.net.socket_bounds import GROW_AFTER
+from headrace.server.net.socket_bounds import BULK_PUBLISH, GROW_AFTER
 
 # The defaults (server/config.py): small socket buffers and segments, the gate's bounds.
 DEFAULTS = Settings()
@@ -42,13 +43,14 @@ PIKA_HELD_DEPTH = SATURATED_READY + 2 * (2 * RCVBUF // 265) + 200
 STALL_SECONDS = STALLED_TICKS * SATURATION_TICK
 
 
-def _burst(port: int, queue: str, count: int) -> tuple[socket.socket, threading.Thread]:
-    """Open a raw connection and channel, then write ``count`` publishes to ``queue`` in a thread."""
+def _burst(port: int, queue: str, count: int, body: bytes = BODY) -> tuple[socket.socket, threading.Thread]:
+    """Open a raw connection and channel, then write ``count`` publishes of ``body`` to ``queue`` in
+    a thread."""
     sock = raw_open(port)
     sock.sendall(encode_method_frame(1, m.ChannelOpen()))
     sock.recv(65536)  # channel.open-ok
     one = (encode_method_frame(1, m.BasicPublish(exchange="", routing_key=queue))
-           + encode_content(1, 60, b"\x00\x00", BODY, 131072))
+           + encode_content(1, 60, b"\x00\x00", body, 131072))
     data = one * count
     # sendall's timeout bounds the whole burst, and a held publisher now waits for the consumers
     # instead of having its burst swallowed by MiBs of socket buffers
@@ -109,18 +111,38 @@ def test_queue_without_consumers_takes_a_fast_publisher_whole(broker, conn, ch) 
 
 
 def test_a_bulk_publisher_no_saturated_queue_holds_gets_a_larger_window(broker, conn, ch) -> None:
-    """A publisher into a queue without consumers reads GROW_AFTER bytes again and again, and its
-    window doubles each time: the broker offers it far more than the 16 KiB every connection
-    starts with, so a bulk publisher on a LAN is not capped at 16 KiB per round trip."""
+    """A publisher of BULK_PUBLISH-sized messages into a queue without consumers reads GROW_AFTER
+    bytes again and again, and its window doubles each time: the broker offers it far more than the
+    16 KiB every connection starts with, so a bulk publisher on a LAN is not capped at 16 KiB per
+    round trip."""
     queue = unique("sat-bulk")
     ch.queue_declare(queue)
-    count = 4 * GROW_AFTER // len(BODY)  # past the first three doublings
-    sock, thread = _burst(broker.amqp_port, queue, count)
+    body = b"b" * BULK_PUBLISH
+    count = 4 * GROW_AFTER // len(body)  # past the first three doublings
+    sock, thread = _burst(broker.amqp_port, queue, count, body)
     try:
         assert wait_until(lambda: _depth(ch, queue) == count, timeout=60), _depth(ch, queue)
         thread.join(10)
         assert not thread.is_alive()
         assert _offered_window(sock) > 4 * RCVBUF, _offered_window(sock)
+    finally:
+        sock.close()
+        ch.queue_delete(queue)
+
+
+def test_a_small_message_publisher_on_loopback_keeps_the_small_window(broker, conn, ch) -> None:
+    """The same number of bytes in ~265-byte publishes: on a link as fast as loopback the small
+    window does not cap them (~28 KiB a round trip of microseconds), and it is what keeps the
+    publisher's writes packed, so it never grows."""
+    queue = unique("sat-small")
+    ch.queue_declare(queue)
+    count = 4 * GROW_AFTER // len(BODY)
+    sock, thread = _burst(broker.amqp_port, queue, count)
+    try:
+        assert wait_until(lambda: _depth(ch, queue) == count, timeout=60), _depth(ch, queue)
+        thread.join(10)
+        assert not thread.is_alive()
+        assert _offered_window(sock) <= 2 * RCVBUF, _offered_window(sock)
     finally:
         sock.close()
         ch.queue_delete(queue)

@@ -288,15 +288,17 @@ async def test_the_first_saturation_hold_calls_on_first_hold_once_and_an_alarm_h
 
 async def test_the_window_is_told_each_read_until_it_is_done_or_a_saturated_queue_holds(autojump_clock):
     """What app.py uses to grow a receive window (socket_bounds.Window): told the bytes of every
-    read of the open connection; dropped for good once it says it is done, or once a saturated
-    queue held the connection (an alarm hold does not count)."""
+    read of the open connection with its publishes so far; dropped for good once it says it is
+    done, or once a saturated queue held the connection (an alarm hold does not count)."""
     broker = make_broker()
     queue = broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)
     reads: list[int] = []
+    counts: list[int] = []
     done = False
 
-    def grow(nbytes: int) -> bool:
+    def grow(nbytes: int, published: int) -> bool:
         reads.append(nbytes)
+        counts.append(published)
         return not done
 
     async with trio.open_nursery() as nursery:
@@ -307,7 +309,7 @@ async def test_the_window_is_told_each_read_until_it_is_done_or_a_saturated_queu
         one = publish("q")
         await conn.client.send(one * 3)
         await trio.testing.wait_all_tasks_blocked()
-        assert reads == [3 * len(one)]
+        assert reads == [3 * len(one)] and counts == [3]  # the connection's publishes so far
         broker.set_alarm("memory", True)
         await conn.client.send(one)
         await trio.testing.wait_all_tasks_blocked()

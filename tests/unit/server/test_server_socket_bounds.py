@@ -9,7 +9,8 @@ from contextlib import contextmanager
 
 import trio
 
-from headrace.server.net.socket_bounds import GROW_AFTER, Window, bound_window, handshake_rtt, shrinker
+from headrace.server.net.socket_bounds import (BULK_PUBLISH, FAST_LINK_RTT, GROW_AFTER, Window, bound_window,
+                                              handshake_rtt, shrinker)
 
 
 @contextmanager
@@ -84,6 +85,33 @@ async def test_the_window_doubles_after_each_mib_read_up_to_its_limit() -> None:
         assert window.read(GROW_AFTER - 1) and rcvbuf(server) == 2 * 16384
         assert not window.read(1)  # at its limit: the reader stops asking
         assert rcvbuf(server) == 2 * 32768 and not window.growing
+
+
+async def test_small_publishes_on_a_fast_link_keep_the_small_window() -> None:
+    """A stretch that averaged under BULK_PUBLISH bytes a publish does not grow the window of a
+    connection whose handshake was fast (loopback's, measured here); a bulk stretch later does, and
+    so does a stretch with no publish in it (a consumer's acks)."""
+    with accepted() as (_, server, held):
+        assert bound_window(held, 8192, 0)
+        window = Window(held, 8192, 1 << 20, handshake_rtt(held))
+        small = GROW_AFTER // 200 + 1  # ~200 bytes a publish
+        assert window.read(GROW_AFTER, small) and rcvbuf(server) == 2 * 8192
+        assert window.read(GROW_AFTER, 2 * small) and rcvbuf(server) == 2 * 8192
+        # the next stretch counts its own publishes, not the earlier ones': bulk, so it grows
+        bulk = 2 * small + GROW_AFTER // (2 * BULK_PUBLISH)
+        assert window.read(GROW_AFTER, bulk) and rcvbuf(server) == 2 * 16384
+        assert window.read(GROW_AFTER, bulk) and rcvbuf(server) == 2 * 32768  # no publish: grows
+
+
+async def test_small_publishes_on_a_slower_link_grow_the_window() -> None:
+    """On a link whose handshake took FAST_LINK_RTT or more the small window would cap a
+    small-message publisher below what the broker routes: it grows after GROW_AFTER bytes, as does
+    a connection whose round trip the platform does not say."""
+    for rtt in (FAST_LINK_RTT, None):
+        with accepted() as (_, server, held):
+            assert bound_window(held, 8192, 0)
+            window = Window(held, 8192, 1 << 20, rtt)
+            assert window.read(GROW_AFTER, GROW_AFTER // 200) and rcvbuf(server) == 2 * 16384
 
 
 async def test_the_kernel_cap_ends_the_growth() -> None:
