@@ -30,7 +30,7 @@ leaves the window as it is. There the small window costs nothing (over 400k publ
 at 0.25 ms), and it is what packs such a publisher's writes: a client whose window is closed
 only copies each publish into its send buffer, and the segments go out full when the broker reads;
 behind a window that is never closed each publish is a packet of its own, sent through loopback in
-the client's own call (benchmarks/RESULTS.md, "the publisher's packets").
+the client's own call (benchmarks/RESULTS.md, "Small publishes keep the small window").
 """
 
 from __future__ import annotations
