@@ -177,9 +177,9 @@ def cpu_and_wait(pid: int) -> tuple[float, float]:
 def sample_cpu(broker: int, stop: threading.Event, seen: dict[str, Any]) -> None:
     """The broker's CPU and wait for a core from the start until ``stop``, and each
     load-generating client's (this script's forks started since, not the samplers' ``ss``), read
-    every 20 ms, as last seen before it exited. When the machine's cores are the limit, every process waits for
-    one about as long as it runs, and the throughput is the cores over the sum of everyone's CPU
-    per message."""
+    every 20 ms, as last seen before it exited. When the machine's cores are the limit, every
+    process waits for one about as long as it runs, and the throughput is the cores over the sum
+    of everyone's CPU per message."""
     start = time.perf_counter()
     cpu0, wait0 = cpu_and_wait(broker)
     clients: dict[int, tuple[float, float]] = {}

@@ -150,8 +150,9 @@ class App:
             await trio.aclose_forcefully(stream)
             return
         settings = self.settings
-        bounded = bound_window(sock, settings.amqp_rcvbuf, settings.amqp_rcvbuf_long_link_rtt)
-        window = Window(sock, settings.amqp_rcvbuf if bounded else 0, settings.amqp_rcvbuf_max, handshake_rtt(sock))
+        rtt = handshake_rtt(sock)
+        bounded = bound_window(sock, settings.amqp_rcvbuf, settings.amqp_rcvbuf_long_link_rtt, rtt)
+        window = Window(sock, settings.amqp_rcvbuf if bounded else 0, settings.amqp_rcvbuf_max, rtt)
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,

@@ -95,16 +95,15 @@ def handshake_rtt(sock: trio.socket.SocketType) -> float | None:
     return float(_TCPI_RTT.unpack_from(info, _TCPI_RTT_OFFSET)[0]) / 1e6
 
 
-def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float) -> bool:
+def bound_window(sock: trio.socket.SocketType, rcvbuf: int, long_link_rtt: float, rtt: float | None) -> bool:
     """The small window every connection starts with (``amqp_rcvbuf``; the kernel doubles it) for
-    a freshly accepted socket, unless its round trip is ``long_link_rtt`` seconds or more (0: no
-    exemption). Returns whether the window was set."""
+    a freshly accepted socket, unless its round trip (``rtt``, the handshake's from
+    ``handshake_rtt``; None where unknown) is ``long_link_rtt`` seconds or more (0: no exemption).
+    Returns whether the window was set."""
     if not rcvbuf:
         return False
-    if long_link_rtt:
-        rtt = handshake_rtt(sock)
-        if rtt is not None and rtt >= long_link_rtt:
-            return False
+    if long_link_rtt and rtt is not None and rtt >= long_link_rtt:
+        return False
     return _set_rcvbuf(sock, rcvbuf)
 
 
@@ -135,11 +134,10 @@ class Window:
         if self._until > 0:
             return True
         publishes = published - self._published
+        self._published = published
         if self._fast and publishes and GROW_AFTER - self._until < BULK_PUBLISH * publishes:
             self._until = GROW_AFTER
-            self._published = published
             return True
-        self._published = published
         want = min(self.size * 2, self.limit)
         if not _set_rcvbuf(self._sock, want):
             self.limit = self.size

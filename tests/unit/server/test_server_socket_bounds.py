@@ -43,7 +43,7 @@ async def test_the_handshake_round_trip_is_read_from_the_kernel() -> None:
 async def test_the_latency_window_is_set_on_a_short_link() -> None:
     with accepted() as (_, server, held):
         before = rcvbuf(server)
-        assert bound_window(held, 8192, 0.002)  # loopback is no long link
+        assert bound_window(held, 8192, 0.002, handshake_rtt(held))  # loopback is no long link
         assert rcvbuf(server) == 2 * 8192 < before  # Linux doubles what it is given
 
 
@@ -51,16 +51,16 @@ async def test_a_long_link_keeps_its_autotuned_window() -> None:
     with accepted() as (_, server, held):
         before = rcvbuf(server)
         # every link is long next to a nanosecond: loopback's microseconds are above it
-        assert not bound_window(held, 8192, 1e-9)
+        assert not bound_window(held, 8192, 1e-9, handshake_rtt(held))
         assert rcvbuf(server) == before
-        assert bound_window(held, 8192, 0)  # 0: no link is exempt
+        assert bound_window(held, 8192, 0, handshake_rtt(held))  # 0: no link is exempt
         assert rcvbuf(server) == 2 * 8192
 
 
 async def test_no_window_is_set_without_the_setting() -> None:
     with accepted() as (_, server, held):
         before = rcvbuf(server)
-        assert not bound_window(held, 0, 0)
+        assert not bound_window(held, 0, 0, handshake_rtt(held))
         assert rcvbuf(server) == before
 
 
@@ -77,7 +77,7 @@ async def test_the_held_window_is_set_on_the_real_socket_and_only_when_configure
 
 async def test_the_window_doubles_after_each_mib_read_up_to_its_limit() -> None:
     with accepted() as (_, server, held):
-        assert bound_window(held, 8192, 0)
+        assert bound_window(held, 8192, 0, handshake_rtt(held))
         window = Window(held, 8192, 32768)
         assert window.growing
         assert window.read(GROW_AFTER - 1) and rcvbuf(server) == 2 * 8192  # one byte short
@@ -92,7 +92,7 @@ async def test_small_publishes_on_a_fast_link_keep_the_small_window() -> None:
     connection whose handshake was fast (loopback's, measured here); a bulk stretch later does, and
     so does a stretch with no publish in it (a consumer's acks)."""
     with accepted() as (_, server, held):
-        assert bound_window(held, 8192, 0)
+        assert bound_window(held, 8192, 0, handshake_rtt(held))
         window = Window(held, 8192, 1 << 20, handshake_rtt(held))
         small = GROW_AFTER // 200 + 1  # ~200 bytes a publish
         assert window.read(GROW_AFTER, small) and rcvbuf(server) == 2 * 8192
@@ -109,7 +109,7 @@ async def test_small_publishes_on_a_slower_link_grow_the_window() -> None:
     a connection whose round trip the platform does not say."""
     for rtt in (FAST_LINK_RTT, None):
         with accepted() as (_, server, held):
-            assert bound_window(held, 8192, 0)
+            assert bound_window(held, 8192, 0, handshake_rtt(held))
             window = Window(held, 8192, 1 << 20, rtt)
             assert window.read(GROW_AFTER, GROW_AFTER // 200) and rcvbuf(server) == 2 * 16384
 
