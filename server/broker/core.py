@@ -35,6 +35,7 @@ from .parameters import RuntimeParameters
 from .policies import Policy, PolicyStore, apply_policies
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
+from .totals import Retired
 from .vhost import VHost
 
 __all__ = ["MIRROR_BACKLOG_MAX", "STORE_BACKLOG_MAX", "Broker", "BrokerObserver", "Limits"]
@@ -52,12 +53,7 @@ class BrokerObserver(Protocol):
 
 @dataclass(slots=True)
 class Counters:
-    published: int = 0
-    delivered: int = 0
-    acked: int = 0
-    confirmed: int = 0
-    returned_unroutable: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, int] = field(default_factory=dict)  # churn events since the start (``churn``)
 
 
 class Broker:
@@ -73,6 +69,7 @@ class Broker:
         self.held = HeldTally()  # what every queue holds, kept by the queues as it changes (held.py)
         self.limits = limits
         self.counters = Counters()
+        self.retired = Retired()  # what deleted queues, exchanges and vhosts had counted (totals.py)
         self._spill_factory = spill_factory
         self.store = StoreOutbox(store_enabled)
         self.mirrors = MirrorOutbox()
@@ -124,6 +121,7 @@ class Broker:
         self._close_connections(lambda session: session.vhost is vhost, f"vhost '{name}' is deleted")
         for queue_name in list(vhost.queues):
             vhost.delete_queue(queue_name)
+        self.retired.vhost_gone(vhost)
         self.delivery.window_deleted("exchange", name)  # and every other dedup window of the vhost
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]

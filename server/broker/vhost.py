@@ -38,6 +38,7 @@ from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
+from .totals import Retired
 
 __all__ = ["PREDECLARED", "VHost", "VHostOwner"]
 
@@ -78,6 +79,7 @@ class VHostOwner(Protocol):
     resident_max_messages: int
     resident_max_bytes: int
     held: HeldTally  # shared by every queue (queues/held.py)
+    retired: Retired  # the counts of deleted queues and exchanges (totals.py)
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
 
@@ -179,6 +181,7 @@ class VHost:
         if if_unused and (exchange.has_bindings() or self.bound_from.is_bound(EXCHANGE, name)):
             raise errors.in_use("exchange", name, self.name)
         del self.exchanges[name]
+        self.broker.retired.exchange_gone(exchange)
         self.bound_from.source_gone(exchange)
         self.broker.delivery.window_deleted("exchange", self.name, name)
         self.mirrored.discard(name)
@@ -329,6 +332,7 @@ class VHost:
             if not mine:
                 del self._owned[queue.exclusive_owner]
         self.broker.churn("queue_deleted")
+        self.broker.retired.queue_gone(queue)
         self.broker.delivery.queue_deleted(queue)
         self._unbind_everywhere(QUEUE, name)
         if queue.durable:  # with its bindings
