@@ -6,7 +6,8 @@ Task tree::
     serve                 root nursery: clock, stream pump, sender, flusher (and its timer),
                           mirror writer, pager
       conns               handler nursery for every connection (AMQP and HTTP)
-        listeners         serve_listeners(amqp), serve_listeners(http), signal watcher
+        listeners         serve_listeners(amqp), serve_listeners(http), the Prometheus port's if set,
+                          signal watcher
 
 On SIGINT/SIGTERM the listeners stop, every AMQP client gets connection.close 320, connections get
 ``shutdown_grace`` seconds to finish, then the store and the definitions log make their final fsync.
@@ -223,6 +224,8 @@ class App:
             wanted.append(("http", s.http_host, s.http_port))
             if self._tls is not None and s.https_port is not None:
                 wanted.append(("https", s.http_host, s.https_port))
+            if s.prometheus_port is not None:
+                wanted.append(("prometheus", s.http_host, s.prometheus_port))
         bound: dict[str, list[trio.SocketListener]] = {}
         for name, host, port in wanted:
             try:
@@ -254,6 +257,12 @@ class App:
             elif name == "https" and tls is not None:
                 wrapped = [trio.SSLListener(lst, tls, https_compatible=True) for lst in sockets]
                 listeners.start_soon(_serve, wrapped, self.http_server.handle, conns)
+            elif name == "prometheus":
+                from headrace.server.http.prometheus import router as prometheus_routes
+                from headrace.server.net.http_conn import HTTPServer
+
+                self.prometheus_server = HTTPServer(self, prometheus_routes)
+                listeners.start_soon(_serve, sockets, self.prometheus_server.handle, conns)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         s = self.settings

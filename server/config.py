@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     # what GET /metrics (Prometheus text, no credentials) tells: "off" = not served (404),
     # "aggregate" = totals per vhost without queue names, "per-queue" = every queue by name
     metrics: Literal["off", "aggregate", "per-queue"] = "off"
+    # the rabbitmq_prometheus plugin's endpoint (RabbitMQ's metric names, no credentials) on this
+    # port of http_host: /metrics (node-wide totals) and /metrics/per-object (every queue by
+    # name). None = not listening, as the plugin is off until enabled; the plugin's port is 15692
+    prometheus_port: int | None = Field(None, ge=0, le=65535)
 
     # TLS (amqps and https); enabled when a certificate and key are given
     amqps_port: int | None = Field(None, ge=0, le=65535)  # RabbitMQ's default is 5671

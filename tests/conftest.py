@@ -27,6 +27,7 @@ class BrokerProcess:
         self.lines: list[str] = []
         self.amqp_port = 0
         self.http_port = 0
+        self.ports: dict[str, int] = {}  # every listener's port, from the ports file
         self._ready = threading.Event()
 
     def start(self) -> BrokerProcess:
@@ -43,7 +44,7 @@ class BrokerProcess:
         if not self._ready.wait(READY_TIMEOUT) or self.proc.poll() is not None:
             self.stop()
             raise RuntimeError("broker did not start:\n" + "".join(self.lines[-40:]))
-        ports = json.loads(ports_file.read_text())
+        ports = self.ports = json.loads(ports_file.read_text())
         self.amqp_port = ports["amqp"]
         self.http_port = ports.get("http", 0)
         return self

@@ -14,10 +14,11 @@ from headrace.queues import Queue
 from headrace.server.broker import Broker
 from headrace.server.broker.stream_queue import StreamQueue
 
-__all__ = ["render_metrics"]
+__all__ = ["escape_label", "render_metrics"]
 
 
-def _esc(value: str) -> str:
+def escape_label(value: str) -> str:
+    """A label value in the exposition format: backslash, double quote and newline escaped."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -33,10 +34,10 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
     # one group of queues per sample: each queue by name, or all of a vhost's queues together
     if per_queue:
         prefix = "headrace_queue"
-        groups = [(f'{{vhost="{_esc(q.vhost)}",queue="{_esc(q.name)}"}}', [q]) for q in broker.queues()]
+        groups = [(f'{{vhost="{escape_label(q.vhost)}",queue="{escape_label(q.name)}"}}', [q]) for q in broker.queues()]
     else:
         prefix = "headrace_vhost"
-        groups = [(f'{{vhost="{_esc(v.name)}"}}', list(v.queues.values())) for v in broker.vhosts.values()]
+        groups = [(f'{{vhost="{escape_label(v.name)}"}}', list(v.queues.values())) for v in broker.vhosts.values()]
         family("headrace_vhost_queues", "gauge", "Queues.", [(lbl, len(qs)) for lbl, qs in groups])
 
     def total(value: Callable[[Queue], int]) -> list[tuple[str, float]]:
@@ -57,13 +58,13 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
         if isinstance(q, StreamQueue):
             for c in q.describe_consumers():
                 if per_queue:
-                    lag.append((f'{{vhost="{_esc(q.vhost)}",queue="{_esc(q.name)}",'
-                                f'consumer="{_esc(c["consumer_tag"])}"}}', c["lag"]))
+                    lag.append((f'{{vhost="{escape_label(q.vhost)}",queue="{escape_label(q.name)}",'
+                                f'consumer="{escape_label(c["consumer_tag"])}"}}', c["lag"]))
     if per_queue:
         family("headrace_stream_consumer_lag", "gauge", "Stream messages a consumer has yet to read.", lag)
     else:
         family("headrace_vhost_stream_lag_max", "gauge", "Largest lag of a stream consumer.",
-               [(f'{{vhost="{_esc(v.name)}"}}', max((c["lag"] for q in v.queues.values()
+               [(f'{{vhost="{escape_label(v.name)}"}}', max((c["lag"] for q in v.queues.values()
                                                      if isinstance(q, StreamQueue)
                                                      for c in q.describe_consumers()), default=0))
                 for v in broker.vhosts.values()])

@@ -19,7 +19,7 @@ __all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "FLAG_DOCS", "FLAG_PROVIDERS", "NO
 NODE_NAME = "headrace@localhost"
 RABBITMQ_API_VERSION = "3.10.0"  # the RabbitMQ release whose management API this one follows
 # protocol names as RabbitMQ lists its listeners
-PROTOCOLS = {"amqp": "amqp", "amqps": "amqp/ssl", "http": "http", "https": "https"}
+PROTOCOLS = {"amqp": "amqp", "amqps": "amqp/ssl", "http": "http", "https": "https", "prometheus": "http/prometheus"}
 EXCHANGE_TYPES = [
     {"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": True},
     {"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": True},

@@ -26,7 +26,8 @@ from headrace.server.auth import LoginThrottled
 from headrace.server.http import router
 from headrace.server.http.node_facts import Listener, NodeFacts
 from headrace.server.http.rates import RateTracker
-from headrace.server.http.routes import HTTPError, Request, Response, error_response, json_response, parse_target
+from headrace.server.http.routes import HTTPError, Request, Response, Router, error_response, json_response, \
+    parse_target
 
 __all__ = ["HTTPServer"]
 
@@ -40,8 +41,12 @@ LINGER_SECONDS = 5.0
 
 
 class HTTPServer:
-    def __init__(self, app: Any) -> None:
+    """One listener's requests: the management API's routes by default, or another table (the
+    Prometheus port's, ``server/http/prometheus.py``)."""
+
+    def __init__(self, app: Any, routes: Router = router) -> None:
         self.app = app
+        self.router = routes
         self.broker = app.broker
         self.version = headrace.__version__
         self.max_body = app.settings.http_max_body
@@ -206,7 +211,7 @@ class HTTPServer:
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.now = time.time()
-        if not router.is_public(request.path):
+        if not self.router.is_public(request.path):
             try:
                 user = self._authenticate(request.headers.get("authorization"), peer_host)
             except LoginThrottled as exc:
@@ -219,7 +224,7 @@ class HTTPServer:
                 return error_response(HTTPError(401, "not_authorised", "Login failed",
                                                 [] if script else [("www-authenticate", 'Basic realm="headrace"')]))
             request.user = user
-        response = router.dispatch(self, request)
+        response = self.router.dispatch(self, request)
         response.definitions_ticket = self.app.after_batch()
         return response
 
