@@ -276,9 +276,10 @@ class App:
         return ctx
 
     def http_shutdown(self) -> None:
-        server = getattr(self, "http_server", None)
-        if server is not None:
-            server.shutdown()
+        for name in ("http_server", "prometheus_server"):
+            server = getattr(self, name, None)
+            if server is not None:
+                server.shutdown()
 
     def _write_ports(self) -> None:
         path = self.settings.ports_file

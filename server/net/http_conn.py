@@ -55,6 +55,8 @@ class HTTPServer:
         self.request_timeout = app.settings.http_request_timeout
         self.metrics = app.settings.metrics
         self._closing = False
+        # each connection's wait for its next request: shutdown ends the ones with nothing read yet
+        self._reading: dict[trio.CancelScope, h11.Connection] = {}
         self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
@@ -103,6 +105,11 @@ class HTTPServer:
     def shutdown(self) -> None:
         """Stop serving: each open consume stream is woken so it ends with its terminating chunk."""
         self._closing = True
+        for scope, conn in self._reading.items():
+            # idle between requests (a scraper's or a browser's kept-alive connection): closed at
+            # once, instead of holding shutdown for its grace period; one being read finishes
+            if conn.their_state is h11.IDLE and not conn.trailing_data[0]:
+                scope.cancel()
         for consumer in list(self.http_consumers.values()):
             consumer.wake()
 
@@ -112,7 +119,11 @@ class HTTPServer:
             while not self._closing:
                 # only reading the request and answering it are bounded: a consume stream lives on
                 with trio.move_on_after(self.request_timeout) as reading:
-                    request = await self._read_request(stream, conn)
+                    self._reading[reading] = conn
+                    try:
+                        request = await self._read_request(stream, conn)
+                    finally:
+                        del self._reading[reading]
                 if reading.cancelled_caught or request is None:
                     return  # timed out (slow or idle client) or the client went away
                 head_only = request.method == "HEAD"

@@ -3,6 +3,8 @@ scrape read by the Prometheus client library's own parser, as a Prometheus serve
 
 from __future__ import annotations
 
+import signal
+
 import httpx
 import pika
 import pytest
@@ -136,3 +138,16 @@ def test_off_by_default(broker_factory) -> None:
     assert "prometheus" not in plain.ports
     with pika.BlockingConnection(pika.URLParameters(plain.url)) as conn:
         assert conn.is_open
+
+
+def test_kept_alive_scrapes_do_not_hold_shutdown(broker_factory) -> None:
+    """Prometheus keeps its connection open between scrapes, as browsers keep theirs to the
+    management port: a stop closes such idle connections at once instead of waiting out the
+    grace period (60 s here, as is the request timeout) for them."""
+    proc = broker_factory(env={**BROKER_ENV, "HEADRACE_SHUTDOWN_GRACE": "60", "HEADRACE_HTTP_REQUEST_TIMEOUT": "60"})
+    with httpx.Client(base_url=f"http://127.0.0.1:{proc.ports['prometheus']}", timeout=10) as scraper, \
+            httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as api:
+        assert scraper.get("/metrics").status_code == 200
+        assert api.get("/api/overview").status_code == 200
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
