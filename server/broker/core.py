@@ -35,6 +35,7 @@ from .parameters import RuntimeParameters
 from .policies import Policy, PolicyStore, apply_policies
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
+from .firehose import Firehose
 from .totals import Retired
 from .vhost import VHost
 
@@ -70,6 +71,7 @@ class Broker:
         self.limits = limits
         self.counters = Counters()
         self.retired = Retired()  # what deleted queues, exchanges and vhosts had counted (totals.py)
+        self.firehose = Firehose()  # copies for traced vhosts' amq.rabbitmq.trace, published by tick
         self._spill_factory = spill_factory
         self.store = StoreOutbox(store_enabled)
         self.mirrors = MirrorOutbox()
@@ -320,6 +322,13 @@ class Broker:
     # ------------------------------------------------------------------ time and alarms
     def tick(self, now: float) -> None:
         """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
+        if self.firehose.pending:
+            delivery = self.delivery
+            vhosts = self.vhosts
+            self.firehose.flush(
+                lambda vhost, exchange, key, props, body: delivery.publish(vhost, exchange, key, props, body, now,
+                                                                           None, False),
+                lambda vhost: vhosts.get(vhost.name) is vhost)
         self.delivery.tick(self.vhosts, now)
         # saturation counts stalls in ticks of its own cadence (1 ms slack: float sums of 0.1)
         if now + 0.001 >= self._saturation_due:
@@ -330,6 +339,8 @@ class Broker:
         """Wall-clock time of the next TTL expiry, x-expires or delayed message, if any, or of the
         next saturation tick while a queue is saturated or stalled."""
         when = self.delivery.deadlines.earliest()
+        if self.firehose.pending:  # traced publishes and deliveries waiting for their copies
+            return float("-inf")
         saturation = self.delivery.saturation
         if saturation.saturated or saturation.stalled:
             due = self._saturation_due
@@ -345,6 +356,7 @@ class Broker:
         queue is armed (call after recovery)."""
         self.delivery.deadlines.on_earlier = on_earlier
         self.delivery.saturation.on_saturated = on_earlier
+        self.firehose.on_pending = on_earlier
         for vhost in self.vhosts.values():
             self.delivery.arm_all(vhost)
 

@@ -38,6 +38,7 @@ from .delivery import Delivery
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
+from .firehose import TRACE_EXCHANGE
 from .totals import Retired
 
 __all__ = ["PREDECLARED", "VHost", "VHostOwner"]
@@ -48,6 +49,7 @@ PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.topic", "topic"),
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
+    ("amq.rabbitmq.trace", "topic"),  # the firehose's (firehose.py): internal, as RabbitMQ's
 )
 QUEUE = DestinationKind.QUEUE
 # queue arguments a redeclare must repeat with the same value (RabbitMQ's declare_args): omitting
@@ -99,7 +101,9 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues.__contains__)}
         self.bound_from = BoundFrom()  # the exchanges bound to each queue and exchange
         for ex_name, ex_type in PREDECLARED:
-            self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True)
+            self.exchanges[ex_name] = make_exchange(ex_type, ex_name, durable=True,
+                                                    internal=ex_name == TRACE_EXCHANGE)
+        self.tracing = False  # the firehose copies its publishes and deliveries (firehose.py); off at start
         self.mirrored: set[str] = set()
         # mirror retention per exchange: (max_age_ms, max_bytes), None meaning unbounded
         self.mirror_retention: dict[str, tuple[int | None, int | None]] = {}

@@ -40,10 +40,19 @@ def publish(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     payload, props_raw = _message_body(body)
     if ctx.broker.users.topic_permissions:  # topic authorisation, as over AMQP
         check_topic_write(vhost, user_of(req).name, name, body.routing_key)
+    if vhost.tracing:
+        _trace(ctx, req, vhost, name, body.routing_key, props_raw, payload)
     result = ctx.broker.delivery.publish(vhost, name, body.routing_key, props_raw, payload, ctx.now)
     response = json_response(200, {"routed": result.routed})
     response.wait_ticket = result.ticket
     return response
+
+
+def _trace(ctx: Context, req: Request, vhost: VHost, exchange: str, routing_key: str, props_raw: bytes,
+           payload: bytes) -> None:
+    """The firehose's copy of an HTTP publish into a traced vhost: no AMQP connection or channel
+    (RabbitMQ's management publish names an internal one; here the connection is empty, channel 0)."""
+    ctx.broker.firehose.published(vhost, exchange, routing_key, props_raw, payload, None, "", 0, user_of(req).name)
 
 
 def _message_body(body: PublishBody) -> tuple[bytes, bytes]:
@@ -109,6 +118,8 @@ def publish_batch(ctx: Context, req: Request, vhost: VHost, name: str) -> Respon
     results = []
     ticket = 0
     for payload, props_raw, body in parsed:
+        if vhost.tracing:
+            _trace(ctx, req, vhost, exchange, body.routing_key, props_raw, payload)
         result = ctx.broker.delivery.publish(vhost, exchange, body.routing_key, props_raw, payload, ctx.now)
         ticket = max(ticket, result.ticket)
         results.append({"routed": result.routed, "confirmed": not result.rejected})
@@ -135,6 +146,8 @@ def get_messages(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
             break
         taken.append(entry)
         msg = entry.message
+        if vhost.tracing:
+            ctx.broker.firehose.delivered(vhost, queue.name, msg, entry.redelivered, "", 0, user_of(req).name)
         payload = msg.body if body.truncate is None else msg.body[:body.truncate]
         if body.encoding == "base64":
             text, encoding = base64.b64encode(payload).decode(), "base64"

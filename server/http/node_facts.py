@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.server.broker.node import NODE_NAME
+
 from .rates import CHURN
 
 __all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "FLAG_DOCS", "FLAG_PROVIDERS", "NODE_NAME", "RABBITMQ_API_VERSION", "Listener", "NodeFacts",
            "churn_counts", "cluster_name", "contexts_json", "listeners_json", "node_json"]
 
-NODE_NAME = "headrace@localhost"
 RABBITMQ_API_VERSION = "3.10.0"  # the RabbitMQ release whose management API this one follows
 # protocol names as RabbitMQ lists its listeners
 PROTOCOLS = {"amqp": "amqp", "amqps": "amqp/ssl", "http": "http", "https": "https", "prometheus": "http/prometheus"}

@@ -15,6 +15,7 @@ from typing import Any
 from headrace.exchanges import Binding
 from headrace.queues import Consumer, Queue
 from headrace.server.broker import VHost
+from headrace.server.broker.firehose import connection_label
 
 from headrace.server.amqp.properties import decode_properties
 
@@ -58,15 +59,11 @@ def visible_sessions(ctx: Context, req: Request) -> list[Any]:
             if s.user is not None and (user.can_monitor or s.user.name == user.name)]
 
 
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 host in brackets
-
-
 def connection_name(s: Any) -> str:
     """RabbitMQ's name for a connection, ``peer -> listener`` (``127.0.0.1:39884 -> 127.0.0.1:5672``):
     unique while the connection lives (a TCP connection's four addresses), and what tools that
     close or look up connections by name expect."""
-    return f"{_address(s.peer[0], s.peer[1])} -> {_address(s.local[0], s.local[1])}"
+    return connection_label(s.peer, s.local)
 
 
 def connection_basic_json(s: Any) -> dict[str, Any]:

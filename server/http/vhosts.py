@@ -45,7 +45,7 @@ def vhost_octets(ctx: Context, v: VHost) -> tuple[int, int]:
 def _vhost_json(ctx: Context, v: VHost, *, stats: bool = True) -> dict[str, Any]:
     """RabbitMQ's vhost object; ``stats=False`` (``disable_stats``) is its definition alone."""
     out = {"name": v.name, "description": "", "tags": [], "metadata": {"description": "", "tags": []},
-           "tracing": False, "default_queue_type": "classic", "cluster_state": {NODE_NAME: "running"}}
+           "tracing": v.tracing, "default_queue_type": "classic", "cluster_state": {NODE_NAME: "running"}}
     if not stats:
         return out
     ready = sum(q.messages_ready for q in v.queues.values())
@@ -74,13 +74,30 @@ def get_vhost(ctx: Context, req: Request, name: VHost) -> Response:
 
 @routes.put("/api/vhosts/{name}", admin=True)
 def put_vhost(ctx: Context, req: Request, name: str) -> Response:
+    """Creates the vhost if need be; ``tracing`` (true or false, as JSON or as the strings
+    rabbitmqadmin sends) switches the firehose (broker/firehose.py), which every start leaves off."""
+    body = req.json()
+    tracing = _flag(body.get("tracing")) if isinstance(body, dict) else None
     existed = name in ctx.broker.vhosts
-    ctx.broker.add_vhost(name)
+    vhost = ctx.broker.add_vhost(name)
+    if tracing is not None:
+        vhost.tracing = tracing
     user = user_of(req)
     if not existed and ctx.broker.users.permission(user.name, name) is None:
         # as RabbitMQ's management plugin does, the creator gets full permissions on a new vhost
         ctx.broker.users.set_permission(user.name, name, Permission())
     return Response(204 if existed else 201)
+
+
+_FLAGS: dict[Any, bool] = {True: True, False: False, "true": True, "false": False}
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, str)) and value in _FLAGS:
+        return _FLAGS[value]
+    raise HTTPError(400, "bad_request", f"tracing must be true or false, not {value!r}")
 
 
 @routes.delete("/api/vhosts/{name}", admin=True)

@@ -24,6 +24,7 @@ from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
 from headrace.server.broker.dead_letters import with_delivery_count
+from headrace.server.broker.firehose import connection_label
 from headrace.server.broker.reply_to import ReplyConsumer
 
 from .channel_stats import ChannelStats
@@ -120,6 +121,16 @@ class ChannelSession:
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                                msg.routing_key, props_raw, msg.body)
         self.session.wake()
+        if self.vhost.tracing:
+            self.trace_delivery(queue, entry)
+
+    def trace_delivery(self, queue: Queue, entry: QueueEntry) -> None:
+        """The firehose's copy of a delivery from a traced vhost (broker/firehose.py)."""
+        session = self.session
+        user = session.user
+        assert user is not None  # a channel opens only after connection.open
+        session.broker.firehose.delivered(self.vhost, queue.name, entry.message, entry.redelivered,
+                                          connection_label(session.peer, session.local), self.id, user.name)
 
     def deliver_reply(self, consumer_tag: str, exchange: str, routing_key: str, props_raw: bytes,
                       body: bytes) -> None:

@@ -81,6 +81,8 @@ def get(ch: ChannelSession, method: m.BasicGet) -> None:
     ch.conn.send_content(ch.id, m.BasicGetOk(
         delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
         routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
+    if ch.vhost.tracing:
+        ch.trace_delivery(queue, entry)
 
 
 def qos(ch: ChannelSession, method: m.BasicQos) -> None:

@@ -12,11 +12,14 @@ directly: a publish costs the same call it did as a ``ChannelSession`` method.
 
 from __future__ import annotations
 
+from typing import Any
+
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import PublishResult
+from headrace.server.broker.firehose import connection_label
 from headrace.server.broker.reply_to import rewrite_request
 from headrace.server.broker.settlement import ROUTED
 from headrace.server.broker.topic_auth import check_topic_write
@@ -35,6 +38,8 @@ def publish(ch: ChannelSession, event: ContentReceived) -> None:
     if ch.tx:
         _tx_buffer(ch, event)
         return
+    if ch.vhost.tracing:
+        _trace(ch, method.exchange, method.routing_key, props_raw, event.body, event.headers)
     _published(ch, event, ch.delivery.publish(ch.vhost, method.exchange, method.routing_key, props_raw,
                                               event.body, ch.session.now, event.headers))
 
@@ -62,6 +67,9 @@ def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
             contents.append((rewrite_request(event.props_raw, reply), event.body))
     finally:
         if contents:  # those before a failure, placed before it is raised (or one of theirs first)
+            if ch.vhost.tracing:
+                for props_raw, body in contents:
+                    _trace(ch, method.exchange, method.routing_key, props_raw, body, None)
             results: list[PublishResult] = []
             try:
                 ch.delivery.publish_run(ch.vhost, method.exchange, method.routing_key, contents,
@@ -104,6 +112,16 @@ def _may_publish(ch: ChannelSession, exchange: str, routing_key: str) -> None:
         user = session.user
         assert user is not None  # a channel opens only after connection.open
         check_topic_write(ch.vhost, user.name, exchange, routing_key)
+
+
+def _trace(ch: ChannelSession, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
+           headers: dict[str, Any] | None) -> None:
+    """The firehose's copy of a publish into a traced vhost (broker/firehose.py)."""
+    session = ch.session
+    user = session.user
+    assert user is not None  # a channel opens only after connection.open
+    session.broker.firehose.published(ch.vhost, exchange, routing_key, props_raw, body, headers,
+                                      connection_label(session.peer, session.local), ch.id, user.name)
 
 
 def _published_routed(ch: ChannelSession, count: int) -> None:
