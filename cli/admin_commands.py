@@ -111,7 +111,7 @@ def vhost() -> None:
 @vhost.command("list")
 @pass_client
 def vhost_list(c: Client) -> None:
-    c.show(c.call("GET", "/api/vhosts"), ["name", "messages"])
+    c.show(c.call("GET", "/api/vhosts"), ["name", "messages", "tracing"])
 
 
 @vhost.command("add")
@@ -120,6 +120,19 @@ def vhost_list(c: Client) -> None:
 def vhost_add(c: Client, name: str) -> None:
     c.call("PUT", f"/api/vhosts/{quote(name, safe='')}")
     c.done(f"vhost {name} added", "added", name=name)
+
+
+@vhost.command("trace")
+@click.argument("name")
+@click.argument("state", type=click.Choice(["on", "off"]))
+@pass_client
+def vhost_trace(c: Client, name: str, state: str) -> None:
+    """Switch the firehose tracer of a vhost (rabbitmqctl trace_on / trace_off): copies of its
+    publishes and deliveries go to its amq.rabbitmq.trace exchange. Off again at every start."""
+    path = f"/api/vhosts/{quote(name, safe='')}"
+    c.call("GET", path)  # an unknown vhost is an error here (404), not created by the PUT
+    c.call("PUT", path, {"tracing": state == "on"})
+    c.done(f"tracing {state} for vhost {name}", "tracing", name=name, tracing=state == "on")
 
 
 @vhost.command("delete")

@@ -145,3 +145,21 @@ def test_publish_exits_1_when_the_broker_does_not_confirm(broker):
     assert "published 2, routed 2" in r.stdout
     assert r.stderr == "Error: 1 of 2 messages were not confirmed by the broker\n"
     assert run(broker, "queue", "delete", q).exit_code == 0
+
+
+def test_vhost_trace_switches_the_firehose(broker):
+    vhost = f"t{uuid.uuid4().hex[:6]}"
+    assert run(broker, "vhost", "add", vhost).exit_code == 0
+    r = run(broker, "vhost", "trace", vhost, "on", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"action": "tracing", "vhost": "/", "name": vhost,
+                                                        "tracing": True}
+    rows = json.loads(run(broker, "vhost", "list", "--json").output)
+    assert next(row for row in rows if row["name"] == vhost)["tracing"] is True
+    r = run(broker, "vhost", "trace", vhost, "off")
+    assert r.exit_code == 0 and f"tracing off for vhost {vhost}" in r.output
+    rows = json.loads(run(broker, "vhost", "list", "--json").output)
+    assert next(row for row in rows if row["name"] == vhost)["tracing"] is False
+    r = run(broker, "vhost", "trace", "no-such-vhost", "on")
+    assert r.exit_code == 1 and "(HTTP 404)" in r.stderr
+    assert "no-such-vhost" not in [row["name"] for row in json.loads(run(broker, "vhost", "list", "--json").output)]
+    assert run(broker, "vhost", "trace", vhost, "maybe").exit_code == 2
