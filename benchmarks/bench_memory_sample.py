@@ -6,7 +6,8 @@
 In one process, no sockets: a broker's default vhost gets ``--queues`` queues, each holding
 ``--messages`` messages with an acking consumer on every other queue (half of them delivered,
 unacked), and ``--bindings`` topic bindings spread over them; ``--connections`` real sessions
-(each with one channel open) are opened on it. The shell samples this figure every
+(each with one channel open) are opened on it; they have no handler, so their output counts as
+sent (in the broker, a handler with output queued is in ``MemoryWatch.pending_output``). The shell samples this figure every
 0.5 s and after every 4 MiB read from clients, on the event loop. Prints one JSON line: the
 milliseconds per sample (median of 21) and the figure itself.
 """

@@ -161,7 +161,7 @@ class App:
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
                                         on_first_hold=shrinker(sock, settings.amqp_held_rcvbuf),
                                         grow=window.read if window.growing else None,
-                                        sender=self.sender,
+                                        sender=self.sender, pending_output=self.memory.pending_output,
                                         on_header=lambda: admission.header_received(ticket),
                                         on_authenticated=lambda: admission.leave(ticket))
         self.amqp_handlers.add(handler)

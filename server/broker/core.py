@@ -71,6 +71,8 @@ class Broker:
         self.limits = limits
         self.counters = Counters()
         self.retired = Retired()  # what deleted queues, exchanges and vhosts had counted (totals.py)
+        self.open_channels = 0  # channels open on every connection (the sessions count them)
+        self.tx_bytes = 0  # uncommitted transactional publishes held by every connection (``hold_tx``)
         self.firehose = Firehose()  # copies for traced vhosts' amq.rabbitmq.trace, published by tick
         self._spill_factory = spill_factory
         self.store = StoreOutbox(store_enabled)
@@ -369,13 +371,11 @@ class Broker:
 
     # ------------------------------------------------------------------ observation
     def held_memory(self) -> int:
-        """Bytes held for clients: messages in memory in every queue plus connections' unsent
-        output and uncommitted transactions. Unlike RSS this falls as soon as consumers drain, so an alarm on it clears."""
+        """Bytes held for clients: messages in memory in every queue plus uncommitted transactions
+        (the shell adds the connections' unsent output, which only it knows without a walk over
+        every connection). Unlike RSS this falls as soon as consumers drain, so an alarm on it clears."""
         held = self.held
-        total = held.entries * ENTRY_OVERHEAD + held.bytes  # the sum of every queue's ``memory``
-        for session in self.connections.values():
-            total += session.conn.bytes_pending + session.tx_bytes
-        return total
+        return held.entries * ENTRY_OVERHEAD + held.bytes + self.tx_bytes  # queues: the sum of their ``memory``
 
     def queues(self) -> list[Queue]:
         return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]

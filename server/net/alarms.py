@@ -18,8 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -62,17 +64,26 @@ def read_rss() -> int:
         return 0
 
 
-def held_memory(broker: Broker) -> int:
+class QueuedOutput(Protocol):
+    """A connection's output queued and not yet handed to its socket (an AMQP handler)."""
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+
+def held_memory(broker: Broker, pending_output: Iterable[QueuedOutput] = ()) -> int:
     """The "held" calculation: bytes of messages and output held for clients, plus what the
     queues, bindings, connections, channels and consumers themselves cost. Unlike RSS it falls as
-    soon as consumers drain or clients leave, so an alarm on it clears."""
+    soon as consumers drain or clients leave, so an alarm on it clears. ``pending_output``: the
+    connection handlers that may have output queued (``App.pending_output``); with counts kept
+    as objects come and go, nothing here walks every queue or every connection, since this runs
+    several times a second."""
     total = broker.held_memory() + broker.held.consumers * CONSUMER_COST
-    for vhost in broker.vhosts.values():  # no walk over the queues: this runs several times a second
+    for vhost in broker.vhosts.values():
         total += len(vhost.queues) * QUEUE_COST
         total += sum(exchange.binding_count for exchange in vhost.exchanges.values()) * BINDING_COST
-    for session in broker.connections.values():
-        total += CONNECTION_COST + len(session.channels) * CHANNEL_COST
-    return total
+    total += len(broker.connections) * CONNECTION_COST + broker.open_channels * CHANNEL_COST
+    return total + sum(handler.pending_bytes for handler in pending_output)
 
 
 @dataclass(slots=True)
@@ -140,6 +151,8 @@ class MemoryWatch:
     strategy: str = "held"  # or "rss"
     check_every: int = 0  # 0: MEMORY_CHECK_BYTES, or an eighth of ``limit`` when that is less
     received: int = 0  # bytes read from clients since the last sample
+    # the AMQP handlers that may have output queued (``App.pending_output``, kept by the handlers)
+    pending_output: dict[QueuedOutput, None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.check_every:
@@ -156,7 +169,7 @@ class MemoryWatch:
         self.received = 0
         broker = self.broker
         rss = read_rss()
-        used = held_memory(broker) if self.strategy == "held" else rss
+        used = held_memory(broker, self.pending_output) if self.strategy == "held" else rss
         broker.memory_rss = rss
         broker.memory_used = used
         memory_on = "memory" in broker.alarms

@@ -91,7 +91,7 @@ class AMQPConnectionHandler:
                  definitions_synced: Callable[[int], Awaitable[None]] = _synced,
                  on_read: Callable[[int], None] = _ignore,
                  on_first_hold: Callable[[], None] = _nothing, grow: Callable[[int, int], bool] | None = None,
-                 sender: Sender | None = None) -> None:
+                 sender: Sender | None = None, pending_output: dict[Any, None] | None = None) -> None:
         self.stream = stream
         # reads and writes: a plain TCP socket's fast path, or the stream itself (TLS)
         socket_io = stream_io(stream)
@@ -100,6 +100,10 @@ class AMQPConnectionHandler:
         self._socket_io = socket_io if sender is not None else None
         self._sender = sender if socket_io is not None else None
         self._writer_parked = False
+        # the handlers that may have output queued, shared by the shell (App.pending_output): this one
+        # is in it from a wake until its writes leave nothing pending, so the memory alarm's sample
+        # reads those alone instead of every connection (alarms.held_memory)
+        self._pending_output: dict[Any, None] = {} if pending_output is None else pending_output
         # the first time a saturated queue holds this publisher (app.py shrinks its receive window)
         self.on_first_hold: Callable[[], None] | None = on_first_hold
         # told the bytes of each read and the publishes so far while the receive window may grow,
@@ -139,10 +143,16 @@ class AMQPConnectionHandler:
         when it is not parked (it sends everything queued once its current send is done)."""
         if not self._woken:
             self._woken = True
+            self._pending_output[self] = None
             if self._writer_parked and self._sender is not None:
                 self._sender.want(self)
             else:
                 self._wake_event.set()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Output queued and not yet handed to the socket (the memory alarm's sample reads it)."""
+        return self.conn.bytes_pending
 
     def send_now(self) -> None:
         """The sender's round: one non-blocking write of everything queued, when that is all there
@@ -177,6 +187,8 @@ class AMQPConnectionHandler:
         stats.send_oct += nbytes
         stats.send_cnt += 1
         if not self.conn.bytes_pending:
+            if not self._woken:  # woken since the write began: more may be queued, the writer sends it
+                self._pending_output.pop(self, None)
             self.session.on_drain(time.time())
 
     async def run(self) -> None:
@@ -204,6 +216,7 @@ class AMQPConnectionHandler:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
                     await self.stream.aclose()
+            self._pending_output.pop(self, None)  # nothing of it is sent or held any more
 
     async def _receive(self) -> bytes:
         data = bytes(await self.io.receive_some(READ_SIZE))  # bytes already (sockets, TLS): no copy

@@ -272,7 +272,7 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ tx
     def tx_rollback(self) -> None:
-        self.session.tx_bytes -= self.txn.take()[2]
+        self.session.hold_tx(-self.txn.take()[2])
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:

@@ -85,7 +85,7 @@ def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
 def tx_commit(ch: ChannelSession) -> None:
     """Replay what the transaction held, in order: its publishes, then its settlements."""
     publishes, settlements, released = ch.txn.take()
-    ch.session.tx_bytes -= released
+    ch.session.hold_tx(-released)
     ch.tx = False
     try:
         for event in publishes:
@@ -161,7 +161,7 @@ def _published(ch: ChannelSession, event: ContentReceived, result: PublishResult
 
 def _tx_buffer(ch: ChannelSession, event: ContentReceived) -> None:
     session = ch.session
-    session.tx_bytes += ch.txn.hold_publish(event, session.broker.limits.max_tx_bytes)
+    session.hold_tx(ch.txn.hold_publish(event, session.broker.limits.max_tx_bytes))
     if session.broker.alarms and not session.blocked_sent:
         session.alarms_changed(session.broker.alarms)
 

@@ -182,6 +182,7 @@ class Session(SessionState):
                     self.channels[event.channel] = ChannelSession(self, event.channel, self.perms, self.confirms)
                     self.conn.accept_channel(event.channel)  # open-ok only once every check passed
                     self.broker.churn("channel_created")
+                    self.broker.open_channels += 1
                 elif kind is ChannelClosed:
                     self._drop_channel(event.channel)
                 elif kind is ConnectionClosed:
@@ -292,6 +293,7 @@ class Session(SessionState):
         channel = self.channels.pop(channel_id, None)
         if channel is not None:
             self.broker.churn("channel_closed")
+            self.broker.open_channels -= 1
             channel.close()
 
     def _cleanup(self) -> None:

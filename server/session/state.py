@@ -72,6 +72,12 @@ class SessionState:
         self.saturating: list[Queue] = []  # saturated queues the last batch published into
         self.last_queue = ""  # "the queue last declared on this channel" (spec), kept per connection
 
+    def hold_tx(self, nbytes: int) -> None:
+        """Uncommitted transactional publishes grew (or, negative, were released) by ``nbytes``:
+        this connection's count and the broker's total, which the memory alarm reads."""
+        self.tx_bytes += nbytes
+        self.broker.tx_bytes += nbytes
+
     def alarms_changed(self, alarms: frozenset[str]) -> None:
         """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
         if self.vhost is None or not self.capabilities.get("connection.blocked"):

@@ -487,3 +487,44 @@ async def test_a_paused_publisher_closed_by_the_management_api_goes_after_close_
     assert close.reply_code == 320 and "Closed via management plugin" in close.reply_text
     assert conn.done_at == t + CLOSE_TIMEOUT and conn.session.state is Lifecycle.CLOSED
 
+
+
+async def test_output_pending_is_counted_while_queued_and_forgotten_once_sent(autojump_clock):
+    """The memory alarm's sample reads the handlers in ``pending_output`` instead of walking every
+    connection: a handler is there while output waits behind a blocked writer, gone once sent."""
+    from headrace.server.net.alarms import held_memory
+
+    broker = make_broker()
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("q", owner=None, now=0.0)
+    for _ in range(20):
+        broker.delivery.publish(vhost, "", "q", b"\x00\x00", b"x" * 100_000, 0.0)
+    pending: dict[Any, None] = {}
+    client_stream, server_stream = trio.testing.lockstep_stream_pair()
+    handler = AMQPConnectionHandler(server_stream, broker, Settings(), Gate(), ("127.0.0.1", 40000), "test",
+                                    pending_output=pending)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(handler.run)
+        await client_stream.send_all(opening() + encode_method_frame(1, m.BasicConsume(queue="q", no_ack=True)))
+        await trio.testing.wait_all_tasks_blocked()
+        # the writer is blocked in send_all with what it took; a reply queued now waits behind it
+        await client_stream.send_all(encode_method_frame(2, m.ChannelOpen()))
+        await trio.testing.wait_all_tasks_blocked()
+        queued = handler.conn.bytes_pending
+        assert queued > 0 and handler in pending
+        assert held_memory(broker, pending) - held_memory(broker) == queued
+        received = 0
+        while received < 20 * 100_000:
+            data = await client_stream.receive_some()
+            received += data.count(b"x")
+        with trio.move_on_after(5):  # virtual time: a handler left behind fails below, not hangs
+            while True:
+                await trio.testing.wait_all_tasks_blocked()
+                if not handler.conn.bytes_pending and handler not in pending:
+                    break
+                await client_stream.receive_some()
+        assert handler not in pending
+        assert vhost.queues["q"].messages_ready == 0
+        assert broker.open_channels == 2
+        nursery.cancel_scope.cancel()
+    assert handler not in pending

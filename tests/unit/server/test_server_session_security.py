@@ -104,6 +104,7 @@ def test_uncommitted_transaction_is_held_memory_and_bounded():
     base = b.held_memory()
     session.handle(conn.receive_data(publish("q", b"a" * 1000) * 2), NOW)
     assert session.tx_bytes == 2004 and b.held_memory() >= base + 2004
+    assert b.tx_bytes == 2004 and b.open_channels == 1  # the broker's totals, which the alarm reads
     b.set_alarm("memory", True)
     assert session.read_paused  # a transactional publisher is paused too, before it commits ...
     assert (0, 10, 60) in methods(conn.data_to_send())  # ... and told so with connection.blocked
@@ -112,13 +113,14 @@ def test_uncommitted_transaction_is_held_memory_and_bounded():
     session.handle(conn.receive_data(encode_method_frame(1, m.TxCommit())), NOW)
     assert session.tx_bytes == 0 and b.vhosts["/"].queues["q"].messages_ready == 2
     session.handle(conn.receive_data(publish("q", b"b" * 1000) * 2 + encode_method_frame(1, m.TxRollback())), NOW)
-    assert session.tx_bytes == 0
+    assert session.tx_bytes == 0 and b.tx_bytes == 0
     conn.data_to_send()
     session.handle(conn.receive_data(publish("q", b"c" * 1000) * 3), NOW)  # the third crosses 3000
     assert closes(conn.data_to_send()) == [
         (1, 20, 406, "PRECONDITION_FAILED - transaction too large: uncommitted publishes exceed "
                      "max_tx_bytes (3000)")]
     assert session.tx_bytes == 0 and b.vhosts["/"].queues["q"].messages_ready == 2
+    assert b.tx_bytes == 0 and b.open_channels == 0  # the channel the 406 closed
 
 
 def test_refused_login_with_pipelined_open_sends_one_close():
