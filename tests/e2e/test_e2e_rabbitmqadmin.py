@@ -112,3 +112,15 @@ def test_policies_definitions_and_closing_a_connection(admin, broker, tmp_path):
         while True:
             conn.process_data_events(time_limit=1)
     assert closed.value.reply_code == 320
+
+
+def test_declare_vhost_with_tracing_switches_the_firehose(admin):
+    """rabbitmqadmin's vhost ``tracing`` (sent as the string "true"), as an operator turns the
+    firehose on and off without rabbitmqctl."""
+    assert admin("declare", "vhost", "name=adm-traced", "tracing=true") == "vhost declared\n"
+    rows = json.loads(admin("-f", "raw_json", "list", "vhosts"))
+    assert next(row for row in rows if row["name"] == "adm-traced")["tracing"] is True
+    admin("declare", "vhost", "name=adm-traced", "tracing=false")
+    rows = json.loads(admin("-f", "raw_json", "list", "vhosts"))
+    assert next(row for row in rows if row["name"] == "adm-traced")["tracing"] is False
+    admin("delete", "vhost", "name=adm-traced")
