@@ -21,6 +21,7 @@ from typing import Any
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp.properties import decode_properties
 from headrace.server.broker import Delivery, Settle, VHost
+from headrace.server.broker.firehose import Firehose
 
 __all__ = ["HTTPConsumer", "json_value", "properties_json"]
 
@@ -29,8 +30,9 @@ MAX_PREFETCH = 10_000  # an HTTP consumer holds at most this many unacked messag
 
 class HTTPConsumer:
     def __init__(self, delivery: Delivery, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None],
-                 user: str = "") -> None:
+                 user: str = "", firehose: Firehose | None = None) -> None:
         self.delivery = delivery
+        self.firehose = firehose  # copies deliveries while the vhost traces (broker/firehose.py)
         self.vhost = vhost
         self.user = user  # who opened the stream: only they (or an administrator) may settle
         self.queue = queue
@@ -48,6 +50,8 @@ class HTTPConsumer:
         return not self.closed and len(self.unacked) < self.prefetch
 
     def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry) -> None:
+        if self.vhost.tracing and self.firehose is not None:  # no connection or channel: "" and 0
+            self.firehose.delivered(self.vhost, queue.name, entry.message, entry.redelivered, "", 0, self.user)
         delivery_id = self._next
         self._next += 1
         self.unacked[delivery_id] = entry

@@ -3,6 +3,7 @@ API, a queue bound to ``amq.rabbitmq.trace``, pika publishing and consuming on a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pika
@@ -99,10 +100,17 @@ def test_http_publish_and_the_trace_exchange(broker, http, ch) -> None:
                          json={"routing_key": q, "payload": "via http", "properties": {},
                                "payload_encoding": "string"}).json() == {"routed": True}
         [(key, headers, body)] = take(ch, tq, 1)
+        with http.stream("GET", f"/api/queues/%2F/{q}/consume") as stream:  # a consume stream's delivery
+            lines = (json.loads(line) for line in stream.iter_lines() if line.strip())
+            next(lines)  # the consumer tag
+            assert next(lines)["payload"] == "via http"
+        [(streamed_key, streamed, _)] = take(ch, tq, 1)
     finally:
         set_tracing(http, "false")
     assert (key, body, headers["user"], headers["connection"], headers["channel"]) == \
         ("publish.", b"via http", "guest", "", 0)
+    assert (streamed_key, streamed["user"], streamed["connection"], streamed["redelivered"]) == \
+        (f"deliver.{q}", "guest", "", 0)
     assert http.get("/api/vhosts/%2F").json()["tracing"] is False
     r = http.put("/api/vhosts/%2F", json={"tracing": "maybe"})
     assert r.status_code == 400 and "tracing must be true or false" in r.json()["reason"]
