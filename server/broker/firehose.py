@@ -71,12 +71,12 @@ class Firehose:
                   headers: dict[str, Any] | None, connection: str, channel: int, user: str) -> None:
         """A publish into ``exchange`` of the traced ``vhost`` (before it was placed: the queues it
         routes to are found again here, which costs only while tracing)."""
-        if exchange == TRACE_EXCHANGE:
+        target = vhost.exchanges.get(exchange)
+        if target is None or target.internal:  # refused (404, 403) as it is placed: nothing entered
             return
         if headers is None and props_raw:
             headers = decode_properties(props_raw).headers
-        target = vhost.exchanges.get(exchange)
-        routed = list(target.route(routing_key, headers, vhost.exchanges.get).queues) if target is not None else []
+        routed = list(target.route(routing_key, headers, vhost.exchanges.get).queues)
         table = {"exchange_name": exchange, "routing_keys": _routing_keys(routing_key, headers),
                  "properties": _properties_table(props_raw), "node": NODE_NAME, "vhost": vhost.name,
                  "connection": connection, "channel": channel, "user": user, "routed_queues": routed}

@@ -80,6 +80,10 @@ def test_copies_are_not_traced_and_nothing_is_while_off(broker, http, ch) -> Non
     ch.basic_publish("", q, b"before")  # tracing off: never copied
     set_tracing(http, True)
     try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):  # refused: not a publish to trace
+            refused = ch.connection.channel()
+            refused.basic_publish("no-such-exchange", "k", b"lost")
+            refused.queue_declare(q, passive=True)
         ch.basic_publish("amq.direct", "nowhere", b"first", mandatory=False)
         assert [(k, h["routed_queues"]) for k, h, _ in take(ch, tq, 1)] == [("publish.amq.direct", [])]
         ch.basic_publish("", q, b"marker")  # after the trace queue's own delivery above
