@@ -1,0 +1,73 @@
+"""The firehose without a network: a real Broker and Session fed AMQP bytes, the copies taken from
+a queue bound to amq.rabbitmq.trace after ``Broker.tick`` (which publishes them)."""
+
+from __future__ import annotations
+
+import struct
+
+from session_support import NOW, handshake
+
+from headrace.exchanges import DestinationKind
+from headrace.server.amqp import methods as m
+from headrace.server.amqp.codec import encode_frame, encode_method_frame
+from headrace.server.amqp.connection import AMQPConnection
+from headrace.server.broker import Broker
+from headrace.server.session import Session
+
+
+def publish(routing_key: str, body: bytes) -> bytes:
+    return (encode_method_frame(1, m.BasicPublish(exchange="", routing_key=routing_key))
+            + encode_frame(2, 1, struct.pack(">HHQ", 60, 0, len(body)) + b"\x00\x00")
+            + encode_frame(3, 1, body))
+
+
+def traced_broker() -> tuple[Broker, Session, AMQPConnection]:
+    broker = Broker()
+    broker.ensure_default("/", "guest", "guest")
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("q", now=NOW, owner=None)
+    vhost.declare_queue("trace", now=NOW, owner=None)
+    vhost.bind("amq.rabbitmq.trace", "trace", DestinationKind.QUEUE, "#", None)
+    vhost.tracing = True
+    conn = AMQPConnection(server_properties={})
+    session = Session(broker, conn, peer=("127.0.0.1", 40000), local=("127.0.0.1", 5672))
+    session.handle(conn.receive_data(handshake()), NOW)
+    conn.data_to_send()
+    return broker, session, conn
+
+
+def copies(broker: Broker) -> list[tuple[str, bytes, dict]]:
+    vhost = broker.vhosts["/"]
+    out = []
+    while (entry := broker.delivery.get(vhost, vhost.queues["trace"], NOW, no_ack=True, owner=None)) is not None:
+        out.append((entry.message.routing_key, entry.message.body, dict(entry.message.headers or {})))
+    return out
+
+
+def test_a_run_of_publishes_is_copied_one_by_one_in_order_when_the_clock_ticks() -> None:
+    broker, session, conn = traced_broker()
+    session.handle(conn.receive_data(b"".join(publish("q", b"m%d" % i) for i in range(5))), NOW)
+    assert broker.vhosts["/"].queues["trace"].messages_ready == 0  # waiting for the clock
+    assert broker.next_deadline() == float("-inf")
+    broker.tick(NOW)
+    got = copies(broker)
+    assert [(key, body) for key, body, _ in got] == [("publish.", b"m%d" % i) for i in range(5)]
+    assert got[0][2]["routed_queues"] == ["q"] and got[0][2]["connection"] == "127.0.0.1:40000 -> 127.0.0.1:5672"
+    assert broker.next_deadline() is None
+
+
+def test_a_delivery_is_copied_and_the_copies_of_a_vhost_switched_off_or_gone_are_dropped() -> None:
+    broker, session, conn = traced_broker()
+    session.handle(conn.receive_data(publish("q", b"one") + encode_method_frame(1, m.BasicGet(queue="q", no_ack=True))),
+                   NOW)
+    broker.tick(NOW)
+    assert [key for key, _, _ in copies(broker)] == ["publish.", "deliver.q"]
+    session.handle(conn.receive_data(publish("q", b"two")), NOW)
+    broker.vhosts["/"].tracing = False  # before the clock published it
+    broker.tick(NOW)
+    assert copies(broker) == []
+    broker.add_vhost("v").tracing = True
+    broker.firehose.published(broker.vhosts["v"], "amq.direct", "k", b"\x00\x00", b"x", None, "", 0, "guest")
+    assert broker.delete_vhost("v")
+    broker.tick(NOW)  # its copy has nowhere to go: dropped, nothing raised
+    assert broker.firehose.pending == []
