@@ -28,19 +28,10 @@ from headrace.server.amqp.properties import BasicProperties, decode_properties, 
 
 from .node import NODE_NAME
 
-__all__ = ["TRACE_EXCHANGE", "Firehose", "connection_label"]
+__all__ = ["TRACE_EXCHANGE", "Firehose"]
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 _PROPERTY_NAMES = tuple(f.name for f in fields(BasicProperties))
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 host in brackets
-
-
-def connection_label(peer: tuple[str, int], local: tuple[str, int]) -> str:
-    """RabbitMQ's name for a connection, ``peer -> listener`` (``127.0.0.1:39884 -> 127.0.0.1:5672``)."""
-    return f"{_address(peer[0], peer[1])} -> {_address(local[0], local[1])}"
 
 
 def _properties_table(props_raw: bytes) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from headrace.exchanges import Binding
 from headrace.queues import Consumer, Queue
 from headrace.server.broker import VHost
-from headrace.server.broker.firehose import connection_label
+from headrace.server.broker.node import connection_label
 
 from headrace.server.amqp.properties import decode_properties
 

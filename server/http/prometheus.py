@@ -109,7 +109,8 @@ def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
     churn = broker.counters.extra
     one("rabbitmq_connections", "gauge", "Connections currently open", len(sessions))
     one("rabbitmq_channels", "gauge", "Channels currently open", sum(len(s.channels) for s in sessions))
-    one("rabbitmq_consumers", "gauge", "Consumers currently connected", sum(q.consumer_count for q in queues))
+    consumers = sum(q.consumer_count for q in queues)
+    one("rabbitmq_consumers", "gauge", "Consumers currently connected", consumers)
     one("rabbitmq_queues", "gauge", "Queues available", len(queues))
     for name, event, help_text in (
             ("rabbitmq_connections_opened_total", "connection_created", "Total number of connections opened"),
@@ -174,7 +175,6 @@ def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
         "Total number of times basic.get operations fetched no message", every.get_empty)
 
     publishers = sum(1 for s in sessions if s.published)
-    consumers = sum(q.consumer_count for q in queues)
     one("rabbitmq_global_consumers", "gauge", "Current number of consumers", consumers, PROTOCOL)
     one("rabbitmq_global_publishers", "gauge", "Current number of publishers", publishers, PROTOCOL)
     one("rabbitmq_global_messages_received_total", "counter", "Total number of messages received from publishers",

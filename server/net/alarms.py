@@ -75,7 +75,7 @@ def held_memory(broker: Broker, pending_output: Iterable[QueuedOutput] = ()) -> 
     """The "held" calculation: bytes of messages and output held for clients, plus what the
     queues, bindings, connections, channels and consumers themselves cost. Unlike RSS it falls as
     soon as consumers drain or clients leave, so an alarm on it clears. ``pending_output``: the
-    connection handlers that may have output queued (``App.pending_output``); with counts kept
+    connection handlers that may have output queued (``MemoryWatch.pending_output``); with counts kept
     as objects come and go, nothing here walks every queue or every connection, since this runs
     several times a second."""
     total = broker.held_memory() + broker.held.consumers * CONSUMER_COST
@@ -151,7 +151,7 @@ class MemoryWatch:
     strategy: str = "held"  # or "rss"
     check_every: int = 0  # 0: MEMORY_CHECK_BYTES, or an eighth of ``limit`` when that is less
     received: int = 0  # bytes read from clients since the last sample
-    # the AMQP handlers that may have output queued (``App.pending_output``, kept by the handlers)
+    # the AMQP handlers that may have output queued (each puts itself in and takes itself out)
     pending_output: dict[QueuedOutput, None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -100,7 +100,7 @@ class AMQPConnectionHandler:
         self._socket_io = socket_io if sender is not None else None
         self._sender = sender if socket_io is not None else None
         self._writer_parked = False
-        # the handlers that may have output queued, shared by the shell (App.pending_output): this one
+        # the handlers that may have output queued, shared by the shell (MemoryWatch.pending_output): this one
         # is in it from a wake until its writes leave nothing pending, so the memory alarm's sample
         # reads those alone instead of every connection (alarms.held_memory)
         self._pending_output: dict[Any, None] = {} if pending_output is None else pending_output

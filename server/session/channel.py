@@ -24,7 +24,7 @@ from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
 from headrace.server.broker.dead_letters import with_delivery_count
-from headrace.server.broker.firehose import connection_label
+from headrace.server.broker.node import connection_label
 from headrace.server.broker.reply_to import ReplyConsumer
 
 from .channel_stats import ChannelStats

@@ -19,7 +19,7 @@ from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.events import ContentReceived
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import PublishResult
-from headrace.server.broker.firehose import connection_label
+from headrace.server.broker.node import connection_label
 from headrace.server.broker.reply_to import rewrite_request
 from headrace.server.broker.settlement import ROUTED
 from headrace.server.broker.topic_auth import check_topic_write
