@@ -60,8 +60,11 @@ class Firehose:
 
     def published(self, vhost: Any, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
                   headers: dict[str, Any] | None, connection: str, channel: int, user: str) -> None:
-        """A publish into ``exchange`` of the traced ``vhost`` (before it was placed: the queues it
-        routes to are found again here, which costs only while tracing)."""
+        """A publish into ``exchange`` of the traced ``vhost``; the queues it routes to are found
+        again here, which costs only while tracing. A session calls this once the publish is
+        placed (one refused for its expiration entered nothing), within its batch, whose
+        deliveries come after; the HTTP publish before placing it (its properties were checked as
+        its body was read), since its deliveries happen inside the placing."""
         target = vhost.exchanges.get(exchange)
         if target is None or target.internal:  # refused (404, 403) as it is placed: nothing entered
             return

@@ -12,7 +12,7 @@ import base64
 import binascii
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from .routes import HTTPError
 
@@ -79,6 +79,20 @@ class PropertiesBody(BaseModel):
     user_id: str | None = Field(None, max_length=255)
     app_id: str | None = Field(None, max_length=255)
     cluster_id: str | None = Field(None, max_length=255)
+
+    @field_validator("expiration")
+    @classmethod
+    def _expiration(cls, value: str | None) -> str | None:
+        """As an AMQP publish's (406 there): a whole publish-batch is refused before any of it is
+        published, rather than failing half-way through."""
+        if value is not None:
+            try:
+                if int(value) >= 0:
+                    return value
+            except ValueError:
+                pass
+            raise ValueError(f"invalid expiration '{value}' (milliseconds, a non-negative integer)")
+        return value
 
 
 def from_json_value(value: Any) -> Any:

@@ -38,10 +38,11 @@ def publish(ch: ChannelSession, event: ContentReceived) -> None:
     if ch.tx:
         _tx_buffer(ch, event)
         return
-    if ch.vhost.tracing:
+    result = ch.delivery.publish(ch.vhost, method.exchange, method.routing_key, props_raw, event.body,
+                                 ch.session.now, event.headers)
+    if ch.vhost.tracing:  # once placed: a publish the broker refused (a bad expiration) entered nothing
         _trace(ch, method.exchange, method.routing_key, props_raw, event.body, event.headers)
-    _published(ch, event, ch.delivery.publish(ch.vhost, method.exchange, method.routing_key, props_raw,
-                                              event.body, ch.session.now, event.headers))
+    _published(ch, event, result)
 
 
 def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
@@ -67,14 +68,14 @@ def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
             contents.append((rewrite_request(event.props_raw, reply), event.body))
     finally:
         if contents:  # those before a failure, placed before it is raised (or one of theirs first)
-            if ch.vhost.tracing:
-                for props_raw, body in contents:
-                    _trace(ch, method.exchange, method.routing_key, props_raw, body, None)
             results: list[PublishResult] = []
             try:
                 ch.delivery.publish_run(ch.vhost, method.exchange, method.routing_key, contents,
                                         ch.session.now, results)
             finally:
+                if ch.vhost.tracing:  # the placed ones: ``results`` stops at a publish that failed
+                    for props_raw, body in contents[:len(results)]:
+                        _trace(ch, method.exchange, method.routing_key, props_raw, body, None)
                 if not ch.confirm and all(result is ROUTED for result in results):
                     _published_routed(ch, len(results))  # the usual run: counts alone
                 else:

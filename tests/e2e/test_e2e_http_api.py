@@ -486,6 +486,20 @@ def test_publish_batch_confirms_and_bounds(broker, http):
     http.delete(f"/api/queues/%2F/{q}")
 
 
+def test_an_invalid_expiration_is_a_400_before_anything_is_published(broker, http):
+    q = unique("expq")
+    http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+    r = http.post("/api/exchanges/%2F/amq.default/publish",
+                  json={"routing_key": q, "payload": "x", "properties": {"expiration": "soon"}})
+    assert r.status_code == 400 and "invalid expiration 'soon'" in r.json()["reason"]
+    lines = [{"routing_key": q, "payload": "a", "properties": {"expiration": "60000"}},
+             {"routing_key": q, "payload": "b", "properties": {"expiration": "-1"}}]
+    r = http.post("/api/exchanges/%2F/amq.default/publish-batch", content="\n".join(json.dumps(x) for x in lines))
+    assert r.status_code == 400 and r.json()["reason"].startswith("line 2: properties.expiration")
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 0  # line 1 was not published either
+    http.delete(f"/api/queues/%2F/{q}")
+
+
 def test_publish_batch_is_503_with_retry_after_under_an_alarm(broker_factory):
     proc = broker_factory(env={"HEADRACE_MEMORY_HIGH_WATERMARK": "2000000"})  # 2 MB of held messages
     with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:

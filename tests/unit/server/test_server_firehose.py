@@ -15,9 +15,10 @@ from headrace.server.broker import Broker
 from headrace.server.session import Session
 
 
-def publish(routing_key: str, body: bytes) -> bytes:
+def publish(routing_key: str, body: bytes, expiration: bytes | None = None) -> bytes:
+    props = b"\x00\x00" if expiration is None else b"\x01\x00" + bytes([len(expiration)]) + expiration
     return (encode_method_frame(1, m.BasicPublish(exchange="", routing_key=routing_key))
-            + encode_frame(2, 1, struct.pack(">HHQ", 60, 0, len(body)) + b"\x00\x00")
+            + encode_frame(2, 1, struct.pack(">HHQ", 60, 0, len(body)) + props)
             + encode_frame(3, 1, body))
 
 
@@ -71,3 +72,19 @@ def test_a_delivery_is_copied_and_the_copies_of_a_vhost_switched_off_or_gone_are
     assert broker.delete_vhost("v")
     broker.tick(NOW)  # its copy has nowhere to go: dropped, nothing raised
     assert broker.firehose.pending == []
+
+
+def test_a_publish_the_broker_refuses_for_its_expiration_is_not_copied_alone_or_in_a_run() -> None:
+    broker, session, conn = traced_broker()
+    session.handle(conn.receive_data(publish("q", b"bad", expiration=b"soon")), NOW)
+    assert b"invalid expiration" in conn.data_to_send()  # the channel is closed with 406
+    broker.tick(NOW)
+    assert copies(broker) == []
+    broker, session, conn = traced_broker()
+    run = [publish("q", b"m0"), publish("q", b"m1", expiration=b"60000"), publish("q", b"m2", expiration=b"-1"),
+           publish("q", b"m3")]
+    session.handle(conn.receive_data(b"".join(run)), NOW)
+    assert b"invalid expiration" in conn.data_to_send()
+    broker.tick(NOW)
+    assert [body for _, body, _ in copies(broker)] == [b"m0", b"m1"]  # those placed before it, in order
+    assert broker.vhosts["/"].queues["q"].messages_ready == 2
