@@ -34,9 +34,10 @@ def add_stats(into: QueueStats, stats: QueueStats) -> None:
 
 @dataclass(slots=True)
 class VHostTotals:
-    """A vhost's counters that no queue holds: publishes into its exchanges, publishes confirmed,
-    routed nowhere (of which returned to a mandatory publisher), bytes of closed connections."""
+    """A vhost's counters that no queue holds: publishes into its exchanges, publishes on channels
+    in confirm mode and those confirmed, routed nowhere (of which returned to a mandatory publisher), bytes of closed connections."""
     published: int = 0
+    received_confirm: int = 0
     confirmed: int = 0
     unroutable: int = 0
     unroutable_returned: int = 0
@@ -63,6 +64,7 @@ class Retired:
 
 def _add_vhost(into: VHostTotals, vhost: Any) -> None:
     into.published += sum(ex.published_in for ex in vhost.exchanges.values())
+    into.received_confirm += vhost.received_confirm
     into.confirmed += vhost.confirmed
     into.unroutable += vhost.unroutable
     into.unroutable_returned += vhost.unroutable_returned
@@ -77,7 +79,8 @@ def node_totals(retired: Retired, vhosts: Iterable[Any]) -> tuple[dict[str, Queu
     for kind, stats in retired.queues.items():
         add_stats(by_type.setdefault(kind, QueueStats()), stats)
     r = retired.vhosts
-    total = VHostTotals(r.published, r.confirmed, r.unroutable, r.unroutable_returned, r.recv_oct, r.send_oct)
+    total = VHostTotals(r.published, r.received_confirm, r.confirmed, r.unroutable, r.unroutable_returned,
+                        r.recv_oct, r.send_oct)
     for vhost in vhosts:
         for queue in vhost.queues.values():
             add_stats(by_type.setdefault(queue.queue_type, QueueStats()), queue.stats)

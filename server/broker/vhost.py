@@ -111,10 +111,12 @@ class VHost:
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages()
         # the management API's per-vhost message_stats that no queue or exchange holds: publishes
-        # routed nowhere (counted by the delivery owner), returned to a mandatory publisher and
-        # confirmed (counted by the channels, per batch)
+        # routed nowhere (counted by the delivery owner), returned to a mandatory publisher,
+        # received on a channel in confirm mode and confirmed (counted by the channels, the last per
+        # batch); received and confirmed differ by the publishes nacked (reject-publish)
         self.unroutable = 0
         self.unroutable_returned = 0
+        self.received_confirm = 0
         self.confirmed = 0
         self.octets_closed = [0, 0]  # bytes received and sent by its connections now closed
 

@@ -179,10 +179,9 @@ def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
     one("rabbitmq_global_publishers", "gauge", "Current number of publishers", publishers, PROTOCOL)
     one("rabbitmq_global_messages_received_total", "counter", "Total number of messages received from publishers",
         vt.published, PROTOCOL)
-    # publishes on channels in confirm mode are not counted apart: those confirmed stand for them
-    # (the two differ by the publishes a reject-publish queue refused, which are nacked)
+    # the two differ by the publishes a reject-publish queue refused, which are nacked
     one("rabbitmq_global_messages_received_confirm_total", "counter",
-        "Total number of messages received from publishers expecting confirmations", vt.confirmed, PROTOCOL)
+        "Total number of messages received from publishers expecting confirmations", vt.received_confirm, PROTOCOL)
     one("rabbitmq_global_messages_confirmed_total", "counter",
         "Total number of messages confirmed to publishers", vt.confirmed, PROTOCOL)
     one("rabbitmq_global_messages_routed_total", "counter",

@@ -155,6 +155,7 @@ def _published(ch: ChannelSession, event: ContentReceived, result: PublishResult
     elif not result.routed:
         ch.stats.dropped += 1
     if ch.confirm:
+        ch.vhost.received_confirm += 1
         ch.publish_seq += 1
         ch.pending_confirms.append((ch.publish_seq, result.ticket, result.rejected))
         ch.confirms.confirming(ch)

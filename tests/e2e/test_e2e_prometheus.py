@@ -83,6 +83,21 @@ def test_totals_follow_the_traffic(broker, ch) -> None:
     assert identity["rabbitmq_cluster_permanent_id"].startswith("rabbitmq-cluster-id-")
 
 
+def test_a_nacked_publish_is_received_for_confirmation_and_not_confirmed(broker, ch) -> None:
+    q = unique("prom-full")
+    ch.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.confirm_delivery()
+    before = scrape(broker)
+    ch.basic_publish("", q, b"kept")
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", q, b"refused")  # the queue is full: nacked
+    after = scrape(broker)
+    received = value(after, "rabbitmq_global_messages_received_confirm_total", protocol="amqp091")
+    confirmed = value(after, "rabbitmq_global_messages_confirmed_total", protocol="amqp091")
+    assert received - value(before, "rabbitmq_global_messages_received_confirm_total", protocol="amqp091") == 2
+    assert confirmed - value(before, "rabbitmq_global_messages_confirmed_total", protocol="amqp091") == 1
+
+
 def test_per_object_names_each_queue_and_metrics_names_none(broker, ch) -> None:
     q = unique("prom-depth")
     ch.queue_declare(q)
