@@ -325,17 +325,22 @@ class Broker:
     def tick(self, now: float) -> None:
         """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
         if self.firehose.pending:
-            delivery = self.delivery
-            vhosts = self.vhosts
-            self.firehose.flush(
-                lambda vhost, exchange, key, props, body: delivery.publish(vhost, exchange, key, props, body, now,
-                                                                           None, False),
-                lambda vhost: vhosts.get(vhost.name) is vhost)
+            self.publish_traces(now)
         self.delivery.tick(self.vhosts, now)
         # saturation counts stalls in ticks of its own cadence (1 ms slack: float sums of 0.1)
         if now + 0.001 >= self._saturation_due:
             self._saturation_due = now + SATURATION_TICK
             self.delivery.saturation.tick()
+
+    def publish_traces(self, now: float) -> None:
+        """The firehose's waiting copies, published into their vhosts' trace exchange: by a session
+        once its batch is dispatched, by the clock for the rest (broker/firehose.py)."""
+        delivery = self.delivery
+        vhosts = self.vhosts
+        self.firehose.flush(
+            lambda vhost, exchange, key, props, body: delivery.publish(vhost, exchange, key, props, body, now,
+                                                                       None, False),
+            lambda vhost: vhosts.get(vhost.name) is vhost)
 
     def next_deadline(self) -> float | None:
         """Wall-clock time of the next TTL expiry, x-expires or delayed message, if any, or of the

@@ -10,10 +10,12 @@ publish) call ``published`` / ``delivered`` while their vhost's ``tracing`` is o
 costs a message anything. Switched per vhost (``VHost.tracing``, the management API's vhost
 ``tracing``), and, as in RabbitMQ, off at every start.
 
-Why the copies wait in ``pending`` for the clock (``Broker.tick`` calls ``flush``; a first pending
-copy asks the clock to look at once): a delivery happens inside the delivery owner's dispatch,
-and publishing the copy there would enqueue and dispatch again from within it. Published after
-the batch, a copy is a plain publish. A message published to the trace exchange itself (the
+Why the copies wait in ``pending`` (``Broker.publish_traces`` calls ``flush``): a delivery happens
+inside the delivery owner's dispatch, and publishing the copy there would enqueue and dispatch
+again from within it. Published after the batch, a copy is a plain publish. A session publishes
+its batch's copies as soon as the batch is dispatched, so they reach the trace exchange in the
+same read; the copies of HTTP publishes and gets wait for the clock (a first pending copy asks it
+to look at once; it looks within its 20 ms coalescing of wakes). A message published to the trace exchange itself (the
 copies) is never traced, so a consumer of a trace queue in a traced vhost does not feed itself.
 """
 

@@ -147,6 +147,8 @@ class Session(SessionState):
                 delivery.end_batch(now)
         if saturation.touched:
             self.saturating = saturation.check()
+        if batch and self.broker.firehose.pending:  # after the check: trace queues hold no publisher
+            self.broker.publish_traces(now)
         if self.confirms.channels:
             self.confirms.release()
         if self.conn.bytes_pending:

@@ -1,5 +1,6 @@
 """The firehose without a network: a real Broker and Session fed AMQP bytes, the copies taken from
-a queue bound to amq.rabbitmq.trace after ``Broker.tick`` (which publishes them)."""
+a queue bound to amq.rabbitmq.trace (a session publishes them once its batch is dispatched,
+``Broker.tick`` those made outside a session)."""
 
 from __future__ import annotations
 
@@ -45,12 +46,10 @@ def copies(broker: Broker) -> list[tuple[str, bytes, dict]]:
     return out
 
 
-def test_a_run_of_publishes_is_copied_one_by_one_in_order_when_the_clock_ticks() -> None:
+def test_a_run_of_publishes_is_copied_one_by_one_in_order_within_the_same_read() -> None:
     broker, session, conn = traced_broker()
     session.handle(conn.receive_data(b"".join(publish("q", b"m%d" % i) for i in range(5))), NOW)
-    assert broker.vhosts["/"].queues["trace"].messages_ready == 0  # waiting for the clock
-    assert broker.next_deadline() == float("-inf")
-    broker.tick(NOW)
+    assert broker.firehose.pending == []  # published at the end of the batch, not by the clock
     got = copies(broker)
     assert [(key, body) for key, body, _ in got] == [("publish.", b"m%d" % i) for i in range(5)]
     assert got[0][2]["routed_queues"] == ["q"] and got[0][2]["connection"] == "127.0.0.1:40000 -> 127.0.0.1:5672"
@@ -61,10 +60,11 @@ def test_a_delivery_is_copied_and_the_copies_of_a_vhost_switched_off_or_gone_are
     broker, session, conn = traced_broker()
     session.handle(conn.receive_data(publish("q", b"one") + encode_method_frame(1, m.BasicGet(queue="q", no_ack=True))),
                    NOW)
-    broker.tick(NOW)
     assert [key for key, _, _ in copies(broker)] == ["publish.", "deliver.q"]
-    session.handle(conn.receive_data(publish("q", b"two")), NOW)
-    broker.vhosts["/"].tracing = False  # before the clock published it
+    vhost = broker.vhosts["/"]
+    broker.firehose.published(vhost, "", "q", b"\x00\x00", b"two", None, "", 0, "guest")  # as an HTTP publish
+    assert broker.next_deadline() == float("-inf")  # the clock is to look at once
+    vhost.tracing = False  # before the clock published it
     broker.tick(NOW)
     assert copies(broker) == []
     broker.add_vhost("v").tracing = True
@@ -78,13 +78,11 @@ def test_a_publish_the_broker_refuses_for_its_expiration_is_not_copied_alone_or_
     broker, session, conn = traced_broker()
     session.handle(conn.receive_data(publish("q", b"bad", expiration=b"soon")), NOW)
     assert b"invalid expiration" in conn.data_to_send()  # the channel is closed with 406
-    broker.tick(NOW)
-    assert copies(broker) == []
+    assert copies(broker) == [] and broker.firehose.pending == []
     broker, session, conn = traced_broker()
     run = [publish("q", b"m0"), publish("q", b"m1", expiration=b"60000"), publish("q", b"m2", expiration=b"-1"),
            publish("q", b"m3")]
     session.handle(conn.receive_data(b"".join(run)), NOW)
     assert b"invalid expiration" in conn.data_to_send()
-    broker.tick(NOW)
     assert [body for _, body, _ in copies(broker)] == [b"m0", b"m1"]  # those placed before it, in order
     assert broker.vhosts["/"].queues["q"].messages_ready == 2
