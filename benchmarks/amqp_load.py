@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import socket
 import statistics
 import time
 import uuid
@@ -42,10 +43,14 @@ def _flush(conn: pika.BlockingConnection) -> None:
 
 
 def producer(target: Target, exchange: str, keys: list[str], body: bytes, count: int, persistent: bool,
-             confirms: bool, rate: float, out: mp.Queue, stamp: bool = False) -> None:
+             confirms: bool, rate: float, out: mp.Queue, stamp: bool = False, sndbuf: int = 0) -> None:
     """Publish ``count`` messages; with a ``rate`` (or ``stamp``) each body starts with the publish
-    time, so consumers measure end-to-end latency."""
+    time, so consumers measure end-to-end latency. ``sndbuf`` (bytes, 0 = the kernel's sizing)
+    fixes the socket's send buffer, as a client host's ``net.ipv4.tcp_wmem`` or the application's
+    ``SO_SNDBUF`` would (Linux doubles it and then never grows it)."""
     conn = pika.BlockingConnection(target.params)
+    if sndbuf:
+        conn._impl._transport._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)  # noqa: SLF001
     ch = conn.channel()
     props = pika.BasicProperties(delivery_mode=2 if persistent else 1)
     sent = 0
@@ -198,10 +203,12 @@ def scenario_pubsub(target: Target, *, producers: int = 2, consumers: int = 2, c
 
 
 def scenario_saturated(target: Target, *, producers: int = 2, consumers: int = 2, count: int = 60_000,
-                       size: int = 128, prefetch: int = 200, timeout: float = 90) -> dict[str, Any]:
+                       size: int = 128, prefetch: int = 200, timeout: float = 90,
+                       client_sndbuf: int = 0) -> dict[str, Any]:
     """Publishers faster than consumers: P producers with no rate cap -> 1 queue -> C consumers.
     Each body starts with its publish time; latency = receive time - that time, over every message.
-    Rate = messages consumed / wall time (as pubsub)."""
+    Rate = messages consumed / wall time (as pubsub). ``client_sndbuf``: the producers' fixed send
+    buffer (0 = their kernel's sizing, which is where a held publisher's messages wait)."""
     tag = uuid.uuid4().hex[:8]
     qname = f"bench-sat-{tag}"
     conn, ch = _admin(target)
@@ -214,7 +221,7 @@ def scenario_saturated(target: Target, *, producers: int = 2, consumers: int = 2
     cons = [mp.Process(target=consumer, args=(target, [qname], total, prefetch, deadline, out, True, shared))
             for _ in range(consumers)]
     prods = [mp.Process(target=producer, args=(target, "", [qname], b"x" * max(size, 24), per, False, False, 0, out,
-                                               True)) for _ in range(producers)]
+                                               True, client_sndbuf)) for _ in range(producers)]
     _run(cons)
     start = time.perf_counter()
     _run(prods)

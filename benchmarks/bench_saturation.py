@@ -25,7 +25,10 @@ socket's TCP state every 10 ms (send queue, ``skmem`` tb, congestion window, BBR
 ``DIR/<round>-<config>.json``, and reports per publisher when its send buffer reached its final
 size and the congestion window up to then and after.
 The configuration ``rabbitmq`` runs the same against RabbitMQ (when installed) instead of
-headrace. Prints one JSON line per run.
+headrace. ``+client_sndbuf=N`` on any configuration fixes the saturated publishers' socket send
+buffer at N bytes (``SO_SNDBUF``, which Linux doubles and never grows), as a client host that
+bounds it would: the wait that is otherwise in the buffer their kernel sizes for them.
+Prints one JSON line per run.
 """
 
 from __future__ import annotations
@@ -81,6 +84,15 @@ def settings_env(spec: str) -> dict[str, str]:
     """``amqp_rcvbuf=32768+amqp_mss=1448+saturation_ready=800`` -> the broker's environment for those settings."""
     pairs = (item.split("=", 1) for item in spec.split("+"))
     return {f"HEADRACE_{key.upper()}": value for key, value in pairs}
+
+
+def client_side(name: str) -> tuple[str, int]:
+    """``defaults+client_sndbuf=65536`` -> (``defaults``, 65536): the broker's configuration, and
+    the saturated publishers' fixed send buffer (0: their kernel's sizing)."""
+    parts = name.split("+")
+    sndbuf = [int(p.split("=", 1)[1]) for p in parts if p.startswith("client_sndbuf=")]
+    rest = "+".join(p for p in parts if not p.startswith("client_sndbuf=")) or "defaults"
+    return rest, (sndbuf[-1] if sndbuf else 0)
 
 
 def publish_only(target: amqp_load.Target, count: int = 60_000, producers: int = 2, size: int = 128) -> dict[str, Any]:
@@ -252,7 +264,8 @@ def main() -> None:
     ap.add_argument("--scenarios", default="saturated,pubsub,publish-only")
     ap.add_argument("--configs", default="defaults,autotuned",
                     help="defaults, profile, autotuned, mss1448, held, rabbitmq, or settings joined by '+', e.g. "
-                         "amqp_rcvbuf=32768+amqp_mss=1448")
+                         "amqp_rcvbuf=32768+amqp_mss=1448; '+client_sndbuf=N' fixes the saturated publishers' "
+                         "send buffer (e.g. defaults+client_sndbuf=65536, rabbitmq+client_sndbuf=65536)")
     ap.add_argument("--packets", action="store_true",
                     help="also report the client connections' bytes and data segments")
     ap.add_argument("--trace", metavar="DIR", help="write the clients' TCP state through each saturated run here")
@@ -262,12 +275,13 @@ def main() -> None:
     names = args.configs.split(",")
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:
+            config, client_sndbuf = client_side(name)
             with tempfile.TemporaryDirectory() as tmp:
                 broker: run.Headrace | run.RabbitMQ
-                if name == "rabbitmq":
+                if config == "rabbitmq":
                     broker = run.RabbitMQ(Path(tmp))
                 else:
-                    broker = run.Headrace(Path(tmp), CONFIGS[name] if name in CONFIGS else settings_env(name))
+                    broker = run.Headrace(Path(tmp), CONFIGS[config] if config in CONFIGS else settings_env(config))
                 try:
                     target = amqp_load.Target(broker.name, "127.0.0.1", broker.port)
                     for scenario in args.scenarios.split(","):
@@ -289,6 +303,8 @@ def main() -> None:
                             cpu.start()
                         if scenario in PUBLISH_ONLY:
                             result = publish_only(target, *PUBLISH_ONLY[scenario])
+                        elif scenario == "saturated" and client_sndbuf:
+                            result = amqp_load.scenario_saturated(target, client_sndbuf=client_sndbuf)
                         else:
                             result = run.run_scenario(scenario, broker, False)
                         stop.set()
