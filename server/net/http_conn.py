@@ -60,7 +60,8 @@ class HTTPServer:
         self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
-        self.broker.user_deleted_hooks.append(self._user_deleted)
+        if routes is router:  # only the management API has consume streams for a deleted user to end
+            self.broker.user_deleted_hooks.append(self._user_deleted)
         self.started_at = time.time()
         self._cert_not_after = _cert_expiry(app.settings.tls_certfile)
 
