@@ -15,8 +15,9 @@ inside the delivery owner's dispatch, and publishing the copy there would enqueu
 again from within it. Published after the batch, a copy is a plain publish. A session publishes
 its batch's copies as soon as the batch is dispatched, so they reach the trace exchange in the
 same read; the copies of HTTP publishes and gets wait for the clock (a first pending copy asks it
-to look at once; it looks within its 20 ms coalescing of wakes). A message published to the trace exchange itself (the
-copies) is never traced, so a consumer of a trace queue in a traced vhost does not feed itself.
+to look at once; it looks within its 20 ms coalescing of wakes). A message published to the
+trace exchange itself (the copies) is never traced, so a consumer of a trace queue in a traced
+vhost does not feed itself.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ def add_stats(into: QueueStats, stats: QueueStats) -> None:
 @dataclass(slots=True)
 class VHostTotals:
     """A vhost's counters that no queue holds: publishes into its exchanges, publishes on channels
-    in confirm mode and those confirmed, routed nowhere (of which returned to a mandatory publisher), bytes of closed connections."""
+    in confirm mode and those confirmed, routed nowhere (of which returned to a mandatory
+    publisher), bytes of closed connections."""
     published: int = 0
     received_confirm: int = 0
     confirmed: int = 0
