@@ -41,7 +41,7 @@ from .settlement import ROUTED, UNROUTED, PublishResult, Settle, Settlement
 from .stream_queue import StreamQueue
 from .vhost_view import VHostView
 
-__all__ = ["Delivery", "PublishResult", "Settle"]
+__all__ = ["Delivery", "PublishResult", "Settle", "parse_expiration"]
 
 
 class Delivery(Settlement):
@@ -356,15 +356,21 @@ def _exchange(vhost: VHostView, name: str, check_internal: bool) -> Exchange:
     return exchange
 
 
+def parse_expiration(expiration: str) -> int:
+    """The ``expiration`` property as milliseconds; ValueError for anything but a non-negative
+    integer (the one rule, for AMQP's 406 here and the HTTP publish's 400)."""
+    expiration_ms = int(expiration)
+    if expiration_ms < 0:
+        raise ValueError(f"negative expiration {expiration_ms}")
+    return expiration_ms
+
+
 def _expiration_ms(expiration: str) -> int:
-    """The ``expiration`` property as milliseconds; 406 for anything but a non-negative integer."""
+    """``parse_expiration``, with a 406 for what it refuses."""
     try:
-        expiration_ms = int(expiration)
-        if expiration_ms < 0:
-            raise ValueError
+        return parse_expiration(expiration)
     except ValueError:
         raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
-    return expiration_ms
 
 
 def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], skipped: str | None) -> bool:

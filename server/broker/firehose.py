@@ -37,9 +37,8 @@ TRACE_EXCHANGE = "amq.rabbitmq.trace"
 _PROPERTY_NAMES = tuple(f.name for f in fields(BasicProperties))
 
 
-def _properties_table(props_raw: bytes) -> dict[str, Any]:
+def _properties_table(props: BasicProperties) -> dict[str, Any]:
     """The message's properties that are set, by their AMQP names, as RabbitMQ's trace table has them."""
-    props = decode_properties(props_raw)
     return {name: value for name in _PROPERTY_NAMES if (value := getattr(props, name)) is not None}
 
 
@@ -71,11 +70,12 @@ class Firehose:
         target = vhost.exchanges.get(exchange)
         if target is None or target.internal:  # refused (404, 403) as it is placed: nothing entered
             return
-        if headers is None and props_raw:
-            headers = decode_properties(props_raw).headers
+        props = decode_properties(props_raw)  # once: for the table, and the headers if not parsed yet
+        if headers is None:
+            headers = props.headers
         routed = list(target.route(routing_key, headers, vhost.exchanges.get).queues)
         table = {"exchange_name": exchange, "routing_keys": _routing_keys(routing_key, headers),
-                 "properties": _properties_table(props_raw), "node": NODE_NAME, "vhost": vhost.name,
+                 "properties": _properties_table(props), "node": NODE_NAME, "vhost": vhost.name,
                  "connection": connection, "channel": channel, "user": user, "routed_queues": routed}
         self._add(vhost, f"publish.{exchange}", table, body)
 
@@ -86,7 +86,7 @@ class Firehose:
             return
         table = {"exchange_name": message.exchange,
                  "routing_keys": _routing_keys(message.routing_key, message.headers),
-                 "properties": _properties_table(message.props_raw), "node": NODE_NAME,
+                 "properties": _properties_table(decode_properties(message.props_raw)), "node": NODE_NAME,
                  "redelivered": int(redelivered), "vhost": vhost.name, "connection": connection,
                  "channel": channel, "user": user}
         self._add(vhost, f"deliver.{queue}", table, message.body)

@@ -14,24 +14,28 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from headrace.server.broker.delivery import parse_expiration
+
 from .routes import HTTPError
 
 __all__ = ["BindingBody", "ExchangeBody", "Flag", "GetBody", "MirrorBody", "PermissionBody", "PropertiesBody",
-           "PublishBody", "QueueBody", "SettleBody", "UserBody", "check_object_name", "from_json_value",
+           "PublishBody", "QueueBody", "SettleBody", "UserBody", "check_object_name", "from_json_value", "parse_flag",
            "validation_reason"]
 
 
-def _flag(value: Any) -> Any:
+def parse_flag(value: Any) -> bool:
     """RabbitMQ's ``parse_bool``: true/false or the strings "true"/"false"; anything else ("yes", 1)
     is a 400 rather than pydantic's lax reading of it as a bool."""
     if isinstance(value, bool):
         return value
-    if value in ("true", "false"):
-        return value == "true"
+    if value == "true":
+        return True
+    if value == "false":
+        return False
     raise ValueError(f"{value!r} is not a boolean (true or false)")
 
 
-Flag = Annotated[bool, BeforeValidator(_flag)]
+Flag = Annotated[bool, BeforeValidator(parse_flag)]
 
 
 def check_object_name(value: str) -> str:
@@ -87,11 +91,9 @@ class PropertiesBody(BaseModel):
         published, rather than failing half-way through."""
         if value is not None:
             try:
-                if int(value) >= 0:
-                    return value
+                parse_expiration(value)
             except ValueError:
-                pass
-            raise ValueError(f"invalid expiration '{value}' (milliseconds, a non-negative integer)")
+                raise ValueError(f"invalid expiration '{value}' (milliseconds, a non-negative integer)") from None
         return value
 
 

@@ -9,6 +9,7 @@ from headrace.server.broker import VHost
 
 from .list_query import flag
 from .listing import page, rated, visible_vhosts
+from .models import parse_flag
 from .node_facts import NODE_NAME
 from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
@@ -89,15 +90,13 @@ def put_vhost(ctx: Context, req: Request, name: str) -> Response:
     return Response(204 if existed else 201)
 
 
-_FLAGS: dict[Any, bool] = {True: True, False: False, "true": True, "false": False}
-
-
 def _flag(value: Any) -> bool | None:
     if value is None:
         return None
-    if isinstance(value, (bool, str)) and value in _FLAGS:
-        return _FLAGS[value]
-    raise HTTPError(400, "bad_request", f"tracing must be true or false, not {value!r}")
+    try:
+        return parse_flag(value)
+    except ValueError:
+        raise HTTPError(400, "bad_request", f"tracing must be true or false, not {value!r}") from None
 
 
 @routes.delete("/api/vhosts/{name}", admin=True)
