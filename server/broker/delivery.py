@@ -89,6 +89,17 @@ class Delivery(Settlement):
                                                     body, delivery_mode == 2, priority or 0, expiration_ms,
                                                     headers, now), targets, now, cycle_guard, dedup)
 
+    def check_publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes) -> None:
+        """What ``publish`` would refuse, checked without placing anything: the exchange (404, or
+        403 for an internal one) and the expiration (406). A transaction checks each publish when
+        it arrives and again at commit, so a commit applies all of it or none."""
+        if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):
+            return
+        _exchange(vhost, exchange_name, True)
+        expiration = quick_props(props_raw)[2]
+        if expiration is not None:
+            _expiration_ms(expiration)
+
     def publish_run(self, vhost: VHostView, exchange_name: str, routing_key: str,
                     contents: Sequence[tuple[bytes, bytes]], now: float, results: list[PublishResult]) -> None:
         """Publishes one client sent one after another to the same exchange and routing key, none

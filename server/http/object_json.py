@@ -109,7 +109,7 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
         "connection_details": {"name": connection_name(s), "peer_host": s.peer[0], "peer_port": s.peer[1]},
         "consumer_count": len(ch.consumers), "confirm": ch.confirm, "transactional": ch.tx,
         "prefetch_count": ch.prefetch_count, "global_prefetch_count": ch.global_prefetch,
-        "messages_unacknowledged": len(ch.unacked), "messages_unconfirmed": len(ch.pending_confirms),
+        "messages_unacknowledged": len(ch.unacked) + ch.txn.taken, "messages_unconfirmed": len(ch.pending_confirms),
         "messages_uncommitted": len(ch.txn.publishes), "acks_uncommitted": len(ch.txn.settlements),
         "message_stats": rated(ctx, ("channel", s.id, ch.id), ch, VHOST_STATS, ch.stats.counts(ch.next_tag - 1)),
         "idle_since": rabbit_time(s.now or ctx.now), "pending_raft_commands": 0,

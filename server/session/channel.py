@@ -30,7 +30,7 @@ from headrace.server.broker.reply_to import ReplyConsumer
 from .channel_stats import ChannelStats
 from .permissions import Permissions
 from .state import SessionState
-from .tx import Transaction
+from .tx import Tagged, Transaction
 
 __all__ = ["ChannelSession", "ConfirmWaiter", "OUTBOX_HIGH_WATER"]
 
@@ -97,7 +97,7 @@ class ChannelSession:
     def has_capacity(self) -> bool:
         if not self.active:
             return False
-        if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
+        if self.global_prefetch and len(self.unacked) + self.txn.taken >= self.global_prefetch:
             return False
         if self.conn.bytes_pending >= OUTBOX_HIGH_WATER:
             self.session.outbox_full = True
@@ -208,46 +208,62 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ settle
     def _take(self, tag: int, multiple: bool) -> list[tuple[Queue, QueueEntry]]:
+        """The deliveries an ack, nack or reject names, out of the unacked table. RabbitMQ's rule:
+        the tag itself must be unacked (with ``multiple``, the deliveries up to it go too), and
+        tag 0 with ``multiple`` is every one; anything else is 406 "unknown delivery tag"."""
         unacked = self.unacked
-        if multiple:
-            if tag == 0:
-                taken = list(unacked.values())
-                unacked.clear()
-                return taken
-            if tag >= self.next_tag:
-                raise errors.precondition_failed(f"unknown delivery tag {tag}")
-            count = 0
-            for held in unacked:  # in tag order: tags rise and go in as delivered
-                if held > tag:
-                    break
-                count += 1
-            pop = unacked.popitem
-            return [pop(last=False)[1] for _ in range(count)]
-        item = unacked.pop(tag, None)
-        if item is None:
+        if multiple and tag == 0:
+            taken = list(unacked.values())
+            unacked.clear()
+            return taken
+        if tag not in unacked:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
-        return [item]
+        if not multiple:
+            return [unacked.pop(tag)]
+        count = 0
+        for held in unacked:  # in tag order: tags rise and go in as delivered
+            count += 1
+            if held == tag:
+                break
+        pop = unacked.popitem
+        return [pop(last=False)[1] for _ in range(count)]
+
+    def _take_tagged(self, tag: int, multiple: bool) -> Tagged:
+        """``_take`` with each delivery's tag, for a transaction that may give them back."""
+        unacked = self.unacked
+        if multiple and tag == 0:
+            tags = list(unacked)
+        elif tag not in unacked:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        elif multiple:
+            tags = [held for held in unacked if held <= tag]
+        else:
+            tags = [tag]
+        return [(held, unacked.pop(held)) for held in tags]
 
     def ack(self, method: m.BasicAck) -> None:
-        if self.tx:
-            self._take_check(method.delivery_tag, method.multiple)
-            self.txn.hold_settlement(method)
+        if self.tx:  # taken now, settled at commit, given back at rollback (tx.py)
+            self.txn.hold_settlement(self._take_tagged(method.delivery_tag, method.multiple), Settle.ACK)
             return
         items = self._take(method.delivery_tag, method.multiple)
         self.session.acked += 1
         self.stats.acked += len(items)
         self._settle(items, Settle.ACK)
 
-    def _take_check(self, tag: int, multiple: bool) -> None:
-        if not multiple and tag not in self.unacked:
-            raise errors.precondition_failed(f"unknown delivery tag {tag}")
-
     def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
-        if self.tx:  # settled at commit like an ack (reject is a nack of one tag); rollback drops it
-            self._take_check(tag, multiple)
-            self.txn.hold_settlement(m.BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue))
+        action = Settle.REQUEUE if requeue else Settle.REJECT
+        if self.tx:  # a reject is a nack of one tag; both held like an ack
+            self.txn.hold_settlement(self._take_tagged(tag, multiple), action)
             return
-        self._settle(self._take(tag, multiple), Settle.REQUEUE if requeue else Settle.REJECT)
+        self._settle(self._take(tag, multiple), action)
+
+    def settle_held(self, taken: Tagged, action: Settle) -> None:
+        """tx.commit applies a settlement the transaction held."""
+        items = [item for _, item in taken]
+        if action is Settle.ACK:
+            self.session.acked += 1
+            self.stats.acked += len(items)
+        self._settle(items, action)
 
     def recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
         if not method.requeue:
@@ -272,7 +288,16 @@ class ChannelSession:
 
     # ------------------------------------------------------------------ tx
     def tx_rollback(self) -> None:
-        self.session.hold_tx(-self.txn.take()[2])
+        """Drop the held publishes; the deliveries held settlements took are unacked again, in
+        tag order, as RabbitMQ's rollback puts them back."""
+        _, settlements, released = self.txn.take()
+        self.session.hold_tx(-released)
+        if not settlements:
+            return
+        restored = [pair for taken, _ in settlements for pair in taken]
+        self.unacked = OrderedDict(sorted([*self.unacked.items(), *restored], key=_tag_of))
+        for tag, _ in restored:
+            self.stamp_later(tag)
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
@@ -282,8 +307,12 @@ class ChannelSession:
         for tag, (queue, _) in list(self.consumers.items()):
             self.delivery.remove_consumer(self.vhost, queue, tag, now)
         self.consumers.clear()
+        self.tx_rollback()  # what the transaction took is unacked again, and requeued with the rest
         self.requeue_all()
         self.pending_confirms.clear()
         self.confirms.channel_closed(self)
-        self.tx_rollback()
 
+
+
+def _tag_of(pair: tuple[int, tuple[Queue, QueueEntry]]) -> int:
+    return pair[0]

@@ -34,10 +34,17 @@ def publish(ch: ChannelSession, event: ContentReceived) -> None:
     if method.immediate:
         raise _immediate()
     _may_publish(ch, method.exchange, method.routing_key)
-    props_raw = rewrite_request(event.props_raw, ch.reply)  # direct reply-to requests
-    if ch.tx:
+    if ch.tx:  # checked now as RabbitMQ does, held until commit
+        ch.delivery.check_publish(ch.vhost, method.exchange, method.routing_key, event.props_raw)
         _tx_buffer(ch, event)
         return
+    _apply(ch, event)
+
+
+def _apply(ch: ChannelSession, event: ContentReceived) -> None:
+    """Route and place a publish whose checks were made."""
+    method = event.method
+    props_raw = rewrite_request(event.props_raw, ch.reply)  # direct reply-to requests
     result = ch.delivery.publish(ch.vhost, method.exchange, method.routing_key, props_raw, event.body,
                                  ch.session.now, event.headers)
     if ch.vhost.tracing:  # once placed: a publish the broker refused (a bad expiration) entered nothing
@@ -84,20 +91,22 @@ def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
 
 
 def tx_commit(ch: ChannelSession) -> None:
-    """Replay what the transaction held, in order: its publishes, then its settlements."""
-    publishes, settlements, released = ch.txn.take()
+    """Apply the whole transaction or none of it: every held publish is checked again (its
+    exchange may have gone, its permission been revoked since) before the first is placed; then
+    the publishes in order, then the settlements. A failed check raises with nothing applied, and
+    the channel's close gives the transaction's deliveries back."""
+    txn = ch.txn
+    delivery = ch.delivery
+    for event in txn.publishes:
+        method = event.method
+        _may_publish(ch, method.exchange, method.routing_key)
+        delivery.check_publish(ch.vhost, method.exchange, method.routing_key, event.props_raw)
+    publishes, settlements, released = txn.take()
     ch.session.hold_tx(-released)
-    ch.tx = False
-    try:
-        for event in publishes:
-            publish(ch, event)
-        for method in settlements:
-            if isinstance(method, m.BasicAck):
-                ch.ack(method)
-            else:  # a reject is held as a nack of one tag
-                ch.nack(method.delivery_tag, method.multiple, method.requeue)
-    finally:
-        ch.tx = True
+    for event in publishes:
+        _apply(ch, event)
+    for taken, action in settlements:
+        ch.settle_held(taken, action)
 
 
 def _may_publish(ch: ChannelSession, exchange: str, routing_key: str) -> None:
