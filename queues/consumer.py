@@ -28,7 +28,8 @@ class ConsumerSink(Protocol[Q_contra]):
 
     def has_capacity(self) -> bool: ...
 
-    def deliver(self, consumer: Consumer[Any], queue: Q_contra, entry: QueueEntry) -> None: ...
+    def deliver(self, consumer: Consumer[Any], queue: Q_contra, entry: QueueEntry, now: float) -> None:
+        """Hand ``entry`` over at ``now`` (the time the consumer timeout counts from)."""
 
     def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue was deleted under the consumer."""

@@ -260,7 +260,7 @@ class Queue(QueueUpkeep):
             idle = 0
             count += 1
             # one path for every delivery, so the unacked byte count always matches _release
-            self._hand_over(consumer, entry, left, delivered)
+            self._hand_over(consumer, entry, left, delivered, now)
         self._rr = idx
         return count
 
@@ -277,14 +277,14 @@ class Queue(QueueUpkeep):
             if entry is None:
                 break
             count += 1
-            self._hand_over(consumer, entry, left, delivered)
+            self._hand_over(consumer, entry, left, delivered, now)
             ordered.remove(consumer)  # round-robin within equal priority
             ordered.append(consumer)
             ordered.sort(key=lambda c: -c.priority)
         return count
 
     def _hand_over(self, consumer: Consumer[Queue], entry: QueueEntry, left: list[Left] | None,
-                   delivered: list[QueueEntry] | None) -> None:
+                   delivered: list[QueueEntry] | None, now: float) -> None:
         entry.owner = consumer
         self.stats.delivered += 1
         if entry.redelivered:
@@ -292,14 +292,14 @@ class Queue(QueueUpkeep):
         if consumer.no_ack:
             self._let_go(entry)
             self.stats.delivered_no_ack += 1
-            consumer.sink.deliver(consumer, self, entry)
+            consumer.sink.deliver(consumer, self, entry, now)
             if left is not None:
                 left.append(left_entry(entry, None))
         else:
             self._unacked[entry.seq] = entry  # held before, held still: no tally update
             self._unacked_bytes += len(entry.message.body)
             consumer.unacked += 1
-            consumer.sink.deliver(consumer, self, entry)
+            consumer.sink.deliver(consumer, self, entry, now)
             if delivered is not None:
                 delivered.append(entry)
 

@@ -69,6 +69,7 @@ class App:
                 max_connections=settings.max_connections,
                 max_connections_per_user=settings.max_connections_per_user,
                 max_tx_bytes=settings.max_tx_bytes,
+                consumer_timeout_ms=settings.consumer_timeout_ms,
             ),
         )
         self.broker.stream_data_dir = self.data_dir
@@ -120,26 +121,11 @@ class App:
 
     def _tick(self, now: float) -> None:
         self.broker.tick(now)
-        timeout = self.settings.consumer_timeout_ms
-        if timeout:
-            for handler in list(self.amqp_handlers):
-                handler.session.check_consumer_timeout(now, timeout)
         self.after_batch()
 
     def _next_deadline(self, now: float) -> float | None:
-        """The broker's next deadline, or sooner a consumer timeout: the oldest unacked delivery
-        plus the timeout, or (none unacked) one timeout from now, since none delivered later can
-        time out before then."""
-        deadline = self.broker.next_deadline()
-        timeout = self.settings.consumer_timeout_ms
-        if timeout:
-            limit = timeout / 1000
-            oldest = min((since for handler in list(self.amqp_handlers)
-                          for channel in list(handler.session.channels.values())
-                          if (since := channel.oldest_unacked_since(now)) is not None), default=now)
-            due = oldest + limit
-            deadline = due if deadline is None else min(deadline, due)
-        return deadline
+        """Every deadline, consumer timeouts too, is in the broker's one heap."""
+        return self.broker.next_deadline()
 
     # ------------------------------------------------------------------ connections
     async def handle_amqp(self, stream: trio.abc.Stream) -> None:

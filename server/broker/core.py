@@ -326,7 +326,8 @@ class Broker:
         """Only what is due: the clock calls this at ``next_deadline()`` or when woken earlier."""
         if self.firehose.pending:
             self.publish_traces(now)
-        self.delivery.tick(self.vhosts, now)
+        for timer in self.delivery.tick(self.vhosts, now):
+            timer.deadline_due(now)
         # saturation counts stalls in ticks of its own cadence (1 ms slack: float sums of 0.1)
         if now + 0.001 >= self._saturation_due:
             self._saturation_due = now + SATURATION_TICK
@@ -353,10 +354,6 @@ class Broker:
             due = self._saturation_due
             when = due if when is None else min(when, due)
         return when
-
-    def wake_clock(self) -> None:
-        """A delivery waits to be stamped for the consumer timeout: the clock should look now."""
-        self.delivery.deadlines.on_earlier()
 
     def set_deadline_hook(self, on_earlier: Callable[[], None]) -> None:
         """The shell's clock is told when a deadline comes before the earliest it knew, and every

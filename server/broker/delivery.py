@@ -34,6 +34,7 @@ from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
+from .deadlines import Timer
 from .dedup import Dedup
 from .outbox import mirror_row
 from .reply_to import REPLY_PREFIX
@@ -329,10 +330,16 @@ class Delivery(Settlement):
             self.arm(vhost, queue)
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
 
-    def tick(self, vhosts: Mapping[str, VHostView], now: float) -> None:
+    def tick(self, vhosts: Mapping[str, VHostView], now: float) -> list[Timer]:
         """Due delayed messages are published, expired heads leave, idle x-expires queues go: only
-        for the keys whose deadline has come."""
-        for vhost_name, queue_name in self.deadlines.pop_due(now):
+        for the keys whose deadline has come. The due timers armed by other owners (a connection's
+        consumer timeout) are returned for the caller to run, after the queues' work."""
+        timers: list[Timer] = []
+        for key in self.deadlines.pop_due(now):
+            if not isinstance(key, tuple):
+                timers.append(key)
+                continue
+            vhost_name, queue_name = key
             vhost = vhosts.get(vhost_name)
             if vhost is None:
                 continue
@@ -354,6 +361,7 @@ class Delivery(Settlement):
                 vhost.delete_queue(queue.name)
             else:
                 self.arm(vhost, queue)
+        return timers
 
 
 def _exchange(vhost: VHostView, name: str, check_internal: bool) -> Exchange:

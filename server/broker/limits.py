@@ -28,6 +28,7 @@ class Limits:
     max_connections: int = 10_000
     max_connections_per_user: int | None = None
     max_tx_bytes: int = 64 << 20  # uncommitted publishes one transactional channel may hold
+    consumer_timeout_ms: int | None = None  # a delivery unacked longer closes its channel (None: off)
 
 
 def check_connection(limits: Limits, sessions: Iterable[Any], count: int, user: Any) -> None:

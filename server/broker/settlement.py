@@ -94,7 +94,7 @@ class Settlement(ABC):
     # ------------------------------------------------------------------ dispatch and settle
     def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
         if type(queue) is StreamQueue:  # nothing leaves a stream: it only reads, within the budget
-            queue.read_on(self.stream_budget)
+            queue.read_on(self.stream_budget, now)
             if queue.backlogged:
                 self.stream_backlog[(vhost.name, queue.name)] = None
                 self.on_stream_backlog()

@@ -170,9 +170,9 @@ class StreamQueue(Queue):
 
     def dispatch(self, now: float, left: list[Left] | None = None,
                  delivered: list[QueueEntry] | None = None) -> int:
-        return self.read_on(ReadBudget())
+        return self.read_on(ReadBudget(), now)
 
-    def read_on(self, budget: ReadBudget) -> int:
+    def read_on(self, budget: ReadBudget, now: float) -> int:
         """Each consumer with credit reads its own window of the log; nothing is shared or kept.
         What is read comes out of ``budget``, which the delivery owner shares by all streams and
         refills once per turn of the event loop: a consumer catching up from the start of a long
@@ -203,12 +203,12 @@ class StreamQueue(Queue):
                 budget.bytes -= batch.size
                 budget.records -= batch.count
                 count += batch.count
-                self._hand(reader, batch)
+                self._hand(reader, batch, now)
         self._turn = first + 1
         self.stats.delivered += count
         return count
 
-    def _hand(self, reader: StreamReader, batch: StreamBatch) -> None:
+    def _hand(self, reader: StreamReader, batch: StreamBatch, now: float) -> None:
         """One delivery per record of the batch, built straight from the read bytes: the offset
         header is spliced into the stored properties, the source exchange and routing key come
         from small caches (a stream's records mostly share them)."""
@@ -236,7 +236,7 @@ class StreamQueue(Queue):
             offset = offsets[r]
             message = Message(0, source, key, with_int_header(data[props_at:body_at], OFFSET_HEADER, offset),
                               data[body_at:bounds[b + 5]], True, 0, None, None, stamps[r] / 1000)
-            deliver(consumer, self, QueueEntry(offset, message, False, 0, None, reader))
+            deliver(consumer, self, QueueEntry(offset, message, False, 0, None, reader), now)
 
     # ------------------------------------------------------------------ settle: credit only
     def _release(self, entry: QueueEntry) -> bool:

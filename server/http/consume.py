@@ -49,7 +49,7 @@ class HTTPConsumer:
     def has_capacity(self) -> bool:
         return not self.closed and len(self.unacked) < self.prefetch
 
-    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry, now: float) -> None:
         if self.vhost.tracing and self.firehose is not None:  # no connection or channel: "" and 0
             self.firehose.delivered(self.vhost, queue.name, entry.message, entry.redelivered, "", 0, self.user)
         delivery_id = self._next

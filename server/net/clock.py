@@ -22,8 +22,8 @@ __all__ = ["MIN_SLEEP", "WAKE_COALESCE", "Clock"]
 # expiry checks are strict (a message with expires_at == now stays): the clock never re-ticks sooner
 # than this after a tick, so a deadline that is due but not yet past cannot spin the loop
 MIN_SLEEP = 0.001
-# after a wake the clock waits this long before it looks, so a burst of wakes (every first delivery
-# on a channel asks to be stamped) costs at most 50 looks a second; the old fixed tick was 100 ms
+# after a wake the clock waits this long before it looks, so a burst of wakes (a new earliest
+# deadline after each publish into a TTL queue) costs at most 50 looks a second
 WAKE_COALESCE = 0.02
 
 

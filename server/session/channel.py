@@ -15,7 +15,6 @@ change this state on the channel's behalf.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import repeat
 from typing import Any, Protocol
 
 from headrace.queues import Consumer, Queue, QueueEntry
@@ -30,6 +29,7 @@ from headrace.server.broker.reply_to import ReplyConsumer
 from .channel_stats import ChannelStats
 from .permissions import Permissions
 from .state import SessionState
+from .ack_stamps import AckStamps
 from .tx import Tagged, Transaction
 
 __all__ = ["ChannelSession", "ConfirmWaiter", "OUTBOX_HIGH_WATER"]
@@ -39,10 +39,6 @@ __all__ = ["ChannelSession", "ConfirmWaiter", "OUTBOX_HIGH_WATER"]
 # keeps a few hundred small messages in flight per connection without letting a slow reader grow
 # the broker's memory.
 OUTBOX_HIGH_WATER = 1 << 20
-# How often (in deliveries) a channel drops settled tags from the ones waiting for the consumer
-# timeout's stamp: rare enough to cost nothing per delivery, and it bounds the list to about twice
-# the unacked deliveries plus this.
-UNSTAMPED_CHECK = 4096
 
 
 class ConfirmWaiter(Protocol):
@@ -58,7 +54,7 @@ class ChannelSession:
     __slots__ = (
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
-        "txn", "delivered_at", "unstamped", "last_ticket",
+        "txn", "acks", "last_ticket",
         "delivery", "perms", "confirms", "reply", "stats",
     )
 
@@ -85,11 +81,9 @@ class ChannelSession:
         self.tx = False
         self.stats = ChannelStats()
         self.txn = Transaction()  # what tx mode holds until commit (its bytes count in session.tx_bytes)
-        # (tag, time first seen by the consumer-timeout check) per delivery needing an ack, oldest
-        # first: the check looks at the oldest one still unacked (settled ones are skipped lazily).
-        # Deliveries since the last check wait in ``unstamped``, so delivering needs no clock.
-        self.delivered_at: deque[tuple[int, float]] = deque()
-        self.unstamped: list[int] = []
+        # when deliveries needing an ack were made, for the consumer timeout (None: it is off)
+        timeout_ms = session.broker.limits.consumer_timeout_ms
+        self.acks = AckStamps(timeout_ms / 1000) if timeout_ms else None
         self.last_ticket = 0  # store ticket of this channel's latest persistent publish
         self.reply: ReplyConsumer | None = None  # the direct reply-to consumer, if any
 
@@ -104,13 +98,15 @@ class ChannelSession:
             return False
         return True
 
-    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry, now: float) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
         msg = entry.message
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry)
-            self.stamp_later(tag)
+            acks = self.acks
+            if acks is not None and now >= acks.next_at:
+                self.stamp(acks, tag, now)
         else:
             self.stats.delivered_no_ack += 1
         if entry.redelivered:
@@ -141,27 +137,19 @@ class ChannelSession:
         self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
         self.session.wake()
 
-    def stamp_later(self, tag: int) -> None:
-        """A delivery needing an ack: the consumer-timeout check stamps it when the clock runs."""
-        unstamped = self.unstamped
-        if not unstamped:  # the clock stamps it (and so knows its consumer-timeout deadline) when woken
-            self.session.broker.wake_clock()
-        unstamped.append(tag)
-        # with the consumer timeout off nothing stamps them: every UNSTAMPED_CHECK deliveries,
-        # forget those already settled, so a long-lived channel does not grow without bound
-        if not len(unstamped) % UNSTAMPED_CHECK and len(unstamped) > 2 * len(self.unacked):
-            unacked = self.unacked
-            self.unstamped = [t for t in unstamped if t in unacked]
+    def stamp(self, acks: AckStamps, tag: int, now: float) -> None:
+        """A delivery needing an ack opens a stamp (ack_stamps.py); the channel's first arms its
+        session's consumer-timeout deadline."""
+        if acks.stamp(tag, now):
+            self.session.arm_deadline(now + acks.grain + acks.limit)
 
-    def oldest_unacked_since(self, now: float) -> float | None:
-        times = self.delivered_at
+    def ack_due(self) -> float | None:
+        """When this channel's oldest unacked delivery times out (None: nothing can)."""
+        acks = self.acks
+        if acks is None:
+            return None
         unacked = self.unacked
-        if self.unstamped:
-            times.extend(zip(self.unstamped, repeat(now)))
-            self.unstamped.clear()
-        while times and times[0][0] not in unacked:
-            times.popleft()
-        return times[0][1] if times else None
+        return acks.due(next(iter(unacked)) if unacked else None)
 
     def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue went away under the consumer: tell clients that asked to be told."""
@@ -296,8 +284,9 @@ class ChannelSession:
             return
         restored = [pair for taken, _ in settlements for pair in taken]
         self.unacked = OrderedDict(sorted([*self.unacked.items(), *restored], key=_tag_of))
-        for tag, _ in restored:
-            self.stamp_later(tag)
+        acks = self.acks
+        if acks is not None and not acks.stamps:  # the timeout's check had forgotten them
+            self.stamp(acks, next(iter(self.unacked)), self.session.now)
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:

@@ -75,7 +75,9 @@ def get(ch: ChannelSession, method: m.BasicGet) -> None:
     if not method.no_ack:
         stats.got += 1
         ch.unacked[tag] = (queue, entry)
-        ch.stamp_later(tag)
+        acks = ch.acks
+        if acks is not None and ch.session.now >= acks.next_at:
+            ch.stamp(acks, tag, ch.session.now)
     else:
         stats.got_no_ack += 1
     ch.conn.send_content(ch.id, m.BasicGetOk(

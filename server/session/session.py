@@ -241,22 +241,33 @@ class Session(SessionState):
         if self.conn.bytes_pending:
             self.wake()
 
-    def check_consumer_timeout(self, now: float, timeout_ms: int) -> None:
-        """Close channels that hold a delivery unacked for longer than the consumer timeout; the
-        message goes back to its queue (RabbitMQ's consumer_timeout)."""
-        limit = timeout_ms / 1000
+    def deadline_due(self, now: float) -> None:
+        """The consumer timeout (the one deadline a connection arms, ``arm_deadline``): channels
+        holding a delivery unacked for longer are closed with RabbitMQ's 406 and the message goes
+        back to its queue; the deadline moves to the earliest delivery left that could time out."""
+        if self.state not in LIVE:
+            return
         self.now = now
+        earliest: float | None = None
         for channel in list(self.channels.values()):
-            since = channel.oldest_unacked_since(now)
-            if since is not None and now - since > limit:
-                exc = ChannelException(
-                    ReplyCode.PRECONDITION_FAILED,
-                    f"PRECONDITION_FAILED - delivery acknowledgement on channel {channel.id} timed out. "
-                    f"Timeout value used: {timeout_ms} ms. This timeout value can be configured, see "
-                    "consumers doc guide to learn more")
-                log.warning("consumer timeout on channel %d of connection %d", channel.id, self.id)
-                self.close_channel(channel.id, exc)
-                self.wake()
+            due = channel.ack_due()
+            if due is None:
+                continue
+            if due > now:
+                earliest = due if earliest is None else min(earliest, due)
+                continue
+            acks = channel.acks
+            assert acks is not None  # a channel has a due only with the timeout on
+            exc = ChannelException(
+                ReplyCode.PRECONDITION_FAILED,
+                f"PRECONDITION_FAILED - delivery acknowledgement on channel {channel.id} timed out. "
+                f"Timeout value used: {round(acks.limit * 1000)} ms. This timeout value can be configured, see "
+                "consumers doc guide to learn more")
+            log.warning("consumer timeout on channel %d of connection %d", channel.id, self.id)
+            self.close_channel(channel.id, exc)
+            self.wake()
+        if earliest is not None:
+            self.arm_deadline(earliest)
 
     # ------------------------------------------------------------------ BrokerObserver
     def store_synced(self, ticket: int) -> None:
@@ -302,6 +313,7 @@ class Session(SessionState):
         """Connection gone or closing: requeue everything unacked, drop exclusive queues."""
         for channel_id in list(self.channels):
             self._drop_channel(channel_id)
+        self.broker.delivery.deadlines.disarm(self)
         self.broker.unregister_connection(self)
         if self.vhost is not None:
             for name in self.vhost.owned_queues(self):

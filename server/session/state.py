@@ -78,6 +78,14 @@ class SessionState:
         self.tx_bytes += nbytes
         self.broker.tx_bytes += nbytes
 
+    def arm_deadline(self, when: float) -> None:
+        """This connection's consumer-timeout deadline comes at ``when`` or sooner: it sits in
+        the broker's one deadline heap, which calls ``deadline_due`` (the session's) then."""
+        self.broker.delivery.deadlines.arm_earlier(self, when)
+
+    def deadline_due(self, now: float) -> None:
+        """What a due deadline does: ``Session`` closes its timed-out channels."""
+
     def alarms_changed(self, alarms: frozenset[str]) -> None:
         """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
         if self.vhost is None or not self.capabilities.get("connection.blocked"):

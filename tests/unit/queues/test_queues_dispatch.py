@@ -17,7 +17,7 @@ class Sink:
     def has_capacity(self) -> bool:
         return True
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry, now: float) -> None:
         self.got.append(entry)
 
 

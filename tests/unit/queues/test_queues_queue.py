@@ -33,7 +33,7 @@ class Sink:
     def has_capacity(self) -> bool:
         return len(self.got) < self.capacity
 
-    def deliver(self, consumer, queue, entry) -> None:
+    def deliver(self, consumer, queue, entry, now) -> None:
         self.got.append((consumer.tag, entry))
 
 

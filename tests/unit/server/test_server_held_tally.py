@@ -37,7 +37,7 @@ class Sink:
     def has_capacity(self) -> bool:
         return len(self.got) < self.capacity
 
-    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry, now: float) -> None:
         self.got.append((queue, entry))
 
     def consumer_cancelled(self, consumer: Consumer) -> None:

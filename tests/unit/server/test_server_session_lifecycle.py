@@ -4,12 +4,14 @@ Session, AMQPConnection and Broker driven by bytes."""
 
 from __future__ import annotations
 
+import pytest
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_method_frame
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker
+from headrace.server.broker.limits import Limits
 from headrace.server.session import Lifecycle, Session
 from session_support import handshake
 
@@ -60,20 +62,64 @@ def test_a_refused_login_leaves_a_pipelined_open_unanswered():
     assert session.state is Lifecycle.CLOSING and session.vhost is None and not b.connections
 
 
-def test_a_long_lived_consumer_channel_without_consumer_timeout_stays_bounded():
-    b = make_broker()
+def _consuming(timeout_ms: int | None) -> tuple[Broker, AMQPConnection, Session]:
+    b = Broker(limits=Limits(consumer_timeout_ms=timeout_ms))
+    b.ensure_default("/", "guest", "guest")
     conn = AMQPConnection(server_properties={})
     session = Session(b, conn)
     session.handle(conn.receive_data(handshake()), NOW)
     session.handle(conn.receive_data(encode_method_frame(1, m.QueueDeclare(queue="q"))
                                      + encode_method_frame(1, m.BasicConsume(queue="q", consumer_tag="c"))), NOW)
+    conn.data_to_send()
+    return b, conn, session
+
+
+def test_a_busy_channel_keeps_one_consumer_timeout_stamp_a_grain_and_arms_one_deadline():
+    b, conn, session = _consuming(60_000)
     channel = session.channels[1]
     vhost = b.vhosts["/"]
-    for _ in range(20_000):  # no consumer-timeout check ever runs (the setting is off)
-        b.delivery.publish(vhost, "", "q", b"\x00\x00", b"m", NOW)
-        session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=0, multiple=True))), NOW)
+    for i in range(20_000):  # 200 s of deliveries, each acked: one stamp a second at most
+        now = NOW + i / 100
+        b.delivery.publish(vhost, "", "q", b"\x00\x00", b"m", now)
+        session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=0, multiple=True))), now)
         conn.data_to_send()
-    assert not channel.unacked and len(channel.unstamped) <= 4096
+    assert channel.acks is not None and len(channel.acks.stamps) <= 201
+    assert len(b.delivery.deadlines) == 1  # the session's, armed once
+    b.tick(NOW + 62)  # due: nothing unacked, so the stamps go and nothing is armed again
+    assert session.channels[1] is channel and not channel.acks.stamps and len(b.delivery.deadlines) == 0
+
+
+def test_without_a_consumer_timeout_a_channel_keeps_no_stamps_and_arms_nothing():
+    b, conn, session = _consuming(None)
+    vhost = b.vhosts["/"]
+    b.delivery.publish(vhost, "", "q", b"\x00\x00", b"m", NOW)
+    assert session.channels[1].acks is None and len(b.delivery.deadlines) == 0
+
+
+def test_an_unacked_delivery_times_its_channel_out_once_due_and_not_before():
+    b, conn, session = _consuming(10_000)
+    vhost = b.vhosts["/"]
+    b.delivery.publish(vhost, "", "q", b"\x00\x00", b"held", NOW)
+    b.delivery.publish(vhost, "", "q", b"\x00\x00", b"acked", NOW + 5)
+    session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=2))), NOW + 5)
+    conn.data_to_send()
+    assert b.next_deadline() == pytest.approx(NOW + 11)  # the stamp, a grain (1 s), the timeout
+    b.tick(NOW + 10.5)
+    assert 1 in session.channels
+    b.tick(NOW + 11)
+    assert 1 not in session.channels
+    assert b"delivery acknowledgement on channel 1 timed out. Timeout value used: 10000 ms" in conn.data_to_send()
+    queue = vhost.queues["q"]
+    assert queue.messages_ready == 1  # back in its queue
+    assert len(b.delivery.deadlines) == 0
+
+
+def test_a_lost_connection_disarms_its_consumer_timeout():
+    b, conn, session = _consuming(10_000)
+    b.delivery.publish(b.vhosts["/"], "", "q", b"\x00\x00", b"held", NOW)
+    assert len(b.delivery.deadlines) == 1
+    session.connection_lost(NOW + 1)
+    assert len(b.delivery.deadlines) == 0
 
 
 def test_an_empty_virtual_host_opens_the_default_one_and_an_unknown_one_is_530():
