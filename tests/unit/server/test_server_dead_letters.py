@@ -130,3 +130,18 @@ def test_a_fanout_dead_letter_skips_only_the_queue_that_closes_the_cycle() -> No
     broker.tick(NOW + 0.004)
     assert (a.messages_ready, b.messages_ready, c.messages_ready) == (0, 0, 1)
     assert a.stats.published == 1
+
+
+def test_a_dead_letter_dropped_as_a_cycle_writes_no_publish_and_still_acks_its_original() -> None:
+    broker = Broker(store_enabled=True)
+    broker.ensure_default("/", "guest", "guest")
+    vhost = broker.vhosts["/"]
+    for name, other in (("a", "b"), ("b", "a")):
+        vhost.declare_queue(name, owner=None, now=NOW, durable=True, arguments={
+            "x-message-ttl": 1, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": other})
+    broker.delivery.publish(vhost, "", "a", encode_properties(BasicProperties(delivery_mode=2)), b"m", NOW)
+    broker.tick(NOW + 0.002)
+    broker.tick(NOW + 0.004)
+    ops, _ = broker.take_store_ops()
+    assert [(type(op).__name__, getattr(op, "queues", None) or getattr(op, "queue", None)) for op in ops] == [
+        ("Publish", ("a",)), ("Publish", ("b",)), ("Ack", "a"), ("Ack", "b")]
