@@ -1,23 +1,40 @@
-"""Turning a dead letter into the message republished to a dead-letter exchange, and the
-``x-delivery-count`` header of a message that came back to a queue with a delivery limit.
+"""Turning a dead letter into the message republished to a dead-letter exchange, the rule that
+ends a dead-letter cycle, and the ``x-delivery-count`` header of a message that came back to a
+queue with a delivery limit.
 
 RabbitMQ's rules: the routing key becomes the queue's ``x-dead-letter-routing-key`` when set; the
 ``x-death`` history is updated; a per-message ``expiration`` is removed so the message does not
-expire again in the dead-letter queue.
+expire again in the dead-letter queue. A dead letter is not delivered to a queue that would close
+a cycle no client took part in (``completes_cycle``): without that, queues that dead-letter to
+each other on TTL expiry pass their messages around for ever, each turn a publish, at full CPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from headrace.queues import Left, Queue, x_death_headers
 from headrace.server.amqp.properties import decode_properties, encode_properties, replace_headers
 
-__all__ = ["dead_letter_message", "with_delivery_count"]
+__all__ = ["DeadLetter", "completes_cycle", "dead_letter_message", "with_delivery_count"]
 
 
-def dead_letter_message(letter: Left, queue: Queue, now: float) -> tuple[str, bytes]:
-    """The routing key and properties of ``letter``'s copy for the dead-letter exchange."""
+@dataclass(slots=True)
+class DeadLetter:
+    """What is republished for a dead letter. ``deaths`` is its new ``x-death`` history (latest
+    first) when the death was automatic, to check each target queue against (``completes_cycle``);
+    None for a client's reject, which RabbitMQ lets go anywhere, its own queue included."""
+
+    routing_key: str
+    props_raw: bytes
+    deaths: list[dict[str, Any]] | None
+
+
+def dead_letter_message(letter: Left, queue: Queue, now: float) -> DeadLetter:
+    """``letter``'s copy for the dead-letter exchange."""
     message = letter.entry.message
     assert letter.reason is not None, "only a dead letter (a message with a reason) is republished"
     props = decode_properties(message.props_raw)
@@ -27,7 +44,24 @@ def dead_letter_message(letter: Left, queue: Queue, now: float) -> tuple[str, by
     )
     props = dataclasses.replace(props, headers=headers, expiration=None)
     routing_key = queue.args.dead_letter_routing_key
-    return (routing_key if routing_key is not None else message.routing_key), encode_properties(props)
+    return DeadLetter(routing_key if routing_key is not None else message.routing_key, encode_properties(props),
+                      None if letter.reason == "rejected" else headers["x-death"])
+
+
+def completes_cycle(queue: str, deaths: Sequence[Any]) -> bool:
+    """Whether a dead letter with this ``x-death`` history (latest first, the death just recorded
+    included) would close a cycle by entering ``queue``: ``queue`` is in the history, and every
+    death since the message last left it, that one included, was automatic (expired, maxlen,
+    delivery_limit). RabbitMQ drops the message for that queue then (rabbit_dead_letter's
+    ``is_cycle``): nothing would ever take it out of the cycle. A ``rejected`` death means a client
+    took part and may decide otherwise next time, so that cycle goes on; an entry that is not a
+    table was put there by a client, and counts as such."""
+    for death in deaths:
+        if not isinstance(death, Mapping) or death.get("reason") == "rejected":
+            return False
+        if death.get("queue") == queue:
+            return True
+    return False
 
 
 def with_delivery_count(props_raw: bytes, count: int) -> bytes:

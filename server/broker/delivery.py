@@ -34,6 +34,7 @@ from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
+from .dead_letters import completes_cycle
 from .deadlines import Timer
 from .dedup import Dedup
 from .outbox import mirror_row
@@ -51,10 +52,12 @@ class Delivery(Settlement):
     # ------------------------------------------------------------------ publish
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
                 now: float, headers: dict[str, Any] | None = None, check_internal: bool = True,
-                cycle_guard: str | None = None, delayed: bool = True) -> PublishResult:
+                cycle_guard: Sequence[Any] | None = None, delayed: bool = True) -> PublishResult:
         """Route, enqueue in every target queue, record the Publish once for all durable ones,
         then settle what the bounds dropped and dispatch. ``headers`` is the headers table when
         the caller has already parsed it (the AMQP frame check has); otherwise it is parsed here.
+        ``cycle_guard`` is a dead letter's ``x-death`` history: a target queue it would close a
+        cycle through is skipped (``dead_letters.completes_cycle``).
         Every parameter can be passed by position, which the AMQP session does: keyword arguments
         and keyword-only defaults cost a publish a dictionary lookup each."""
         if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):  # direct reply-to
@@ -134,7 +137,7 @@ class Delivery(Settlement):
                                                           now), targets, now, None, None))
 
     def _place(self, vhost: VHostView, exchange: Exchange, message: Message, targets: Sequence[str], now: float,
-               cycle_guard: str | None, dedup: Dedup | None) -> PublishResult:
+               cycle_guard: Sequence[Any] | None, dedup: Dedup | None) -> PublishResult:
         """Enqueue a routed message in its target queues, record the Publish once for all durable
         ones, then settle what the bounds dropped and dispatch (or note the queues for the batch)."""
         exchange_name = message.exchange
@@ -156,7 +159,7 @@ class Delivery(Settlement):
         record = None
         for qname in targets:
             queue = queues.get(qname)
-            if queue is None or qname == cycle_guard:
+            if queue is None or (cycle_guard is not None and completes_cycle(qname, cycle_guard)):
                 continue
             if type(queue) is StreamQueue:  # appended once, with an offset, by the flusher
                 if record is None:
@@ -392,7 +395,10 @@ def _expiration_ms(expiration: str) -> int:
         raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
 
 
-def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], skipped: str | None) -> bool:
-    """Whether queue ``name`` took the message just published (a stream always does)."""
+def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], cycle_guard: Sequence[Any] | None) -> bool:
+    """Whether queue ``name`` took the message just published (a stream always does, unless
+    it was skipped as the end of a dead-letter cycle)."""
     queue = queues.get(name)
-    return name != skipped and queue is not None and (type(queue) is StreamQueue or queue in accepted)
+    if queue is None or (cycle_guard is not None and completes_cycle(name, cycle_guard)):
+        return False
+    return type(queue) is StreamQueue or queue in accepted

@@ -14,7 +14,7 @@ goes up, through the abstract ``publish`` that ``Delivery`` implements.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -88,8 +88,9 @@ class Settlement(ABC):
     @abstractmethod
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
                 now: float, headers: dict[str, Any] | None = None, check_internal: bool = True,
-                cycle_guard: str | None = None, delayed: bool = True) -> PublishResult:
-        """Route and enqueue (``Delivery.publish``): a dead letter is republished through it."""
+                cycle_guard: Sequence[Any] | None = None, delayed: bool = True) -> PublishResult:
+        """Route and enqueue (``Delivery.publish``): a dead letter is republished through it, with
+        its ``x-death`` history as ``cycle_guard`` when it died for an automatic reason."""
 
     # ------------------------------------------------------------------ dispatch and settle
     def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
@@ -139,9 +140,9 @@ class Settlement(ABC):
             message = item.entry.message
             try:
                 if dlx is not None and item.reason is not None:
-                    routing_key, props_raw = dead_letter_message(item, queue, now)
-                    self.publish(vhost, dlx, routing_key, props_raw, message.body, now, check_internal=False,
-                                 cycle_guard=queue.name if item.reason != "rejected" else None)
+                    letter = dead_letter_message(item, queue, now)
+                    self.publish(vhost, dlx, letter.routing_key, letter.props_raw, message.body, now,
+                                 check_internal=False, cycle_guard=letter.deaths)
             finally:
                 if record and item.held and message.persistent:
                     self.store.add(Ack(message.id, queue.vhost, queue.name))
