@@ -26,7 +26,7 @@ class Sink:
     def has_capacity(self) -> bool:
         return True
 
-    def deliver(self, consumer: Consumer, queue: Any, entry: Any) -> None:
+    def deliver(self, consumer: Consumer, queue: Any, entry: Any, now: float) -> None:
         self.got.append((queue, entry))
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
