@@ -42,6 +42,11 @@ lint: $(VENV)/.dev
 	@# a type an annotation needs is imported plainly (ARCHITECTURE.md, "Layers"): an import under
 	@# TYPE_CHECKING would hide a dependency the contracts above are there to see
 	@! grep -rn --include='*.py' 'TYPE_CHECKING' $(LINT_TREE)/headrace || (echo "import it plainly instead (ARCHITECTURE.md, Layers)"; false)
+	@# the broker, the sessions and the HTTP API ask a queue of any type through its Destination
+	@# methods (queues/destination.py); only the shell's spill and stream parts know the types
+	@! grep -rnE --include='*.py' 'isinstance\([^)]*, *(StreamQueue|Queue)\)|type\([a-z_.]+\) is (not )?(StreamQueue|Queue)\b|queue_type [!=]=' \
+		$(LINT_TREE)/headrace/server/broker $(LINT_TREE)/headrace/server/session $(LINT_TREE)/headrace/server/http \
+		|| (echo "ask the queue (queues/destination.py) instead of testing its type (ARCHITECTURE.md, Queue types)"; false)
 
 # RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
 # Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)

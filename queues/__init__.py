@@ -6,17 +6,20 @@ from .args import Overflow, QueueArgs, QueueArgumentError
 from .backing import Backing
 from .consumer import Consumer, ConsumerSink
 from .dead_letter import x_death_headers
+from .destination import Destination
 from .message import Message, QueueEntry
-from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats
+from .outcome import ACCEPTED, LOGGED, REJECTED, EnqueueOutcome, Left, QueueStats
 from .queue import Queue
 from .ready import ReadyList
 
 __all__ = [
     "ACCEPTED",
+    "LOGGED",
     "REJECTED",
     "Backing",
     "Consumer",
     "ConsumerSink",
+    "Destination",
     "EnqueueOutcome",
     "Left",
     "Message",

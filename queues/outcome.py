@@ -39,12 +39,14 @@ def left_entry(entry: QueueEntry, reason: str | None, held: bool = True) -> Left
 class EnqueueOutcome(Enum):
     ACCEPTED = "accepted"
     REJECTED = "rejected"  # overflow reject-publish: the publisher gets a nack
+    LOGGED = "logged"  # taken into the type's own log: the delivery owner appends it with the store
 
 
 # the members as module names, for the publish path: reading one off the Enum class costs ~90 ns,
 # a global ~8 (timeit), and every enqueue returns one that its caller compares
 ACCEPTED = EnqueueOutcome.ACCEPTED
 REJECTED = EnqueueOutcome.REJECTED
+LOGGED = EnqueueOutcome.LOGGED
 
 
 @dataclass(slots=True)

@@ -1,9 +1,11 @@
-"""One queue: ready list, in-flight entries, consumers, bounds, TTL, dead letters and spill.
+"""The classic queue (and the quorum queue, the same logic under quorum rules): ready list,
+in-flight entries, bounds, TTL, dead letters and spill.
 
 Rule 1: a ``Queue`` owns its ready entries (``ReadyList`` plus the spilled range), its unacked
-entries and its consumers' credit. Everything goes through its methods; each is synchronous and
-takes ``now`` from the caller, so a dispatch is atomic. Upkeep (purge, expiry, idle, delete,
-paging in) is in ``queue_upkeep.py``.
+entries and its consumers' credit; what every queue type shares (identity, the consumer list,
+last use) is its ``Destination`` part (destination.py), and the stream log is its sibling.
+Everything goes through its methods; each is synchronous and takes ``now`` from the caller, so a
+dispatch is atomic. Upkeep (purge, expiry, delete, paging in) is in ``queue_upkeep.py``.
 Rule 2 (nsq's ownership check): ack/requeue/reject act only on an entry the queue still holds
 unacked, so a late ack after a requeue, or after the queue was purged, changes nothing.
 Rule 3: it never calls up. A message that leaves for good is reported in the caller's ``left``
@@ -26,6 +28,7 @@ from typing import Any
 from .args import Overflow, QueueArgs
 from .backing import Backing, PropsInfo, RecoveredRow
 from .consumer import Consumer
+from .destination import Destination
 from .held import HeldTally
 from .message import Message, QueueEntry
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
@@ -41,41 +44,26 @@ ENTRY_OVERHEAD = 320
 
 
 class Queue(QueueUpkeep):
-    queue_type = "classic"  # x-queue-type: "quorum" keeps the classic logic under quorum rules
+    __slots__ = ("_rr", "_seq", "_ttl")
 
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
                  resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
-                 backing_factory: Callable[[], Backing] | None = None, held: HeldTally | None = None) -> None:
-        self.name = name
-        self.vhost = vhost
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments: dict[str, Any] = dict(arguments or {})
-        self.args = args if args is not None else QueueArgs.parse(self.arguments, name)
+                 backing_factory: Callable[[], Backing] | None = None, held: HeldTally | None = None,
+                 queue_type: str = "classic") -> None:
+        Destination.__init__(self, name, queue_type, vhost=vhost, durable=durable, exclusive_owner=exclusive_owner,
+                             auto_delete=auto_delete, arguments=arguments, args=args, held=held)
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
         self._spill = SpilledRange(None if self.args.max_priority else backing_factory)
-        self._held = held if held is not None else HeldTally()  # shared by the broker's queues (held.py)
         self._ready = ReadyList(self.args.max_priority, self._held)
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
-        self._consumers: list[Consumer[Queue]] = []
-        self._mixed_priorities = False  # consumers of more than one priority: kept by add/remove
         self._rr = 0
         self._seq = 0
-        self._last_used = 0.0
         self.generation = 0
-        self.stats = QueueStats()
-        self.had_consumer = False
-        self.deleted = False
         ttl = self.args.message_ttl_ms
         self._ttl = ttl / 1000 if ttl is not None else None
-        # whether this queue has ever had a reason for a deadline (a TTL, an x-expires lease, a
-        # message with an expiration): until then the delivery owner need not re-arm its timer
-        # after every dispatch; once set it stays set, as entries keep their expiry
-        self.timed = self._ttl is not None or self.args.expires_ms is not None
 
     # ------------------------------------------------------------------ counts
     @property
@@ -104,17 +92,6 @@ class Queue(QueueUpkeep):
     @property
     def resident_count(self) -> int:
         return self._ready.count
-
-    @property
-    def consumer_count(self) -> int:
-        return len(self._consumers)
-
-    @property
-    def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self._consumers)
-
-    def consumers(self) -> list[Consumer[Queue]]:
-        return list(self._consumers)
 
     def head(self) -> QueueEntry | None:
         """The next resident entry to go out (None when empty or when only spilled ones are left)."""
@@ -163,9 +140,8 @@ class Queue(QueueUpkeep):
         drop-head trims the queue to a lower max-length into ``left`` (the reject modes refuse the
         next publish); a new TTL applies to messages enqueued from now on. ``x-max-priority`` and
         the spill backing cannot change."""
-        self.args = args
+        Destination.apply_args(self, args)
         self._ttl = args.message_ttl_ms / 1000 if args.message_ttl_ms is not None else None
-        self.timed = self.timed or self._ttl is not None or args.expires_ms is not None
         if args.overflow is Overflow.DROP_HEAD:
             self._drop_over_limit(left)
 
@@ -232,10 +208,11 @@ class Queue(QueueUpkeep):
         held.entries -= 1
         held.bytes -= len(entry.message.body)
 
-    def dispatch(self, now: float, left: list[Left] | None = None,
-                 delivered: list[QueueEntry] | None = None) -> int:
+    def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,
+                 budget: Any = None) -> int:
         """Hand ready entries to consumers with credit, round-robin; returns how many. Entries now
-        unacked are appended to ``delivered`` when given; no-ack ones and expired ones to ``left``."""
+        unacked are appended to ``delivered`` when given; no-ack ones and expired ones to ``left``.
+        A classic queue's consumers take from memory: no read budget applies."""
         consumers = self._consumers
         if not consumers or not self._ready:
             return 0
@@ -283,7 +260,7 @@ class Queue(QueueUpkeep):
             ordered.sort(key=lambda c: -c.priority)
         return count
 
-    def _hand_over(self, consumer: Consumer[Queue], entry: QueueEntry, left: list[Left] | None,
+    def _hand_over(self, consumer: Consumer[Any], entry: QueueEntry, left: list[Left] | None,
                    delivered: list[QueueEntry] | None, now: float) -> None:
         entry.owner = consumer
         self.stats.delivered += 1
@@ -375,18 +352,3 @@ class Queue(QueueUpkeep):
         if left is not None:
             left.append(left_entry(entry, reason, held))
 
-    # ------------------------------------------------------------------ consumers
-    def add_consumer(self, consumer: Consumer[Queue]) -> None:
-        self._consumers.append(consumer)
-        self._held.consumers += 1
-        self.had_consumer = True  # auto-delete applies only after the first consumer left
-        self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
-
-    def remove_consumer(self, tag: str) -> Consumer[Queue] | None:
-        for i, consumer in enumerate(self._consumers):
-            if consumer.tag == tag:
-                del self._consumers[i]
-                self._held.consumers -= 1
-                self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
-                return consumer
-        return None

@@ -12,6 +12,7 @@ from typing import Any
 from .args import QueueArgs
 from .backing import Backing
 from .consumer import Consumer
+from .destination import Destination
 from .held import HeldTally
 from .message import QueueEntry
 from .outcome import Left, QueueStats, left_entry
@@ -21,8 +22,11 @@ from .spilled import SpilledRange
 __all__ = ["QueueUpkeep"]
 
 
-class QueueUpkeep:
+class QueueUpkeep(Destination):
     """Maintenance and spill methods of ``Queue``; the fields are declared here, set by ``Queue``."""
+
+    __slots__ = ("resident_max_messages", "resident_max_bytes", "generation", "_spill", "_ready", "_unacked",
+                 "_unacked_bytes")
 
     args: QueueArgs
     resident_max_messages: int
@@ -35,14 +39,8 @@ class QueueUpkeep:
     _unacked: dict[int, QueueEntry]
     _unacked_bytes: int
     _held: HeldTally
-    _consumers: list[Consumer[Any]]
-    _last_used: float
 
     # provided by ``Queue``
-    @property
-    def messages_ready(self) -> int:
-        raise NotImplementedError
-
     def _gone(self, left: list[Left] | None, entry: QueueEntry, reason: str | None, held: bool = True) -> None:
         raise NotImplementedError
 
@@ -82,38 +80,17 @@ class QueueUpkeep:
         head = self._ready.peek()
         return head.expires_at if head is not None else None
 
-    def idle_deadline(self) -> float | None:
-        """When x-expires deletes this queue if nothing uses it (``idle_expired`` is true after it)."""
-        expires = self.args.expires_ms
-        if expires is None or self._consumers:
-            return None
-        return self._last_used + expires / 1000
-
-    def touch(self, now: float) -> None:
-        self._last_used = now
-
-    @property
-    def last_used(self) -> float:
-        """When the queue was last declared, consumed from or got from (RabbitMQ's idle_since)."""
-        return self._last_used
-
-    def idle_expired(self, now: float) -> bool:
-        expires = self.args.expires_ms
-        return expires is not None and not self._consumers and now - self._last_used > expires / 1000
-
     def delete(self) -> list[Consumer[Any]]:
         """Everything goes (the broker records the store side as one DropQueue)."""
-        consumers, self._consumers = self._consumers, []
+        consumers = self._drop_consumers()
         self._ready.clear()
         held = self._held
-        held.consumers -= len(consumers)
         held.entries -= len(self._unacked)
         held.bytes -= self._unacked_bytes
         self._unacked.clear()
         self._unacked_bytes = 0
         self._spill.close()
         self.generation += 1
-        self.deleted = True
         return consumers
 
     # ------------------------------------------------------------------ spill

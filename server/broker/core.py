@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from headrace.persistence.store_ops import StoreOp
 from headrace.persistence.stream_log import StreamOp
-from headrace.queues import Message, Queue
+from headrace.queues import Destination, Message
 from headrace.queues.backing import Backing
 from headrace.queues.held import HeldTally
 from headrace.queues.queue import ENTRY_OVERHEAD
@@ -379,5 +379,5 @@ class Broker:
         held = self.held
         return held.entries * ENTRY_OVERHEAD + held.bytes + self.tx_bytes  # queues: the sum of their ``memory``
 
-    def queues(self) -> list[Queue]:
+    def queues(self) -> list[Destination]:
         return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]

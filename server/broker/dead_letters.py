@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.queues import Left, Queue, x_death_headers
+from headrace.queues import Destination, Left, x_death_headers
 from headrace.server.amqp.properties import decode_properties, encode_properties, replace_headers
 
 __all__ = ["DeadLetter", "completes_cycle", "dead_letter_message", "with_delivery_count"]
@@ -33,7 +33,7 @@ class DeadLetter:
     deaths: list[dict[str, Any]] | None
 
 
-def dead_letter_message(letter: Left, queue: Queue, now: float) -> DeadLetter:
+def dead_letter_message(letter: Left, queue: Destination, now: float) -> DeadLetter:
     """``letter``'s copy for the dead-letter exchange."""
     message = letter.entry.message
     assert letter.reason is not None, "only a dead letter (a message with a reason) is republished"

@@ -29,7 +29,7 @@ from typing import Any
 from headrace.exchanges import Exchange
 from headrace.persistence.store_ops import Delay, DropQueue, Publish, PurgeQueue, Undelay
 from headrace.persistence.stream_log import StreamAppend
-from headrace.queues import REJECTED, Consumer, Left, Message, Queue, QueueArgs, QueueEntry
+from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message, Queue, QueueArgs, QueueEntry
 from headrace.queues.backing import PropsInfo, RecoveredRow
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
@@ -150,8 +150,9 @@ class Delivery(Settlement):
             return UNROUTED
         rejected = False
         durable: list[str] = []
-        accepted: list[Queue] = []
-        dropped: list[tuple[Queue, list[Left]]] = []
+        accepted: list[Destination] = []
+        logged: list[Destination] = []  # types that keep their own log: appended by the flusher
+        dropped: list[tuple[Destination, list[Left]]] = []
         left: list[Left] = []
         queues = vhost.queues
         ticket = 0
@@ -161,28 +162,28 @@ class Delivery(Settlement):
             queue = queues.get(qname)
             if queue is None or (cycle_guard is not None and completes_cycle(qname, cycle_guard)):
                 continue
-            if type(queue) is StreamQueue:  # appended once, with an offset, by the flusher
-                if record is None:
-                    record = mirror_row(message, exchange_name)
-                queue.enqueue(message, now)
-                ticket = store.add_ticketed(StreamAppend(vhost.name, qname, record))
-                continue
-            if queue.enqueue(message, now, left) is REJECTED:
-                rejected = True
-            else:
+            outcome = queue.enqueue(message, now, left)
+            if outcome is ACCEPTED:
                 accepted.append(queue)
                 if message.persistent and queue.durable:
                     durable.append(qname)
+            elif outcome is LOGGED:  # appended once, with an offset, by the flusher
+                if record is None:
+                    record = mirror_row(message, exchange_name)
+                logged.append(queue)
+                ticket = store.add_ticketed(StreamAppend(vhost.name, qname, record))
+            else:
+                rejected = True
             if left:
                 dropped.append((queue, left))
                 left = []
         if dedup is not None:  # before any dead letter below screens a publish of its own
-            dedup.commit(now, not rejected, lambda name: _took(name, accepted, queues, cycle_guard))
+            dedup.commit(now, not rejected, lambda name: _took(name, accepted, logged, queues, cycle_guard))
         if durable and store.enabled:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
                 message.props_raw, message.body, int(now * 1000)))
-        exchange.published_out += len(accepted) + (record is not None)
+        exchange.published_out += len(accepted) + len(logged)
         for queue, gone in dropped:
             self._settled(vhost, queue, gone, now)
         touched = self.saturation.touched
@@ -243,24 +244,24 @@ class Delivery(Settlement):
             self.store.add(Undelay(message_id))
 
     # ------------------------------------------------------------------ consumers
-    def check_consumer_allowed(self, vhost: VHostView, queue: Queue, exclusive: bool) -> None:
+    def check_consumer_allowed(self, vhost: VHostView, queue: Destination, exclusive: bool) -> None:
         """403 while the queue has an exclusive consumer, or for an exclusive one on a used queue."""
         if queue.has_exclusive_consumer or (exclusive and queue.consumer_count):
             raise errors.access_refused(f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use")
 
-    def prepare_consumer(self, queue: Queue, consumer: Consumer[Any], arguments: Mapping[str, Any] | None,
+    def prepare_consumer(self, queue: Destination, consumer: Consumer[Any], arguments: Mapping[str, Any] | None,
                          now: float) -> None:
-        """Before basic.consume-ok: a stream refuses what RabbitMQ refuses, and places the cursor."""
-        if type(queue) is StreamQueue:
-            queue.attach(consumer, arguments or {}, now)
+        """Before basic.consume-ok: the queue's type refuses what RabbitMQ refuses (a stream places
+        the consumer's cursor)."""
+        queue.prepare_consumer(consumer, arguments or {}, now)
 
-    def add_consumer(self, vhost: VHostView, queue: Queue, consumer: Consumer[Any], now: float) -> None:
+    def add_consumer(self, vhost: VHostView, queue: Destination, consumer: Consumer[Any], now: float) -> None:
         self.check_consumer_allowed(vhost, queue, consumer.exclusive)
         queue.add_consumer(consumer)
         queue.touch(now)
         self._dispatch(vhost, queue, now)
 
-    def remove_consumer(self, vhost: VHostView, queue: Queue, tag: str, now: float) -> None:
+    def remove_consumer(self, vhost: VHostView, queue: Destination, tag: str, now: float) -> None:
         """Cancel a consumer; an auto-delete queue goes when its last consumer has."""
         if queue.deleted:
             return
@@ -279,7 +280,7 @@ class Delivery(Settlement):
             self._dispatch(vhost, queue, now)
 
     # ------------------------------------------------------------------ whole queues
-    def purge(self, queue: Queue) -> int:
+    def purge(self, queue: Destination) -> int:
         """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued).
         It takes a ticket: purge-ok waits for its fsync, or a crash would bring the messages back."""
         count = queue.purge()
@@ -287,7 +288,7 @@ class Delivery(Settlement):
             self.store.add_ticketed(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
         return count
 
-    def queue_deleted(self, queue: Queue) -> None:
+    def queue_deleted(self, queue: Destination) -> None:
         """The queue is gone from its vhost: drop its contents (one DropQueue record covers every
         message it held) and tell its consumers' sinks."""
         consumers = queue.delete()
@@ -308,7 +309,7 @@ class Delivery(Settlement):
         if not queue.deleted:
             self._dispatch(vhost, queue, now)
 
-    def apply_args(self, vhost: VHostView, queue: Queue, args: QueueArgs, now: float) -> None:
+    def apply_args(self, vhost: VHostView, queue: Destination, args: QueueArgs, now: float) -> None:
         """A policy changed the queue's effective arguments: what a lower limit drops now is
         dead-lettered and acknowledged like any other drop."""
         left: list[Left] = []
@@ -395,10 +396,11 @@ def _expiration_ms(expiration: str) -> int:
         raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
 
 
-def _took(name: str, accepted: list[Queue], queues: Mapping[str, Queue], cycle_guard: Sequence[Any] | None) -> bool:
-    """Whether queue ``name`` took the message just published (a stream always does, unless
-    it was skipped as the end of a dead-letter cycle)."""
+def _took(name: str, accepted: list[Destination], logged: list[Destination], queues: Mapping[str, Destination],
+          cycle_guard: Sequence[Any] | None) -> bool:
+    """Whether queue ``name`` took the message just published (a log always does, unless it
+    was skipped as the end of a dead-letter cycle)."""
     queue = queues.get(name)
     if queue is None or (cycle_guard is not None and completes_cycle(name, cycle_guard)):
         return False
-    return type(queue) is StreamQueue or queue in accepted
+    return queue in accepted or queue in logged

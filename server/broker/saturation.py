@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from headrace.queues import Queue
+from headrace.queues import Destination
 
 __all__ = ["RESUME_READY", "SATURATED_READY", "SATURATION_TICK", "STALLED_TICKS", "Saturation"]
 
@@ -48,7 +48,7 @@ def _nothing() -> None:
     pass
 
 
-def _released_nothing(queue: Queue) -> None:
+def _released_nothing(queue: Destination) -> None:
     pass
 
 
@@ -58,15 +58,15 @@ class Saturation:
     def __init__(self, high: int = SATURATED_READY, low: int = RESUME_READY) -> None:
         self.high = high  # ready messages at which a consumer-backed queue holds its publishers
         self.low = low  # ... and at which it releases them
-        self.touched: dict[Queue, None] = {}  # queues published into by the batch being applied
-        self.saturated: dict[Queue, tuple[int, int]] = {}  # queue -> (delivered count, ticks without)
-        self.stalled: set[Queue] = set()  # consumers delivered nothing for a tick: exempt till drained
-        self.on_release: Callable[[Queue], None] = _released_nothing
+        self.touched: dict[Destination, None] = {}  # queues published into by the batch being applied
+        self.saturated: dict[Destination, tuple[int, int]] = {}  # queue -> (delivered count, ticks without)
+        self.stalled: set[Destination] = set()  # consumers delivered nothing for a tick: exempt till drained
+        self.on_release: Callable[[Destination], None] = _released_nothing
         self.on_saturated: Callable[[], None] = _nothing  # the clock's wake: ticks are due again
 
-    def check(self) -> list[Queue]:
+    def check(self) -> list[Destination]:
         """Once per publishing batch: the queues it published into that are now saturated."""
-        found: list[Queue] = []
+        found: list[Destination] = []
         saturated = self.saturated
         high = self.high
         for queue in self.touched:
@@ -80,7 +80,7 @@ class Saturation:
         self.touched.clear()
         return found
 
-    def drained(self, queue: Queue) -> None:
+    def drained(self, queue: Destination) -> None:
         """After a dispatch that followed acks or new credit: release the queue once it drained."""
         if queue.messages_ready <= self.low:
             self.stalled.discard(queue)
@@ -94,7 +94,7 @@ class Saturation:
             self.stalled = {q for q in self.stalled if not q.deleted and q.messages_ready > self.low}
         if not self.saturated:
             return
-        released: list[Queue] = []
+        released: list[Destination] = []
         for queue, (seen, idle) in list(self.saturated.items()):
             delivered = queue.stats.delivered
             if queue.deleted or not queue.consumer_count or queue.messages_ready <= self.low:

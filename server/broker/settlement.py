@@ -21,7 +21,7 @@ from typing import Any
 
 from headrace.persistence.store_ops import Ack, Deliver
 from headrace.persistence.stream_log import StreamTrack
-from headrace.queues import Left, Queue, QueueEntry
+from headrace.queues import Destination, Left, QueueEntry
 
 from .dead_letters import dead_letter_message
 from .deadlines import Deadlines
@@ -29,7 +29,7 @@ from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox
 from .reply_to import ReplyRegistry
 from .saturation import Saturation
-from .stream_queue import ReadBudget, StreamQueue
+from .stream_queue import ReadBudget
 from .vhost_view import VHostView
 
 __all__ = ["ROUTED", "UNROUTED", "PublishResult", "Settle", "Settlement"]
@@ -66,7 +66,7 @@ class Settlement(ABC):
         self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
         # the queues a batch of publishes went into (``begin_batch``), each dispatched once when it
         # ends instead of after every publish; None outside a batch
-        self._batch: dict[Queue, VHostView] | None = None
+        self._batch: dict[Destination, VHostView] | None = None
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
         self.deadlines = Deadlines()
         # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
@@ -93,26 +93,22 @@ class Settlement(ABC):
         its ``x-death`` history as ``cycle_guard`` when it died for an automatic reason."""
 
     # ------------------------------------------------------------------ dispatch and settle
-    def _dispatch(self, vhost: VHostView, queue: Queue, now: float) -> None:
-        if type(queue) is StreamQueue:  # nothing leaves a stream: it only reads, within the budget
-            queue.read_on(self.stream_budget, now)
-            if queue.backlogged:
-                self.stream_backlog[(vhost.name, queue.name)] = None
-                self.on_stream_backlog()
-            self.arm(vhost, queue)
-            return
+    def _dispatch(self, vhost: VHostView, queue: Destination, now: float) -> None:
         store = self.store
         left: list[Left] | None = [] if _wants_left(queue, store) else None
         if queue.durable and store.enabled:
             delivered: list[QueueEntry] = []
-            queue.dispatch(now, left, delivered)
+            queue.dispatch(now, left, delivered, self.stream_budget)
             for entry in delivered:  # recovery marks it redelivered and keeps its delivery count
                 if entry.message.persistent:
                     store.add(Deliver(entry.message.id, queue.vhost, queue.name))
         else:
-            queue.dispatch(now, left)
+            queue.dispatch(now, left, None, self.stream_budget)
         if left:
             self._settled(vhost, queue, left, now)
+        if queue.backlogged:  # a log stopped at the turn's read budget: read on after other work
+            self.stream_backlog[(vhost.name, queue.name)] = None
+            self.on_stream_backlog()
         self.arm(vhost, queue)
 
     def stream_continue(self, vhosts: Mapping[str, VHostView], now: float) -> None:
@@ -129,7 +125,7 @@ class Settlement(ABC):
             if queue is not None and not queue.deleted:
                 self._dispatch(vhost, queue, now)
 
-    def _settled(self, vhost: VHostView, queue: Queue, left: list[Left], now: float) -> None:
+    def _settled(self, vhost: VHostView, queue: Destination, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's
         dead-letter exchange first, then the store's Ack of the original follows."""
         dlx = queue.args.dead_letter_exchange
@@ -147,7 +143,7 @@ class Settlement(ABC):
                 if record and item.held and message.persistent:
                     self.store.add(Ack(message.id, queue.vhost, queue.name))
 
-    def consumer_ready(self, vhost: VHostView, queues: Iterable[Queue], now: float) -> None:
+    def consumer_ready(self, vhost: VHostView, queues: Iterable[Destination], now: float) -> None:
         """Consumers of these queues may take more (credit, flow, a drained outbox): dispatch."""
         saturation = self.saturation
         for queue in queues:
@@ -156,10 +152,10 @@ class Settlement(ABC):
                 if saturation.saturated or saturation.stalled:
                     saturation.drained(queue)
 
-    def settle(self, vhost: VHostView, items: Iterable[tuple[Queue, QueueEntry]], action: Settle, now: float,
-               ready: Iterable[Queue] = ()) -> None:
+    def settle(self, vhost: VHostView, items: Iterable[tuple[Destination, QueueEntry]], action: Settle, now: float,
+               ready: Iterable[Destination] = ()) -> None:
         """ack / requeue / reject deliveries, then dispatch their queues and the ``ready`` ones."""
-        touched: dict[Queue, list[Left] | None] = {}
+        touched: dict[Destination, list[Left] | None] = {}
         record = self.store.enabled
         ack = action is Settle.ACK  # once, not per message: an Enum member read costs ~90 ns
         requeue = action is Settle.REQUEUE
@@ -179,11 +175,11 @@ class Settlement(ABC):
         for queue, left in touched.items():
             if left:
                 self._settled(vhost, queue, left, now)
-            elif type(queue) is StreamQueue and queue.take_track_request():
+            elif queue.settle_request():
                 self.store.add(StreamTrack(queue.vhost, queue.name))  # the flusher writes the offsets
         self.consumer_ready(vhost, touched.keys() | set(ready), now)
 
-    def get(self, vhost: VHostView, queue: Queue, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
+    def get(self, vhost: VHostView, queue: Destination, now: float, *, no_ack: bool, owner: object) -> QueueEntry | None:
         """basic.get: the next message, held unacked by ``owner`` unless ``no_ack``."""
         store = self.store
         left: list[Left] = []
@@ -196,7 +192,7 @@ class Settlement(ABC):
         return entry
 
     # ------------------------------------------------------------------ time
-    def arm(self, vhost: VHostView, queue: Queue) -> None:
+    def arm(self, vhost: VHostView, queue: Destination) -> None:
         """Re-arm the queue's next deadline: its head's TTL expiry or its x-expires lease (none
         for a queue that never had either: ``Queue.timed``)."""
         if queue.deleted or not queue.timed:
@@ -208,7 +204,7 @@ class Settlement(ABC):
         self.deadlines.arm((vhost.name, queue.name), when)
 
 
-def _wants_left(queue: Queue, store: StoreOutbox) -> bool:
+def _wants_left(queue: Destination, store: StoreOutbox) -> bool:
     """Whether anything follows from a message leaving ``queue``: a dead-letter exchange to
     republish to, or a store record to acknowledge."""
     return queue.args.dead_letter_exchange is not None or (queue.durable and store.enabled)

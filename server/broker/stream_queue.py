@@ -6,7 +6,9 @@ and the flusher reports the new committed end through ``Delivery.stream_appended
 never removes anything; retention drops whole old segments.
 Rule 2: this object owns its readers (one ``StreamCursor`` per consumer, reading the segment files
 with the consumer's credit as the bound, so a slow consumer holds back only itself) and the tracked
-offsets of named consumers; like any queue it is driven only by the delivery owner.
+offsets of named consumers; like any queue it is driven only by the delivery owner, through the
+``Destination`` protocol it shares with the classic queue (``queues/destination.py``): it is that
+queue's sibling, holding none of its ready list or spill.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from headrace.persistence.stream_log import StreamBatch, StreamCursor, offset_at_time, stream_stats
-from headrace.queues import Consumer, EnqueueOutcome, Left, Message, Queue, QueueEntry
+from headrace.queues import LOGGED, Consumer, Destination, EnqueueOutcome, Left, Message, QueueArgs, QueueEntry
+from headrace.queues.held import HeldTally
 from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.properties import with_int_header
 from headrace.server.amqp.spec import ReplyCode
@@ -58,11 +61,17 @@ class ReadBudget:
         self.records, self.bytes = WAKE_RECORDS, WAKE_BYTES
 
 
-class StreamQueue(Queue):
-    queue_type = "stream"
+class StreamQueue(Destination):
+    __slots__ = ("data_dir", "end", "first", "last_timestamp_ms", "readers", "tracked", "track_pending",
+                 "_in_flight", "_turn", "_sources", "_keys")
 
-    def __init__(self, name: str, *, data_dir: Path, **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
+    is_log = True
+
+    def __init__(self, name: str, *, data_dir: Path, vhost: str = "/", durable: bool = True,
+                 arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
+                 held: HeldTally | None = None) -> None:
+        super().__init__(name, "stream", vhost=vhost, durable=durable, exclusive_owner=None, auto_delete=False,
+                         arguments=arguments, args=args, held=held)
         self.data_dir = data_dir
         self.end = 0  # committed end: the offset the next append gets
         self.first = 0  # oldest offset still on disk
@@ -71,7 +80,6 @@ class StreamQueue(Queue):
         self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
         self.track_pending = False  # tracked changed since the flusher last wrote it
         self._in_flight = 0
-        self.backlogged = False  # the last dispatch stopped at its bound with more to deliver
         self._turn = 0  # which consumer starts the next dispatch
         self._sources: dict[bytes, str] = {}  # record meta bytes -> source exchange
         self._keys: dict[bytes, str] = {}  # routing key bytes -> text
@@ -89,14 +97,6 @@ class StreamQueue(Queue):
     def in_flight(self) -> int:
         return self._in_flight
 
-    @property
-    def message_bytes_ready(self) -> int:
-        return 0
-
-    @property
-    def memory(self) -> int:
-        return 0
-
     # ------------------------------------------------------------------ log
     def restore(self, end: int, first: int, tracked: dict[str, int], last_ts: int | None) -> None:
         self.end, self.first, self.tracked, self.last_timestamp_ms = end, first, tracked, last_ts
@@ -108,8 +108,9 @@ class StreamQueue(Queue):
             self.last_timestamp_ms = last_ts
 
     def enqueue(self, message: Message, now: float, left: list[Left] | None = None) -> EnqueueOutcome:
+        """Nothing is kept here: the delivery owner appends the record to the log with the store."""
         self.stats.published += 1
-        return EnqueueOutcome.ACCEPTED
+        return LOGGED
 
     def get(self, now: float, *, no_ack: bool, owner: object, left: list[Left] | None = None) -> QueueEntry | None:
         raise ChannelException(ReplyCode.NOT_IMPLEMENTED,
@@ -119,7 +120,7 @@ class StreamQueue(Queue):
         return f"queue '{self.name}' in vhost '{self.vhost}'"
 
     # ------------------------------------------------------------------ consumers
-    def attach(self, consumer: Consumer[Any], arguments: Mapping[str, Any], now: float) -> None:
+    def prepare_consumer(self, consumer: Consumer[Any], arguments: Mapping[str, Any], now: float) -> None:
         """Check a new consumer as RabbitMQ does and place its cursor (before ``add_consumer``)."""
         if consumer.no_ack:
             raise ChannelException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic acknowledgement "
@@ -168,9 +169,9 @@ class StreamQueue(Queue):
             reader.cursor.close()
         return super().remove_consumer(tag)
 
-    def dispatch(self, now: float, left: list[Left] | None = None,
-                 delivered: list[QueueEntry] | None = None) -> int:
-        return self.read_on(ReadBudget(), now)
+    def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,
+                 budget: Any = None) -> int:
+        return self.read_on(budget if isinstance(budget, ReadBudget) else ReadBudget(), now)
 
     def read_on(self, budget: ReadBudget, now: float) -> int:
         """Each consumer with credit reads its own window of the log; nothing is shared or kept.
@@ -261,25 +262,15 @@ class StreamQueue(Queue):
     def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         self._release(entry)
 
-    def take_track_request(self) -> bool:
+    def settle_request(self) -> bool:
+        """Acks moved a named consumer's offset: the flusher is to write the tracked offsets."""
         pending, self.track_pending = self.track_pending, False
         return pending
 
     # ------------------------------------------------------------------ nothing held in memory
     def purge(self, left: list[Left] | None = None) -> int:
-        return 0
-
-    def unacked_message_ids(self) -> list[int]:
-        return []
-
-    def expire(self, now: float, left: list[Left] | None = None) -> int:
-        return 0
-
-    def next_deadline(self) -> float | None:
-        return None
-
-    def page_in_wanted(self) -> bool:
-        return False
+        """A log is truncated by retention only, as in RabbitMQ."""
+        raise errors.not_implemented(f"queue.purge not supported by stream queues {self._rs()}")
 
     def delete(self) -> list[Consumer[Any]]:
         for reader in self.readers.values():
@@ -293,7 +284,7 @@ class StreamQueue(Queue):
         return [{"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
                  "lag": max(self.end - reader.cursor.offset, 0)} for tag, reader in self.readers.items()]
 
-    def describe(self) -> dict[str, Any]:
+    def log_info(self) -> dict[str, Any]:
         """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""
         stats = stream_stats(self.data_dir, self.vhost, self.name)
         last = self.end - 1 if self.end > self.first else None

@@ -26,7 +26,7 @@ from headrace.exchanges import (
     UnknownExchangeType,
     make_exchange,
 )
-from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
+from headrace.queues import Backing, Destination, Queue, QueueArgumentError, QueueArgs
 from headrace.queues.held import HeldTally
 from headrace.server.auth import UserRegistry
 
@@ -94,7 +94,7 @@ class VHost:
     def __init__(self, broker: VHostOwner, name: str) -> None:
         self.broker = broker
         self.name = name
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, Destination] = {}
         # exclusive queues by owning connection: one closing finds its own without scanning every
         # queue (per close: quadratic when thousands of connections go at once)
         self._owned: dict[object, dict[str, None]] = {}
@@ -235,7 +235,7 @@ class VHost:
     def declare_queue(
         self, name: str, *, owner: object, now: float, passive: bool = False, durable: bool = False,
         exclusive: bool = False, auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
-    ) -> Queue:
+    ) -> Destination:
         """Declare (or check, ``passive``) a queue; ``now`` starts or renews its x-expires lease."""
         if passive:
             queue = self.get_queue(name)
@@ -287,18 +287,16 @@ class VHost:
             raise errors.precondition_failed(str(exc)) from None
         args = queue_args(self.broker.policies, self.name, name, arguments, args, kind)
         self.broker.check_limit("queues", self)
-        common: dict[str, Any] = dict(
-            vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
-            auto_delete=auto_delete, arguments=arguments, args=args,
-            resident_max_messages=self.broker.resident_max_messages,
-            resident_max_bytes=self.broker.resident_max_bytes, held=self.broker.held,
-        )
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
-            queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, **common)
-        else:
-            queue = Queue(name, backing_factory=self.broker.backing_factory(self.name, name), **common)
-            queue.queue_type = kind
+            queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, vhost=self.name, durable=durable,
+                                arguments=arguments, args=args, held=self.broker.held)
+        else:  # classic, and quorum: the same queue under quorum rules (Destination.counts_deliveries)
+            queue = Queue(name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
+                          auto_delete=auto_delete, arguments=arguments, args=args,
+                          resident_max_messages=self.broker.resident_max_messages,
+                          resident_max_bytes=self.broker.resident_max_bytes, held=self.broker.held,
+                          backing_factory=self.broker.backing_factory(self.name, name), queue_type=kind)
         self.queues[name] = queue
         if queue.exclusive_owner is not None:
             self._owned.setdefault(queue.exclusive_owner, {})[name] = None
@@ -309,13 +307,13 @@ class VHost:
             self.broker.definitions.changed("queues", (self.name, name))
         return queue
 
-    def get_queue(self, name: str) -> Queue:
+    def get_queue(self, name: str) -> Destination:
         queue = self.queues.get(name)
         if queue is None:
             raise errors.not_found("queue", name, self.name)
         return queue
 
-    def check_exclusive(self, queue: Queue, owner: object) -> None:
+    def check_exclusive(self, queue: Destination, owner: object) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
             raise errors.resource_locked(queue.name, self.name)
 
@@ -349,10 +347,7 @@ class VHost:
         queue = self.get_queue(name)
         if owner is not None:
             self.check_exclusive(queue, owner)
-        if type(queue) is StreamQueue:  # a log is truncated by retention only, as in RabbitMQ
-            raise errors.not_implemented(
-                f"queue.purge not supported by stream queues queue '{name}' in vhost '{self.name}'")
-        return self.broker.delivery.purge(queue)
+        return self.broker.delivery.purge(queue)  # a stream refuses (retention alone truncates it)
 
     # ------------------------------------------------------------------ bindings
     def bind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
@@ -405,7 +400,7 @@ class VHost:
     def _binding_durable(self, b: Binding) -> bool:
         source = self.exchanges.get(b.source)
         if b.kind is QUEUE:
-            dest: Queue | Exchange | None = self.queues.get(b.destination)
+            dest: Destination | Exchange | None = self.queues.get(b.destination)
         else:
             dest = self.exchanges.get(b.destination)
         return bool(source is not None and source.durable and dest is not None and dest.durable)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from headrace.exchanges import Exchange
-from headrace.queues import Queue
+from headrace.queues import Destination
 
 from .delayed import DelayedMessages
 
@@ -22,7 +22,7 @@ __all__ = ["VHostView"]
 
 class VHostView(Protocol):
     name: str
-    queues: dict[str, Queue]
+    queues: dict[str, Destination]
     exchanges: dict[str, Exchange]
     mirrored: set[str]
     delayed_exchanges: set[str]

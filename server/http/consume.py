@@ -18,7 +18,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from headrace.queues import Consumer, Queue, QueueEntry
+from headrace.queues import Consumer, Destination, QueueEntry
 from headrace.server.amqp.properties import decode_properties
 from headrace.server.broker import Delivery, Settle, VHost
 from headrace.server.broker.firehose import Firehose
@@ -29,7 +29,7 @@ MAX_PREFETCH = 10_000  # an HTTP consumer holds at most this many unacked messag
 
 
 class HTTPConsumer:
-    def __init__(self, delivery: Delivery, vhost: VHost, queue: Queue, prefetch: int, wake: Callable[[], None],
+    def __init__(self, delivery: Delivery, vhost: VHost, queue: Destination, prefetch: int, wake: Callable[[], None],
                  user: str = "", firehose: Firehose | None = None) -> None:
         self.delivery = delivery
         self.firehose = firehose  # copies deliveries while the vhost traces (broker/firehose.py)
@@ -49,7 +49,7 @@ class HTTPConsumer:
     def has_capacity(self) -> bool:
         return not self.closed and len(self.unacked) < self.prefetch
 
-    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry, now: float) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Destination, entry: QueueEntry, now: float) -> None:
         if self.vhost.tracing and self.firehose is not None:  # no connection or channel: "" and 0
             self.firehose.delivered(self.vhost, queue.name, entry.message, entry.redelivered, "", 0, self.user)
         delivery_id = self._next

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Settle, VHost
 from headrace.server.broker.core import MIRROR_BACKLOG_MAX
-from headrace.server.broker.stream_queue import StreamQueue
 from headrace.server.broker.topic_auth import check_topic_write
 
 from .consume import HTTPConsumer, properties_json
@@ -172,7 +171,7 @@ def consume(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     """Start a streaming consumer; the shell streams its deliveries (NDJSON, one per line)."""
     queue = vhost.get_queue(name)
     vhost.check_exclusive(queue, None)
-    if type(queue) is StreamQueue:  # its consumers read a cursor over the log (AMQP with x-stream-offset)
+    if queue.is_log:  # its consumers read a cursor over the log (AMQP with x-stream-offset)
         raise HTTPError(400, "bad_request", f"streaming consume is not supported by stream queue '{name}' in "
                         f"vhost '{vhost.name}': consume it over AMQP (basic.consume with a prefetch)")
     try:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import attrgetter
 
-from headrace.queues import Queue
+from headrace.queues import Destination
 from headrace.server.broker import Broker
-from headrace.server.broker.stream_queue import StreamQueue
 
 __all__ = ["escape_label", "render_metrics"]
 
@@ -40,7 +39,7 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
         groups = [(f'{{vhost="{escape_label(v.name)}"}}', list(v.queues.values())) for v in broker.vhosts.values()]
         family("headrace_vhost_queues", "gauge", "Queues.", [(lbl, len(qs)) for lbl, qs in groups])
 
-    def total(value: Callable[[Queue], int]) -> list[tuple[str, float]]:
+    def total(value: Callable[[Destination], int]) -> list[tuple[str, float]]:
         return [(lbl, sum(value(q) for q in qs)) for lbl, qs in groups]
 
     family(f"{prefix}_messages_ready", "gauge", "Messages ready for delivery.", total(lambda q: q.messages_ready))
@@ -55,17 +54,15 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
                total(attrgetter(f"stats.{field}")))
     lag: list[tuple[str, float]] = []
     for q in broker.queues():
-        if isinstance(q, StreamQueue):
-            for c in q.describe_consumers():
-                if per_queue:
-                    lag.append((f'{{vhost="{escape_label(q.vhost)}",queue="{escape_label(q.name)}",'
-                                f'consumer="{escape_label(c["consumer_tag"])}"}}', c["lag"]))
+        for c in q.describe_consumers():  # a log's consumers, by position
+            if per_queue:
+                lag.append((f'{{vhost="{escape_label(q.vhost)}",queue="{escape_label(q.name)}",'
+                            f'consumer="{escape_label(c["consumer_tag"])}"}}', c["lag"]))
     if per_queue:
         family("headrace_stream_consumer_lag", "gauge", "Stream messages a consumer has yet to read.", lag)
     else:
         family("headrace_vhost_stream_lag_max", "gauge", "Largest lag of a stream consumer.",
                [(f'{{vhost="{escape_label(v.name)}"}}', max((c["lag"] for q in v.queues.values()
-                                                     if isinstance(q, StreamQueue)
                                                      for c in q.describe_consumers()), default=0))
                 for v in broker.vhosts.values()])
     family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])

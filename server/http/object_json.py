@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from headrace.exchanges import Binding
-from headrace.queues import Consumer, Queue
+from headrace.queues import Consumer, Destination
 from headrace.server.broker import VHost
 from headrace.server.broker.node import connection_label
 
@@ -154,7 +154,7 @@ def binding_json(vhost: VHost, b: Binding) -> dict[str, Any]:
             "properties_key": b.properties_key}
 
 
-def queue_stats_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
+def queue_stats_json(ctx: Context, vhost: VHost, q: Destination) -> dict[str, Any]:
     """A queue's statistics, the part ``disable_stats=true`` leaves out (and with it the cost of
     sampling its rates)."""
     s = q.stats
@@ -183,7 +183,7 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
     return out
 
 
-def head_timestamp(q: Queue) -> int | None:
+def head_timestamp(q: Destination) -> int | None:
     """The ``timestamp`` property of the message at the queue's head (RabbitMQ's
     ``head_message_timestamp``): None when the queue is empty or that message has none. Only
     the head's properties are decoded, once per rendering."""
@@ -196,7 +196,7 @@ def head_timestamp(q: Queue) -> int | None:
     return decode_properties(raw).timestamp
 
 
-def queue_detail_json(ctx: Context, vhost: VHost, q: Queue) -> dict[str, Any]:
+def queue_detail_json(ctx: Context, vhost: VHost, q: Destination) -> dict[str, Any]:
     """What a single queue's GET (and ``/api/queues/detailed``) adds: its consumers, and the
     per-exchange and per-channel breakdowns, empty as RabbitMQ's are in its default (basic)
     rates mode, where only per-object totals are kept."""

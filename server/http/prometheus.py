@@ -19,7 +19,7 @@ import base64
 import hashlib
 from collections.abc import Callable
 
-from headrace.queues import Queue, QueueStats
+from headrace.queues import Destination, QueueStats
 from headrace.server.broker.totals import add_stats, node_totals
 
 from .metrics import escape_label
@@ -37,7 +37,7 @@ QUEUE_TYPE_LABELS = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum
                      "stream": "rabbit_stream_queue"}
 
 # (family, help, value of one queue): the queue families, summed node-wide or one sample a queue
-QUEUE_FAMILIES: tuple[tuple[str, str, Callable[[Queue], float]], ...] = (
+QUEUE_FAMILIES: tuple[tuple[str, str, Callable[[Destination], float]], ...] = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: q.messages_ready),
     ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
      lambda q: q.messages_unacked),

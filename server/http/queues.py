@@ -6,7 +6,6 @@ from typing import Any
 
 from headrace.server.broker import VHost
 from headrace.server.broker.policies import Applied
-from headrace.server.broker.stream_queue import StreamQueue
 
 from .list_query import flag, sort_path
 from .listing import page, visible_vhosts
@@ -34,7 +33,7 @@ def _queue_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True, to
         "exclusive": q.exclusive_owner is not None, "arguments": q.arguments, "type": q.queue_type,
         "node": NODE_NAME, "state": "running",
         **policy_json(ctx.broker.policies.applied(vhost.name, "queue", name, q.queue_type)),
-        **({"stream": q.describe()} if isinstance(q, StreamQueue) else {}),
+        **({"stream": q.log_info()} if q.is_log else {}),
     }
     if stats or totals:
         out.update({"messages": q.messages_ready + q.messages_unacked, "messages_ready": q.messages_ready,
@@ -110,7 +109,7 @@ def delete_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
 
 @routes.delete("/api/queues/{vhost}/{name}/contents", perms=[("read", "name")])
 def purge_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
-    if type(vhost.get_queue(name)) is StreamQueue:  # RabbitMQ's HTTP answer (AMQP's is 540)
+    if vhost.get_queue(name).is_log:  # RabbitMQ's HTTP answer for a stream (AMQP's is 540)
         raise HTTPError(400, "bad_request",
                         f"queue.purge not supported by stream queues queue '{name}' in vhost '{vhost.name}'")
     before = ctx.broker.store_ticket

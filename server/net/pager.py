@@ -60,7 +60,7 @@ class Pager:
             for vhost_name, queue_name in wanted:
                 vhost = broker.vhosts.get(vhost_name)
                 queue = vhost.queues.get(queue_name) if vhost is not None else None
-                if vhost is not None and queue is not None:
+                if vhost is not None and isinstance(queue, Queue):  # only a classic queue spills
                     await self._page_in(broker, vhost, queue)
 
     async def _page_in(self, broker: Broker, vhost: VHost, queue: Queue) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from headrace.persistence import DropQueue, MessageStore, StoreOp, Undelay
-from headrace.queues import Message
+from headrace.queues import Message, Queue
 from headrace.server.amqp.properties import quick_props
 from headrace.server.broker import Broker
 
@@ -43,7 +43,7 @@ def recover(store: MessageStore, broker: Broker) -> int:
     for (vname, qname), messages in recovered.queues.items():
         vhost = broker.vhosts.get(vname)
         queue = vhost.queues.get(qname) if vhost is not None else None
-        if queue is None or not queue.durable:
+        if not isinstance(queue, Queue) or not queue.durable:  # the store holds classic queues' messages
             log.warning("message store: %d messages for unknown queue '%s' in vhost '%s' dropped",
                         len(messages), qname, vname)
             orphans.append(DropQueue(vname, qname))

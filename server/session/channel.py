@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any, Protocol
 
-from headrace.queues import Consumer, Queue, QueueEntry
+from headrace.queues import Consumer, Destination, QueueEntry
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
@@ -69,8 +69,8 @@ class ChannelSession:
         self.confirms = confirms
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
-        self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
-        self.consumers: dict[str, tuple[Queue, Consumer[Any]]] = {}
+        self.unacked: OrderedDict[int, tuple[Destination, QueueEntry]] = OrderedDict()
+        self.consumers: dict[str, tuple[Destination, Consumer[Any]]] = {}
         self.prefetch_count = 0  # per new consumer (global=False, RabbitMQ's meaning)
         self.global_prefetch = 0  # shared by the channel (global=True)
         self.active = True  # channel.flow from the client
@@ -98,7 +98,7 @@ class ChannelSession:
             return False
         return True
 
-    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry, now: float) -> None:
+    def deliver(self, consumer: Consumer[Any], queue: Destination, entry: QueueEntry, now: float) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
         msg = entry.message
@@ -112,7 +112,7 @@ class ChannelSession:
         if entry.redelivered:
             self.stats.redelivered += 1
         props_raw = msg.props_raw
-        if entry.delivery_count and (queue.args.delivery_limit is not None or queue.queue_type == "quorum"):
+        if entry.delivery_count and queue.counts_deliveries:
             props_raw = with_delivery_count(props_raw, entry.delivery_count)
         self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                                msg.routing_key, props_raw, msg.body)
@@ -120,7 +120,7 @@ class ChannelSession:
         if self.vhost.tracing:
             self.trace_delivery(queue, entry)
 
-    def trace_delivery(self, queue: Queue, entry: QueueEntry) -> None:
+    def trace_delivery(self, queue: Destination, entry: QueueEntry) -> None:
         """The firehose's copy of a delivery from a traced vhost (broker/firehose.py)."""
         session = self.session
         user = session.user
@@ -162,7 +162,7 @@ class ChannelSession:
             self.session.wake()
 
     # ------------------------------------------------------------------ helpers
-    def _settle(self, items: list[tuple[Queue, QueueEntry]], action: Settle) -> None:
+    def _settle(self, items: list[tuple[Destination, QueueEntry]], action: Settle) -> None:
         """Settle deliveries; with a channel-wide prefetch every consumer of the channel got credit."""
         ready = [q for q, _ in self.consumers.values()] if self.global_prefetch else ()
         self.delivery.settle(self.vhost, items, action, self.session.now, ready)
@@ -195,7 +195,7 @@ class ChannelSession:
         return len(pending)
 
     # ------------------------------------------------------------------ settle
-    def _take(self, tag: int, multiple: bool) -> list[tuple[Queue, QueueEntry]]:
+    def _take(self, tag: int, multiple: bool) -> list[tuple[Destination, QueueEntry]]:
         """The deliveries an ack, nack or reject names, out of the unacked table. RabbitMQ's rule:
         the tag itself must be unacked (with ``multiple``, the deliveries up to it go too), and
         tag 0 with ``multiple`` is every one; anything else is 406 "unknown delivery tag"."""
@@ -303,5 +303,5 @@ class ChannelSession:
 
 
 
-def _tag_of(pair: tuple[int, tuple[Queue, QueueEntry]]) -> int:
+def _tag_of(pair: tuple[int, tuple[Destination, QueueEntry]]) -> int:
     return pair[0]

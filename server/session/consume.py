@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 
-from headrace.queues import Consumer, Queue
+from headrace.queues import Consumer, Destination
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.spec import ReplyCode
@@ -112,12 +112,12 @@ def flow(ch: ChannelSession, active: bool) -> None:
         ch.delivery.consumer_ready(ch.vhost, _consumer_queues(ch), ch.session.now)
 
 
-def _queue_for(ch: ChannelSession, name: str, kind: str) -> Queue:
+def _queue_for(ch: ChannelSession, name: str, kind: str) -> Destination:
     ch.perms.check(kind, name)
     queue = ch.vhost.get_queue(name)
     ch.vhost.check_exclusive(queue, ch.session)
     return queue
 
 
-def _consumer_queues(ch: ChannelSession) -> list[Queue]:
+def _consumer_queues(ch: ChannelSession) -> list[Destination]:
     return list({q: None for q, _ in ch.consumers.values()})

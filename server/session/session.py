@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from headrace.queues import Queue
+from headrace.queues import Destination
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.errors import AMQPError, ChannelException, ConnectionException
 from headrace.server.amqp.events import (
@@ -119,7 +119,7 @@ class Session(SessionState):
             return True
         return bool(broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
 
-    def held_by(self) -> Queue | None:
+    def held_by(self) -> Destination | None:
         """A saturated queue the last batch published into (delivery's share of the loop,
         broker/saturation.py), whose release the reader waits for (``Gate.released``); None once
         none is saturated any more."""

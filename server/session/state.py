@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.queues import Queue
+from headrace.queues import Destination
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.auth import User
@@ -69,7 +69,7 @@ class SessionState:
         self.connected_at = 0.0
         self.blocked_sent = False
         self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
-        self.saturating: list[Queue] = []  # saturated queues the last batch published into
+        self.saturating: list[Destination] = []  # saturated queues the last batch published into
         self.last_queue = ""  # "the queue last declared on this channel" (spec), kept per connection
 
     def hold_tx(self, nbytes: int) -> None:

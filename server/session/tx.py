@@ -15,13 +15,13 @@ session's total) and are capped per channel: beyond ``max_tx_bytes`` the publish
 
 from __future__ import annotations
 
-from headrace.queues import Queue, QueueEntry
+from headrace.queues import Destination, QueueEntry
 from headrace.server.amqp.events import ContentReceived
 from headrace.server.broker import Settle, errors
 
 __all__ = ["HeldSettlement", "Tagged", "Transaction"]
 
-Tagged = list[tuple[int, tuple[Queue, QueueEntry]]]  # (delivery tag, (queue, entry)) in tag order
+Tagged = list[tuple[int, tuple[Destination, QueueEntry]]]  # (delivery tag, (queue, entry)) in tag order
 HeldSettlement = tuple[Tagged, Settle]
 
 
