@@ -4,15 +4,112 @@ refused, never read with U+FFFD, so two names that differ in their bytes are nev
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 
+import httpx
 import pytest
 from e2e_support import raw_open, recv_until_closed, unique
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
 pytestmark = pytest.mark.timeout(60)
+
+CREATE = {"queues": {"durable": False}, "exchanges": {"type": "fanout", "durable": False}}
+
+
+def assert_json_400(r: httpx.Response, *words: str) -> None:
+    assert r.status_code == 400, (r.status_code, r.text[:200])
+    body = r.json()
+    assert body["error"] == "bad_request", body
+    for word in words:
+        assert word in body["reason"], body["reason"]
+
+
+def as_json(value: object) -> dict[str, object]:
+    """Request arguments for a JSON body sent with escapes, as a lone surrogate can only be sent."""
+    return {"content": json.dumps(value), "headers": {"content-type": "application/json"}}
+
+
+def put(http: httpx.Client, kind: str, name: str) -> httpx.Response:
+    """Create a queue, exchange, vhost or user of that (already percent-encoded) name."""
+    if kind in CREATE:
+        return http.put(f"/api/{kind}/%2F/{name}", json=CREATE[kind])
+    return http.put(f"/api/{kind}/{name}", json={"password": "pw", "tags": ""} if kind == "users" else {})
+
+
+def path(kind: str, name: str) -> str:
+    return f"/api/{kind}/%2F/{name}" if kind in CREATE else f"/api/{kind}/{name}"
+
+
+@pytest.mark.parametrize("kind", ["queues", "exchanges", "vhosts", "users"])
+def test_http_names_of_more_than_255_bytes_are_400(http, kind):
+    prefix = unique(kind[0])
+    for name in (prefix + "x" * (256 - len(prefix)), prefix + "\u00e9" * 128):  # 256 and 266 bytes
+        encoded = httpx.URL("http://x/" + name).raw_path.decode()[1:]
+        assert_json_400(put(http, kind, encoded), "255 bytes")
+        assert http.get(path(kind, encoded)).status_code == 404
+    longest = prefix + "\u00e9" * ((255 - len(prefix)) // 2) + "x" * ((255 - len(prefix)) % 2)
+    assert len(longest.encode()) == 255
+    encoded = httpx.URL("http://x/" + longest).raw_path.decode()[1:]
+    assert put(http, kind, encoded).status_code in (201, 204)
+    assert http.get(path(kind, encoded)).json()["name"] == longest
+    assert http.delete(path(kind, encoded)).status_code == 204
+
+
+@pytest.mark.parametrize("kind", ["queues", "exchanges", "vhosts", "users"])
+def test_invalid_utf8_in_a_path_is_400_and_never_reaches_the_u_fffd_name(http, kind):
+    name = unique(kind[0]) + "-\ufffd"  # a real name, valid UTF-8, with U+FFFD in it
+    assert put(http, kind, name.replace("\ufffd", "%EF%BF%BD")).status_code in (201, 204)
+    other = name.replace("\ufffd", "%FF")  # another name in bytes, which must not be the same object
+    assert_json_400(http.get(path(kind, other)), "not valid UTF-8")
+    assert_json_400(put(http, kind, other), "not valid UTF-8")
+    assert_json_400(http.delete(path(kind, other)), "not valid UTF-8")
+    assert http.get(path(kind, name.replace("\ufffd", "%EF%BF%BD"))).json()["name"] == name  # still there
+    assert_json_400(http.get(f"/api/queues/%FF/{name}"), "not valid UTF-8")  # the vhost segment too
+    assert http.delete(path(kind, name.replace("\ufffd", "%EF%BF%BD"))).status_code == 204
+
+
+def test_http_routing_keys_amqp_cannot_carry_are_400(http):
+    q = unique("rk")
+    assert http.put(f"/api/queues/%2F/{q}", json={"durable": False}).status_code == 201
+    for key in ("k" * 256, "\udcff"):  # too long; a lone surrogate (JSON's "\udcff"), which is not UTF-8
+        message = as_json({"routing_key": key, "payload": "p"})
+        assert_json_400(http.post("/api/exchanges/%2F/amq.direct/publish", **message), "routing key")
+        # NDJSON lines are parsed by pydantic, which refuses the surrogate itself ("Invalid JSON")
+        assert_json_400(http.post("/api/exchanges/%2F/amq.direct/publish-batch", **message),
+                        *(("routing key",) if len(key) > 1 else ()))
+        assert_json_400(http.post(f"/api/bindings/%2F/e/amq.direct/q/{q}", **as_json({"routing_key": key})),
+                        "routing key")
+    assert [b for b in http.get(f"/api/queues/%2F/{q}/bindings").json() if b["source"] == "amq.direct"] == []
+    # 255 bytes, dots included, are an ordinary routing key
+    key = "a." * 127 + "b"
+    assert http.post(f"/api/bindings/%2F/e/amq.direct/q/{q}", json={"routing_key": key}).status_code == 201
+    assert http.post("/api/exchanges/%2F/amq.direct/publish", json={"routing_key": key, "payload": "p"}).json() == {
+        "routed": True}
+    assert http.delete(f"/api/queues/%2F/{q}").status_code == 204
+
+
+def test_definitions_with_names_amqp_cannot_carry_are_400_and_apply_nothing(http):
+    q = unique("defs")
+    for bad in ({"queues": [{"name": q, "vhost": "/"}, {"name": "q" * 256, "vhost": "/"}]},
+                {"queues": [{"name": q, "vhost": "/"}], "exchanges": [{"name": "\udcff", "vhost": "/"}]},
+                {"queues": [{"name": q, "vhost": "v" * 256}]},
+                {"queues": [{"name": q, "vhost": "/"}], "users": [{"name": "u" * 256, "password": "pw"}]},
+                {"queues": [{"name": q, "vhost": "/"}],
+                 "bindings": [{"source": "amq.direct", "destination": q, "routing_key": "k" * 256}]}):
+        assert_json_400(http.post("/api/definitions", **as_json(bad)))
+        assert http.get(f"/api/queues/%2F/{q}").status_code == 404
+    # an export of queues named "." and ".." (AMQP accepts them, as RabbitMQ does) loads again
+    dots = {"queues": [{"name": ".", "vhost": "/", "durable": False}, {"name": "..", "vhost": "/", "durable": False}]}
+    assert http.post("/api/definitions", json=dots).status_code == 204
+    assert {".", ".."} <= {x["name"] for x in http.get("/api/queues/%2F").json()}
+    for name in ("%2E", "%2E%2E"):
+        assert http.delete(f"/api/queues/%2F/{name}").status_code == 204
+
+
+# ---------------------------------------------------------------------------------------- AMQP
 
 
 def close_of(sock: socket.socket) -> tuple[int, str]:
