@@ -9,8 +9,10 @@ import socket
 import struct
 
 import httpx
+import pika
+import pika.exceptions
 import pytest
-from e2e_support import raw_open, recv_until_closed, unique
+from e2e_support import raw_open, recv_until_closed, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
@@ -176,3 +178,30 @@ def test_amqp_short_strings_that_are_not_utf8_close_the_connection_with_a_clear_
     code, text = close_of(sock)
     assert code == 502, text
     assert text.startswith(f"SYNTAX_ERROR - {method.NAME}: ") and "is not valid UTF-8" in text, text
+
+
+def test_stream_consumer_names_follow_the_rule(broker):
+    """A tracked stream consumer's name is a name too: bytes that are not UTF-8 would have shared
+    the offset of the name with U+FFFD where they differ."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    stream = unique("s")
+    ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    ch.confirm_delivery()
+    ch.basic_publish("", stream, b"m")
+    ch.basic_qos(prefetch_count=1)
+    got: list[bytes] = []
+    tag = ch.basic_consume(stream, lambda c, meth, props, body: (got.append(body), c.basic_ack(meth.delivery_tag)),
+                           arguments={"x-stream-offset": "first", "x-stream-consumer-name": b"c-\xc3\xa9"})
+    assert wait_until(lambda: got == [b"m"], conn)  # a byte array of UTF-8 is a name
+    ch.basic_cancel(tag)
+    for name, words in ((b"c-\xff", "is not valid UTF-8"), ("n" * 256, "256 bytes long")):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.basic_consume(stream, lambda *_: None, arguments={"x-stream-consumer-name": name})
+        assert refused.value.reply_code == 406
+        assert refused.value.reply_text.startswith("PRECONDITION_FAILED - invalid arg 'x-stream-consumer-name': ")
+        assert words in refused.value.reply_text, refused.value.reply_text
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=1)
+    ch.queue_delete(stream)
+    conn.close()
