@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from headrace.server.amqp.names import check_name
 
@@ -127,9 +127,18 @@ class DefinitionsBody(_Item):
     bindings: list[BindingDef] = []
     mirrors: list[MirrorDef] = []
     mirrors_disabled: list[MirrorDisabledDef] = []
-    # checked by the policy store itself, which gives RabbitMQ's validation texts
+    # checked by the policy store itself, which gives RabbitMQ's validation texts; but the import
+    # creates a policy's vhost, whose name is checked here
     policies: list[dict[str, Any]] = []
     operator_policies: list[dict[str, Any]] = []
+
+    @field_validator("policies", "operator_policies")
+    @classmethod
+    def _policy_vhosts(cls, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for item in items:
+            if isinstance(item.get("vhost"), str):
+                _name(item["vhost"])
+        return items
 
     def document(self) -> dict[str, Any]:
         """The checked document, with absent passwords left out (``import_definitions`` tells a

@@ -99,6 +99,8 @@ def test_definitions_with_names_amqp_cannot_carry_are_400_and_apply_nothing(http
                 {"queues": [{"name": q, "vhost": "/"}], "exchanges": [{"name": "\udcff", "vhost": "/"}]},
                 {"queues": [{"name": q, "vhost": "v" * 256}]},
                 {"queues": [{"name": q, "vhost": "/"}], "users": [{"name": "u" * 256, "password": "pw"}]},
+                {"queues": [{"name": q, "vhost": "/"}], "policies": [
+                    {"vhost": "p" * 256, "name": "p", "pattern": ".*", "definition": {"max-length": 1}}]},
                 {"queues": [{"name": q, "vhost": "/"}],
                  "bindings": [{"source": "amq.direct", "destination": q, "routing_key": "k" * 256}]}):
         assert_json_400(http.post("/api/definitions", **as_json(bad)))
