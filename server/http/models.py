@@ -48,6 +48,15 @@ def _routing_key(value: str) -> str:
 RoutingKey = Annotated[str, AfterValidator(_routing_key)]
 
 
+def _short_string(value: str) -> str:
+    return check_name("short string", value)
+
+
+# a message property AMQP carries as a short string: 255 bytes, not characters (cut at 255 bytes,
+# a longer one would end inside a character, which no client can decode)
+ShortStr = Annotated[str, AfterValidator(_short_string)]
+
+
 class ExchangeBody(BaseModel):
     type: str = "direct"
     durable: Flag = True
@@ -71,20 +80,20 @@ class PropertiesBody(BaseModel):
     """Message properties of a publish, typed as AMQP carries them: a wrong type is a 400, not a
     failure while encoding. Header values ``{"$base64": "..."}`` become byte arrays."""
     model_config = ConfigDict(extra="forbid", strict=True)
-    content_type: str | None = Field(None, max_length=255)
-    content_encoding: str | None = Field(None, max_length=255)
+    content_type: ShortStr | None = None
+    content_encoding: ShortStr | None = None
     headers: dict[str, Any] | None = None
     delivery_mode: int | None = Field(None, ge=1, le=2)
     priority: int | None = Field(None, ge=0, le=255)
-    correlation_id: str | None = Field(None, max_length=255)
-    reply_to: str | None = Field(None, max_length=255)
-    expiration: str | None = Field(None, max_length=255)
-    message_id: str | None = Field(None, max_length=255)
+    correlation_id: ShortStr | None = None
+    reply_to: ShortStr | None = None
+    expiration: ShortStr | None = None
+    message_id: ShortStr | None = None
     timestamp: int | None = Field(None, ge=0, lt=1 << 63)
-    type: str | None = Field(None, max_length=255)
-    user_id: str | None = Field(None, max_length=255)
-    app_id: str | None = Field(None, max_length=255)
-    cluster_id: str | None = Field(None, max_length=255)
+    type: ShortStr | None = None
+    user_id: ShortStr | None = None
+    app_id: ShortStr | None = None
+    cluster_id: ShortStr | None = None
 
     @field_validator("expiration")
     @classmethod

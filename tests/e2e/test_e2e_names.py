@@ -93,6 +93,23 @@ def test_http_routing_keys_amqp_cannot_carry_are_400(http):
     assert http.delete(f"/api/queues/%2F/{q}").status_code == 204
 
 
+def test_http_message_properties_are_short_strings_of_255_bytes_not_characters(broker, http):
+    q = unique("props")
+    assert http.put(f"/api/queues/%2F/{q}", json={"durable": False}).status_code == 201
+    for field in ("reply_to", "correlation_id", "message_id", "content_type", "app_id"):
+        # 200 characters, 400 bytes: cut at 255 bytes it ended inside a character no client decodes
+        r = http.post("/api/exchanges/%2F/amq.default/publish",
+                      json={"routing_key": q, "payload": "p", "properties": {field: "\u00e9" * 200}})
+        assert_json_400(r, f"properties.{field}", "400 bytes long")
+    assert http.get(f"/api/queues/%2F/{q}").json()["messages"] == 0
+    assert http.post("/api/exchanges/%2F/amq.default/publish", json={
+        "routing_key": q, "payload": "p", "properties": {"reply_to": "\u00e9" * 127 + "x"}}).json() == {"routed": True}
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    assert conn.channel().basic_get(q, auto_ack=True)[1].reply_to == "\u00e9" * 127 + "x"  # 255 bytes, whole
+    conn.close()
+    assert http.delete(f"/api/queues/%2F/{q}").status_code == 204
+
+
 def test_definitions_with_names_amqp_cannot_carry_are_400_and_apply_nothing(http):
     q = unique("defs")
     for bad in ({"queues": [{"name": q, "vhost": "/"}, {"name": "q" * 256, "vhost": "/"}]},
