@@ -1,9 +1,9 @@
 """The one rule for names: queues, exchanges, vhosts, users, and routing keys, over AMQP and HTTP.
 
 Rule: a name is text AMQP can carry, which is what ``check_name`` checks and every edge calls it for
-(the AMQP codec through ``not_utf8``, the HTTP router for each path segment through
-``decode_name``, the HTTP handlers and the definitions body for the names they create). It owns no
-state.
+(the AMQP codec through ``not_utf8``, the logins and the HTTP router's path segments through
+``decode_name``, the HTTP handlers and bodies for the names, routing keys and short-string message
+properties they take, the stream owner for a tracked consumer's name). It owns no state.
 
 Why these three checks:
 
