@@ -14,6 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from headrace.server.amqp.names import check_name
 
+from .models import RoutingKey
+
 __all__ = ["DefinitionsBody"]
 
 
@@ -21,12 +23,7 @@ def _name(value: str) -> str:
     return check_name("name", value)
 
 
-def _routing_key(value: str) -> str:
-    return check_name("routing key", value)
-
-
 Name = Annotated[str, AfterValidator(_name)]
-RoutingKey = Annotated[str, AfterValidator(_routing_key)]
 
 
 class _Item(BaseModel):
