@@ -31,6 +31,7 @@ from .events import (
     MethodReceived,
 )
 from .handshake import EXPECTED, NEXT, ConnectionState, check_mechanism, negotiate_tune
+from .method_codec import not_utf8_method
 from .sasl import MECHANISMS
 from .spec import FRAME_END, PROTOCOL_HEADER, FrameType, ReplyCode
 
@@ -244,7 +245,9 @@ class AMQPConnection(ChannelFrames):
                     if class_id == _BASIC and method_id == _ACK:
                         events.append(MethodReceived(channel, decode_ack(payload)))
                         return
-                except (IndexError, struct.error, UnicodeDecodeError):
+                except UnicodeDecodeError as exc:
+                    raise not_utf8_method("basic.publish", exc, class_id, method_id) from None
+                except (IndexError, struct.error):
                     raise ConnectionException(ReplyCode.SYNTAX_ERROR, "SYNTAX_ERROR - malformed method",
                                               class_id, method_id) from None
         method = m.decode_method(payload)

@@ -18,10 +18,11 @@ from typing import Any, ClassVar, TypeVar
 
 from .errors import ConnectionException
 from .fields import KINDS, Plan, compile_plan
+from .names import not_utf8
 from .spec import ReplyCode
 from .tables import FrameSyntaxError
 
-__all__ = ["METHODS", "Method", "amqp_method", "decode_method", "encode_method"]
+__all__ = ["METHODS", "Method", "amqp_method", "decode_method", "encode_method", "not_utf8_method"]
 
 _CM = struct.Struct(">HH")
 
@@ -77,6 +78,14 @@ def encode_method(method: Any) -> bytes:
     return encoded
 
 
+def not_utf8_method(name: str, exc: UnicodeDecodeError, class_id: int, method_id: int) -> ConnectionException:
+    """A method whose short string is not UTF-8: a syntax error (a field's value is not what the
+    protocol allows), closing the connection, rather than a name read with U+FFFD that would be
+    another name's object. The text quotes the string's bytes, so the client sees which field."""
+    reason = not_utf8("short string", bytes(exc.object), exc.start)
+    return ConnectionException(ReplyCode.SYNTAX_ERROR, f"SYNTAX_ERROR - {name}: {reason}", class_id, method_id)
+
+
 def decode_method(payload: bytes | memoryview) -> Any:
     """Parse a method frame payload; bad input raises ``ConnectionException`` (the spec makes
     malformed methods a connection error)."""
@@ -89,6 +98,8 @@ def decode_method(payload: bytes | memoryview) -> Any:
                                   f"COMMAND_INVALID - unknown method {class_id}.{method_id}", class_id, method_id)
     try:
         return cls.PLAN.decode(payload, 4)
-    except (struct.error, IndexError, FrameSyntaxError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # a short string (a name, a routing key): names.py's rule
+        raise not_utf8_method(cls.NAME, exc, class_id, method_id) from None
+    except (struct.error, IndexError, FrameSyntaxError) as exc:
         raise ConnectionException(ReplyCode.SYNTAX_ERROR, f"SYNTAX_ERROR - malformed {cls.NAME}: {exc}",
                                   class_id, method_id) from None

@@ -1,8 +1,13 @@
-"""SASL responses of connection.start-ok: PLAIN and RabbitMQ's AMQPLAIN."""
+"""SASL responses of connection.start-ok: PLAIN and RabbitMQ's AMQPLAIN.
+
+A user name or password that is not UTF-8 is refused like a wrong password, never decoded with
+U+FFFD: other bytes would then log in as the user whose name has U+FFFD where they differ
+(``names.py``'s rule)."""
 
 from __future__ import annotations
 
 from .errors import ConnectionException
+from .names import InvalidName, decode_name
 from .spec import ReplyCode
 from .tables import FrameSyntaxError, decode_value
 
@@ -25,8 +30,8 @@ def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
         if len(parts) != 3:
             raise _refused(mechanism)
         try:
-            return parts[1].decode(), parts[2].decode()
-        except UnicodeDecodeError:
+            return decode_name("user name", parts[1]), decode_name("password", parts[2])
+        except InvalidName:
             raise _refused(mechanism) from None
     if mechanism == "AMQPLAIN":
         # a field table without its leading length
@@ -41,10 +46,13 @@ def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
         except (FrameSyntaxError, IndexError, UnicodeDecodeError):
             raise _refused(mechanism) from None
         user, password = fields.get("LOGIN"), fields.get("PASSWORD")
-        if isinstance(user, bytes):
-            user = user.decode("utf-8", "replace")
-        if isinstance(password, bytes):
-            password = password.decode("utf-8", "replace")
+        try:  # a byte array, or a long string that is not UTF-8, comes out of the table as bytes
+            if isinstance(user, bytes):
+                user = decode_name("user name", user)
+            if isinstance(password, bytes):
+                password = decode_name("password", password)
+        except InvalidName:
+            raise _refused(mechanism) from None
         if not isinstance(user, str) or not isinstance(password, str):
             raise _refused(mechanism)
         return user, password

@@ -24,6 +24,7 @@ from headrace.persistence.stream_log import StreamBatch, StreamCursor, offset_at
 from headrace.queues import LOGGED, Consumer, Destination, EnqueueOutcome, Left, Message, QueueArgs, QueueEntry
 from headrace.queues.held import HeldTally
 from headrace.server.amqp.errors import ChannelException
+from headrace.server.amqp.names import InvalidName, check_name
 from headrace.server.amqp.properties import with_int_header
 from headrace.server.amqp.spec import ReplyCode
 
@@ -128,8 +129,12 @@ class StreamQueue(Destination):
         if not consumer.prefetch:
             raise errors.precondition_failed(f"consumer prefetch count is not set for stream {self._rs()}")
         name = arguments.get(NAME_ARG)
-        if isinstance(name, bytes):
-            name = name.decode("utf-8", "replace")
+        if isinstance(name, (str, bytes)):
+            # the names rule: read with U+FFFD, two names differing in their bytes would share an offset
+            try:
+                name = check_name("consumer name", name)
+            except InvalidName as exc:
+                raise errors.precondition_failed(f"invalid arg '{NAME_ARG}': {exc}") from None
         if name is None and arguments.get(AUTO_TRACK_ARG) is True:
             name = consumer.tag
         if name is not None and not isinstance(name, str):

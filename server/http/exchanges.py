@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from headrace.server.amqp.names import check_name
 from headrace.server.broker import VHost
 
 from .list_query import flag
 from .listing import page, rated, visible_vhosts
-from .models import ExchangeBody, check_object_name
+from .models import ExchangeBody
 from .object_json import exchange_name
 from .routes import Context, Request, Response, Routes, json_response
 
@@ -52,7 +53,7 @@ def get_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Respons
 
 @routes.put("/api/exchanges/{vhost}/{name}", perms=[("configure", "name")])
 def put_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
-    check_object_name(name)
+    check_name("exchange name", name, path_segment=True)
     body = ExchangeBody.model_validate(req.json())
     existed = name in vhost.exchanges
     vhost.declare_exchange(name, body.type, durable=body.durable, auto_delete=body.auto_delete,

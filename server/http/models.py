@@ -3,7 +3,8 @@
 Bodies are validated here, at the edge, before anything reaches the broker: a wrong type is a 400
 with pydantic's account of it. RabbitMQ's rules where they differ from pydantic's lax defaults:
 flags take only true/false or "true"/"false" (``parse_bool``), message properties are typed as AMQP
-carries them. The definitions document has its own module (``definitions_body.py``).
+carries them, and so are routing keys (``RoutingKey``: the names rule of ``amqp/names.py``). The
+definitions document has its own module (``definitions_body.py``).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ import base64
 import binascii
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from headrace.server.amqp.names import check_name
 from headrace.server.broker.delivery import parse_expiration
 
 from .routes import HTTPError
 
 __all__ = ["BindingBody", "ExchangeBody", "Flag", "GetBody", "MirrorBody", "PermissionBody", "PropertiesBody",
-           "PublishBody", "QueueBody", "SettleBody", "UserBody", "check_object_name", "from_json_value", "parse_flag",
+           "PublishBody", "QueueBody", "RoutingKey", "SettleBody", "UserBody", "from_json_value", "parse_flag",
            "validation_reason"]
 
 
@@ -38,12 +40,21 @@ def parse_flag(value: Any) -> bool:
 Flag = Annotated[bool, BeforeValidator(parse_flag)]
 
 
-def check_object_name(value: str) -> str:
-    """``.`` and ``..`` are path segments that clients and proxies resolve away, so a queue or
-    exchange of that name could never be addressed by a URL again."""
-    if value in (".", ".."):
-        raise HTTPError(400, "bad_request", f"'{value}' is not a valid queue or exchange name")
-    return value
+def _routing_key(value: str) -> str:
+    return check_name("routing key", value)
+
+
+# a routing key AMQP can carry (``names.check_name``): a longer one could not be delivered whole
+RoutingKey = Annotated[str, AfterValidator(_routing_key)]
+
+
+def _short_string(value: str) -> str:
+    return check_name("short string", value)
+
+
+# a message property AMQP carries as a short string: 255 bytes, not characters (cut at 255 bytes,
+# a longer one would end inside a character, which no client can decode)
+ShortStr = Annotated[str, AfterValidator(_short_string)]
 
 
 class ExchangeBody(BaseModel):
@@ -61,7 +72,7 @@ class QueueBody(BaseModel):
 
 
 class BindingBody(BaseModel):
-    routing_key: str = ""
+    routing_key: RoutingKey = ""
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -69,20 +80,20 @@ class PropertiesBody(BaseModel):
     """Message properties of a publish, typed as AMQP carries them: a wrong type is a 400, not a
     failure while encoding. Header values ``{"$base64": "..."}`` become byte arrays."""
     model_config = ConfigDict(extra="forbid", strict=True)
-    content_type: str | None = Field(None, max_length=255)
-    content_encoding: str | None = Field(None, max_length=255)
+    content_type: ShortStr | None = None
+    content_encoding: ShortStr | None = None
     headers: dict[str, Any] | None = None
     delivery_mode: int | None = Field(None, ge=1, le=2)
     priority: int | None = Field(None, ge=0, le=255)
-    correlation_id: str | None = Field(None, max_length=255)
-    reply_to: str | None = Field(None, max_length=255)
-    expiration: str | None = Field(None, max_length=255)
-    message_id: str | None = Field(None, max_length=255)
+    correlation_id: ShortStr | None = None
+    reply_to: ShortStr | None = None
+    expiration: ShortStr | None = None
+    message_id: ShortStr | None = None
     timestamp: int | None = Field(None, ge=0, lt=1 << 63)
-    type: str | None = Field(None, max_length=255)
-    user_id: str | None = Field(None, max_length=255)
-    app_id: str | None = Field(None, max_length=255)
-    cluster_id: str | None = Field(None, max_length=255)
+    type: ShortStr | None = None
+    user_id: ShortStr | None = None
+    app_id: ShortStr | None = None
+    cluster_id: ShortStr | None = None
 
     @field_validator("expiration")
     @classmethod
@@ -117,7 +128,7 @@ def validation_reason(exc: ValidationError) -> str:
 
 
 class PublishBody(BaseModel):
-    routing_key: str = ""
+    routing_key: RoutingKey = ""
     payload: str = ""
     payload_encoding: str = "string"  # or base64
     properties: dict[str, Any] = Field(default_factory=dict)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from headrace.server.amqp.names import check_name
 from headrace.server.broker import VHost
 from headrace.server.broker.policies import Applied
 
 from .list_query import flag, sort_path
 from .listing import page, visible_vhosts
-from .models import QueueBody, check_object_name
+from .models import QueueBody
 from .node_facts import NODE_NAME
 from .object_json import queue_detail_json, queue_stats_json
 from .routes import Context, HTTPError, Request, Response, Routes, json_response
@@ -92,7 +93,7 @@ def get_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
 
 @routes.put("/api/queues/{vhost}/{name}", perms=[("configure", "name")])
 def put_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
-    check_object_name(name)
+    check_name("queue name", name, path_segment=True)
     body = QueueBody.model_validate(req.json())
     existed = name in vhost.queues
     vhost.declare_queue(name, owner=None, now=ctx.now, durable=body.durable, auto_delete=body.auto_delete,

@@ -1,8 +1,9 @@
 """Request/response values and the route table of the HTTP API (sync, no I/O).
 
 The network shell (``net/http_conn.py``) parses HTTP with h11, authenticates, builds a ``Request``
-and calls ``Router.dispatch``. Broker errors (AMQP exceptions) become RabbitMQ management-style
-JSON errors here.
+and calls ``Router.dispatch``. Path parameters are percent-decoded to bytes and read as UTF-8
+(``path_segment``): one that is not UTF-8 is a 400. Broker errors (AMQP exceptions) become RabbitMQ
+management-style JSON errors here.
 
 The route table
 ---------------
@@ -40,11 +41,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote_to_bytes
 
 from pydantic import ValidationError
 
 from headrace.server.amqp.errors import AMQPError
+from headrace.server.amqp.names import decode_name
 from headrace.server.auth import User
 from headrace.server.broker import Broker
 
@@ -247,8 +249,8 @@ class Router:
             if route.method != request.method:
                 allowed.append(route.method)
                 continue
-            params: dict[str, Any] = {k: unquote(v) for k, v in match.groupdict().items()}
             try:
+                params: dict[str, Any] = {k: path_segment(v) for k, v in match.groupdict().items()}
                 admit(ctx, route, request, params)
                 return route.handler(ctx, request, **params, **route.params)
             except HTTPError as exc:
@@ -269,6 +271,13 @@ class Router:
             return error_response(HTTPError(405, "method_not_allowed", f"allowed: {', '.join(sorted(set(allowed)))}",
                                             [("allow", ", ".join(sorted(set(allowed))))]))
         return error_response(HTTPError(404, "not_found", "Object Not Found"))
+
+
+def path_segment(segment: str) -> str:
+    """A path parameter, percent-decoded as bytes and read as UTF-8 (``names.decode_name``): a
+    segment that is not UTF-8 is a 400, never a name with U+FFFD that another name's bytes also give.
+    The target was read as latin-1, so each character is one byte of the request as sent."""
+    return decode_name("path segment", unquote_to_bytes(segment.encode("latin-1")))
 
 
 def parse_target(target: bytes) -> tuple[str, dict[str, list[str]]]:

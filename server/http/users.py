@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headrace.server.amqp.names import check_name
 from headrace.server.auth import User
 
 from .listing import page
@@ -37,6 +38,7 @@ def get_user(ctx: Context, req: Request, name: str) -> Response:
 
 @routes.put("/api/users/{name}", admin=True)
 def put_user(ctx: Context, req: Request, name: str) -> Response:
+    check_name("user name", name, path_segment=True)
     body = UserBody.model_validate(req.json())
     tags = body.tags.split(",") if isinstance(body.tags, str) else body.tags
     existed = name in ctx.broker.users.users

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headrace.server.amqp.names import check_name
 from headrace.server.auth import Permission
 from headrace.server.broker import VHost
 
@@ -77,6 +78,7 @@ def get_vhost(ctx: Context, req: Request, name: VHost) -> Response:
 def put_vhost(ctx: Context, req: Request, name: str) -> Response:
     """Creates the vhost if need be; ``tracing`` (true or false, as JSON or as the strings
     rabbitmqadmin sends) switches the firehose (broker/firehose.py), which every start leaves off."""
+    check_name("vhost name", name, path_segment=True)
     body = req.json()
     tracing = _flag(body.get("tracing")) if isinstance(body, dict) else None
     existed = name in ctx.broker.vhosts
