@@ -35,18 +35,35 @@ def _need_pyspark(command: str) -> None:
         fail(f"headrace {command} {INSTALL_HINT}", 1)
 
 
-def _check_log(data_dir: str, vhost: str, exchange: str) -> None:
-    """One line and exit 1 when there is nothing to read, rather than an empty job."""
+def _check_log(data_dir: str, vhost: str, exchange: str, stream: bool = False) -> None:
+    """One line and exit 1 when there is nothing to read, rather than an empty job. ``stream``:
+    ``exchange`` names a stream queue, whose log lies under ``data_dir`` (<data dir>/streams)."""
     from headrace.persistence.mirror_log import list_mirrors, list_segments
 
     root = Path(data_dir)
-    if not root.is_dir():
-        fail(f"no data directory {data_dir} (the broker's --data-dir; `make run` uses ./headrace-data)", 1)
+    broker_dir = root.parent if stream else root
+    if not broker_dir.is_dir():
+        fail(f"no data directory {broker_dir} (the broker's --data-dir; `make run` uses ./headrace-data)", 1)
     if not list_segments(root, vhost, exchange):
-        mirrored = ", ".join(f"{e} (vhost {v})" for v, e in list_mirrors(root) if list_segments(root, v, e))
+        logs = ", ".join(f"{e} (vhost {v})" for v, e in list_mirrors(root) if list_segments(root, v, e)) \
+            if root.is_dir() else ""
+        if stream:
+            fail(f"stream '{exchange}' in vhost '{vhost}' has no log under {broker_dir}: declare it as a stream "
+                 f"queue (x-queue-type: stream) and publish to it first"
+                 + (f"; streams there: {logs}" if logs else "; no stream there has one"), 1)
         fail(f"exchange '{exchange}' in vhost '{vhost}' has no mirror log under {data_dir}: mirror it with "
              f"`headrace mirror enable {exchange}` and publish to it first"
-             + (f"; logs there: {mirrored}" if mirrored else "; no exchange there has one"), 1)
+             + (f"; logs there: {logs}" if logs else "; no exchange there has one"), 1)
+
+
+def _check_out(out: str, overwrite: bool) -> None:
+    """The export replaces its output directory: refuse one that holds anything unless told to."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        fail(f"--out {out} is a file, not a directory", 1)
+    if not overwrite and path.is_dir() and any(path.iterdir()):
+        fail(f"--out {out} is not empty: the export would replace what it holds; give --overwrite to do so, "
+             f"or an empty or new directory", 1)
 
 
 def _check_target(amqp_url: str, exchange: str) -> None:
@@ -202,7 +219,7 @@ def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhos
     if stream is not None and to_exchange is None:
         raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
     data_dir, exchange = _source(data_dir, exchange, stream)
-    _check_log(data_dir, vhost, exchange)
+    _check_log(data_dir, vhost, exchange, stream is not None)
     _check_target(amqp_url, to_exchange or exchange)
 
     with console.status("starting Spark ..."):
@@ -219,15 +236,17 @@ def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhos
 @click.option("--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
 @click.option("--out", required=True, help="Output directory.")
 @click.option("--partition-by", type=click.Choice(["date", "routing_key"]))
+@click.option("--overwrite", is_flag=True, help="Replace what the output directory holds.")
 def export_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
                    end: str | None, master: str, conf: tuple[str, ...], fmt: str, out: str,
-                   partition_by: str | None) -> None:
+                   partition_by: str | None, overwrite: bool) -> None:
     """Write a mirrored exchange's (or a stream's) log as Parquet or JSON."""
     _need_pyspark("export")
     from headrace.spark_bridge.export import export
 
     data_dir, exchange = _source(data_dir, exchange, stream)
-    _check_log(data_dir, vhost, exchange)
+    _check_log(data_dir, vhost, exchange, stream is not None)
+    _check_out(out, overwrite)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)

@@ -57,6 +57,26 @@ def test_missing_data_dir_or_mirror_log(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_export_refuses_a_non_empty_out_directory_without_overwrite(tmp_path):
+    log = MirrorLog(tmp_path, "/", "orders")
+    log.recover()
+    log.append_many([MirrorRecord(1, "k", b"", b"x")])
+    log.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    line = one_line_error(run("export", "--exchange", "orders", "--data-dir", str(tmp_path), "--out", str(out)))
+    assert "is not empty" in line and "--overwrite" in line
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_a_missing_stream_is_named_as_a_stream(tmp_path):
+    (tmp_path / "streams").mkdir()
+    line = one_line_error(run("export", "--stream", "events", "--data-dir", str(tmp_path), "--out",
+                              str(tmp_path / "o")))
+    assert "stream 'events'" in line and "x-queue-type: stream" in line and "mirror enable" not in line
+
+
 def test_replay_target_missing_or_broker_down(broker, tmp_path):
     log = MirrorLog(tmp_path, "/", "orders")
     log.recover()
