@@ -1,11 +1,12 @@
 """The classic queue (and the quorum queue, the same logic under quorum rules): ready list,
 in-flight entries, bounds, TTL, dead letters and spill.
 
-Rule 1: a ``Queue`` owns its ready entries (``ReadyList`` plus the spilled range), its unacked
-entries and its consumers' credit; what every queue type shares (identity, the consumer list,
-last use) is its ``Destination`` part (destination.py), and the stream log is its sibling.
-Everything goes through its methods; each is synchronous and takes ``now`` from the caller, so a
-dispatch is atomic. Upkeep (purge, expiry, delete, paging in) is in ``queue_upkeep.py``.
+Rule 1: a ``Queue`` owns its unacked entries, its consumers' credit and the order it hands
+entries out in; its ``Backlog`` (backlog.py) owns the ready entries (the resident window and the
+spilled range behind it), and what every queue type shares (identity, the consumer list, last
+use) is its ``Destination`` part (destination.py); the stream log is its sibling. Everything goes
+through its methods; each is synchronous and takes ``now`` from the caller, so a dispatch is
+atomic.
 Rule 2 (nsq's ownership check): ack/requeue/reject act only on an entry the queue still holds
 unacked, so a late ack after a requeue, or after the queue was purged, changes nothing.
 Rule 3: it never calls up. A message that leaves for good is reported in the caller's ``left``
@@ -14,10 +15,6 @@ the consumer's own buffer, which must not call back into the queue.
 Rule 4: what it holds in memory is also added to the broker's ``HeldTally`` (held.py) where it
 changes: by its ``ReadyList`` for ready entries, here for an entry taken and not kept unacked
 (``_let_go``), a release, and consumers.
-
-Spill: once the resident window (N messages / M bytes) is full, new entries go to the ``Backing``
-and keep going there until the pager has brought every spilled entry back, so FIFO order holds.
-Requeued entries always stay resident. Priority queues do not spill.
 """
 
 from __future__ import annotations
@@ -27,14 +24,12 @@ from typing import Any
 
 from .args import Overflow, QueueArgs
 from .backing import Backing, PropsInfo, RecoveredRow
+from .backlog import Backlog
 from .consumer import Consumer
 from .destination import Destination
 from .held import HeldTally
 from .message import Message, QueueEntry
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
-from .queue_upkeep import QueueUpkeep
-from .ready import ReadyList
-from .spilled import GET_READ_BATCH, SpilledRange
 
 __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
 
@@ -43,8 +38,8 @@ __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
 ENTRY_OVERHEAD = 320
 
 
-class Queue(QueueUpkeep):
-    __slots__ = ("_rr", "_seq", "_ttl")
+class Queue(Destination):
+    __slots__ = ("_backlog", "_unacked", "_unacked_bytes", "_rr", "_seq", "_ttl")
 
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
@@ -53,22 +48,19 @@ class Queue(QueueUpkeep):
                  queue_type: str = "classic") -> None:
         Destination.__init__(self, name, queue_type, vhost=vhost, durable=durable, exclusive_owner=exclusive_owner,
                              auto_delete=auto_delete, arguments=arguments, args=args, held=held)
-        self.resident_max_messages = resident_max_messages
-        self.resident_max_bytes = resident_max_bytes
-        self._spill = SpilledRange(None if self.args.max_priority else backing_factory)
-        self._ready = ReadyList(self.args.max_priority, self._held)
+        self._backlog = Backlog(self.args.max_priority, self._held, backing_factory, resident_max_messages,
+                                resident_max_bytes)
         self._unacked: dict[int, QueueEntry] = {}
         self._unacked_bytes = 0  # bodies of the entries in _unacked
         self._rr = 0
         self._seq = 0
-        self.generation = 0
         ttl = self.args.message_ttl_ms
         self._ttl = ttl / 1000 if ttl is not None else None
 
     # ------------------------------------------------------------------ counts
     @property
     def messages_ready(self) -> int:
-        return self._ready.count + self._spill.count
+        return self._backlog.count
 
     @property
     def messages_unacked(self) -> int:
@@ -76,7 +68,7 @@ class Queue(QueueUpkeep):
 
     @property
     def message_bytes_ready(self) -> int:
-        return self._ready.bytes + self._spill.bytes
+        return self._backlog.bytes
 
     @property
     def message_bytes_unacked(self) -> int:
@@ -86,16 +78,19 @@ class Queue(QueueUpkeep):
     def memory(self) -> int:
         """Estimated RAM held for this queue's messages (spilled ones cost only their counters).
         A body routed to several queues is shared but counted in each: an upper bound."""
-        resident = self._ready.count + len(self._unacked)
-        return resident * ENTRY_OVERHEAD + self._ready.bytes + self._unacked_bytes
+        ready = self._backlog.ready
+        return (ready.count + len(self._unacked)) * ENTRY_OVERHEAD + ready.bytes + self._unacked_bytes
 
     @property
     def resident_count(self) -> int:
-        return self._ready.count
+        return self._backlog.ready.count
+
+    def spilled_count(self) -> int:
+        return self._backlog.spill.count
 
     def head(self) -> QueueEntry | None:
         """The next resident entry to go out (None when empty or when only spilled ones are left)."""
-        return self._ready.peek()
+        return self._backlog.ready.peek()
 
     # ------------------------------------------------------------------ publish
     def _new_entry(self, message: Message, now: float) -> QueueEntry:
@@ -122,14 +117,14 @@ class Queue(QueueUpkeep):
                 return REJECTED
         self.stats.published += 1
         entry = self._new_entry(message, now)
-        self._push(entry)
+        self._backlog.push(entry)
         if args.max_length is not None or args.max_length_bytes is not None:
             self._drop_over_limit(left)
         return ACCEPTED
 
     def _drop_over_limit(self, left: list[Left] | None) -> None:
         while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):
-            head = self._pop_any()
+            head = self._backlog.pop_any()
             if head is None:
                 break
             self.stats.dropped += 1
@@ -145,56 +140,36 @@ class Queue(QueueUpkeep):
         if args.overflow is Overflow.DROP_HEAD:
             self._drop_over_limit(left)
 
-    def _push(self, entry: QueueEntry) -> None:
-        ready = self._ready
-        spill = self._spill
-        if spill.enabled and (
-            spill.count or ready.count >= self.resident_max_messages or ready.bytes >= self.resident_max_bytes
-        ):
-            if spill.append(entry):
-                return
-        ready.append(entry)
-
     def add_recovered(self, message: Message, *, redelivered: bool = False, delivery_count: int = 0) -> QueueEntry:
         """Rebuild from the store at start, in original order."""
         entry = self._new_entry(message, message.timestamp)
         entry.redelivered = redelivered
         entry.delivery_count = delivery_count
-        self._push(entry)
+        self._backlog.push(entry)
         return entry
 
     def spills_next(self) -> bool:
         """The next entry added would go to the spill (the resident window is full, or entries
         are spilled already): recovery then spills the rest with ``add_recovered_spilled``."""
-        spill, ready = self._spill, self._ready
-        return spill.enabled and (spill.count > 0 or ready.count >= self.resident_max_messages
-                                  or ready.bytes >= self.resident_max_bytes)
+        return self._backlog.spills_next()
 
     def add_recovered_spilled(self, rows: Iterable[RecoveredRow], props_info: PropsInfo) -> int:
         """Rebuild the spilled part from the store at start, in original order, without a message
         object per entry (``Backing.append_recovered``); call only once ``spills_next``."""
         self.timed = True  # a recovered row may carry an expiration (not looked at here)
-        count = self._spill.append_recovered(self._seq + 1, rows, props_info, self._ttl)
+        count = self._backlog.append_recovered(self._seq + 1, rows, props_info, self._ttl)
         self._seq += count
         return count
 
     # ------------------------------------------------------------------ taking entries
-    def _pop_any(self) -> QueueEntry | None:
-        entry = self._ready.pop()
-        if entry is None:
-            entry = self._spill.pop_one()
-        return entry
-
     def _pop_live(self, now: float, left: list[Left] | None) -> QueueEntry | None:
         """Next ready entry that has not expired, still counted as held (``ReadyList.take``): the
         caller keeps it unacked or lets it go (``_let_go``). Expired ones go to ``left`` on the way."""
-        ready = self._ready
+        take = self._backlog.take
         while True:
-            entry = ready.take()
+            entry = take()
             if entry is None:
                 return None
-            if self._spill.count and self.page_in_wanted():
-                self._spill.backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
             if entry.expires_at is not None and entry.expires_at < now:
                 self._let_go(entry)
                 self.stats.expired += 1
@@ -214,7 +189,7 @@ class Queue(QueueUpkeep):
         unacked are appended to ``delivered`` when given; no-ack ones and expired ones to ``left``.
         A classic queue's consumers take from memory: no read budget applies."""
         consumers = self._consumers
-        if not consumers or not self._ready:
+        if not consumers or not self._backlog.ready:
             return 0
         if self.args.single_active_consumer:
             consumers = consumers[:1]
@@ -246,7 +221,7 @@ class Queue(QueueUpkeep):
         """Consumer priorities: the highest-priority consumers with credit get messages first."""
         count = 0
         ordered = sorted(self._consumers, key=lambda c: -c.priority)
-        while self._ready:
+        while self._backlog.ready:
             consumer = next((c for c in ordered if c.can_take()), None)
             if consumer is None:
                 break
@@ -284,12 +259,12 @@ class Queue(QueueUpkeep):
         """basic.get: the next live entry, unacked under ``owner`` unless ``no_ack`` (then in ``left``)."""
         self._last_used = now
         entry = self._pop_live(now, left)
-        while entry is None and self._spill.count:  # never get-empty while entries are spilled
-            batch, lost, _ = self._spill.read_head(*GET_READ_BATCH)
+        backlog = self._backlog
+        while entry is None and backlog.spill.count:  # never get-empty while entries are spilled
+            read, lost = backlog.read_head()
             self.stats.spill_damaged += lost
-            if not batch:
+            if not read:
                 break
-            self._ready.extend(batch)
             entry = self._pop_live(now, left)
         stats = self.stats
         if entry is None:
@@ -339,7 +314,7 @@ class Queue(QueueUpkeep):
         if limit is not None and entry.delivery_count > limit:
             self._gone(left, entry, "delivery_limit")
             return
-        self._ready.requeue(entry)
+        self._backlog.requeue(entry)
 
     def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if self._release(entry):
@@ -352,3 +327,62 @@ class Queue(QueueUpkeep):
         if left is not None:
             left.append(left_entry(entry, reason, held))
 
+    # ------------------------------------------------------------------ upkeep
+    def purge(self, left: list[Left] | None = None) -> int:
+        """Drop every ready message (``Backlog.purge``: the spill unread unless ``left`` asks for
+        each one); the broker records a purge as one store record sparing the unacked ids."""
+        count = self._backlog.count
+        self._backlog.purge(left)
+        return count
+
+    def unacked_message_ids(self) -> list[int]:
+        return [entry.message.id for entry in self._unacked.values()]
+
+    def expire(self, now: float, left: list[Left] | None = None) -> int:
+        """Drop expired entries at the head (RabbitMQ expires from the head only)."""
+        expired = 0
+        while (head := self._backlog.expired_head(now)) is not None:
+            expired += 1
+            self.stats.expired += 1
+            self._gone(left, head, "expired")
+        return expired
+
+    def next_deadline(self) -> float | None:
+        return self._backlog.next_deadline()
+
+    def delete(self) -> list[Consumer[Any]]:
+        """Everything goes (the broker records the store side as one DropQueue)."""
+        consumers = Destination.delete(self)
+        self._backlog.close()
+        held = self._held
+        held.entries -= len(self._unacked)
+        held.bytes -= self._unacked_bytes
+        self._unacked.clear()
+        self._unacked_bytes = 0
+        return consumers
+
+    # ------------------------------------------------------------------ paging (the pager's calls)
+    @property
+    def generation(self) -> int:
+        return self._backlog.generation
+
+    def page_in_wanted(self) -> bool:
+        return self._backlog.page_in_wanted()
+
+    def page_in_room(self) -> tuple[int, int]:
+        return self._backlog.page_in_room()
+
+    def take_backing(self) -> Backing | None:
+        return self._backlog.spill.backing
+
+    def spill_lost(self, count: int, body_bytes: int) -> None:
+        """The backing skipped ``count`` spilled entries it could not read back (damaged)."""
+        self._backlog.spill.lost(count, body_bytes)
+        self.stats.spill_damaged += count
+
+    def page_in(self, entries: list[QueueEntry], generation: int, left: list[Left] | None = None) -> None:
+        """Entries the pager read back; if a purge came first they still owe their store acks."""
+        if self.deleted:
+            return  # the store drops the whole queue
+        if not self._backlog.page_in(entries, generation) and left is not None:
+            left.extend(left_entry(entry, None) for entry in entries)

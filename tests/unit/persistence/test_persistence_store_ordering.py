@@ -274,7 +274,7 @@ def _entries_after_recovery(tmp_path: Path, name: str, resident: int, arguments:
     storage.recover(broker)
     queue = queues[name]
     out = []
-    while (entry := queue._pop_any()) is not None or queue.spilled_count():
+    while (entry := queue._backlog.pop_any()) is not None or queue.spilled_count():
         if entry is None:
             queue.page_in(queue.take_backing().read_batch(7, 1 << 30), queue.generation)
             continue
