@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from .dest_set import DestSet, added, removed
+
 __all__ = ["TopicTrie", "split_words"]
 
 
@@ -20,12 +22,14 @@ def split_words(key: str) -> list[str]:
 class TopicTrie:
     """Nodes are numbers (the root is 0), so the trie holds no object per node: ``_children[n]``
     is node n's dict of words (``*`` and ``#`` among them) to its children's numbers, or None;
-    ``_values[n]`` its dict of values, or None. Numbers of pruned nodes are reused (``_free``).
+    ``_values[n]`` its values, or None: a tuple while they are few (``dest_set``: most patterns
+    lead to one queue, and a tuple of one costs a quarter of a dict of one), a dict past that.
+    Numbers of pruned nodes are reused (``_free``).
 
     Why numbers: a node object with its two dicts made the trie 2.5 objects the cyclic garbage
     collector tracks per binding, and a full collection walked all of them (~0.2 s with 100k
     topic bindings). A dict of strings to ints is not tracked at all, so what the collector still
-    tracks here is one dict of values per pattern (benchmarks/RESULTS.md, "Topic bindings and the
+    tracks here is one container of values per pattern (benchmarks/RESULTS.md, "Topic bindings and the
     garbage collector"). Lists, not dicts, map the numbers: a match indexes them at every step.
     """
 
@@ -33,7 +37,7 @@ class TopicTrie:
 
     def __init__(self) -> None:
         self._children: list[dict[str, int] | None] = [None]
-        self._values: list[dict[Hashable, None] | None] = [None]
+        self._values: list[DestSet | None] = [None]
         self._free: list[int] = []
         self._count = 0
 
@@ -58,11 +62,9 @@ class TopicTrie:
                 child = children[word] = self._new_node()
             node = child
         values = self._values[node]
-        if values is None:
-            values = self._values[node] = {}
-        elif value in values:
+        if values is not None and value in values:
             return False
-        values[value] = None
+        self._values[node] = added(values, value)
         self._count += 1
         return True
 
@@ -79,9 +81,7 @@ class TopicTrie:
         values = self._values[path[-1]]
         if values is None or value not in values:
             return False
-        del values[value]
-        if not values:
-            self._values[path[-1]] = None
+        self._values[path[-1]] = removed(values, value)
         self._count -= 1
         for i in range(len(words), 0, -1):  # prune empty branches
             child, parent = path[i], path[i - 1]
@@ -106,13 +106,13 @@ class TopicTrie:
             if i == n:
                 values = self._values[node]
                 if values:
-                    out.update(values)
+                    out.update(dict.fromkeys(values))
             return
         hash_node = children.get("#")
         if i == n:
             values = self._values[node]
             if values:
-                out.update(values)
+                out.update(dict.fromkeys(values))
             if hash_node is not None:
                 self._walk(hash_node, words, i, n, out)
             return
