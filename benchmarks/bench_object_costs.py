@@ -62,7 +62,7 @@ KINDS = ("queue", "binding_topic", "binding_direct", "exchange", "connection", "
 def measure_kind(kind: str, args: argparse.Namespace) -> tuple[float, float | None]:
     """One fresh broker: what ``kind`` needs first, then N of ``kind``; RSS and gauge growth per object."""
     with tempfile.TemporaryDirectory() as tmp:
-        server = Headrace(Path(tmp), env={"HEADRACE_MEMORY_HIGH_WATERMARK": "0.99"})
+        server = Headrace(Path(tmp), env={"HEADRACE_MEMORY_HIGH_WATERMARK": "0.99", "HEADRACE_METRICS": "aggregate"})
         proc = psutil.Process(server.proc.pid)
         http = httpx.Client(base_url=f"http://127.0.0.1:{server.http_port}", auth=AUTH, timeout=300)
         url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
