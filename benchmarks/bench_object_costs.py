@@ -1,6 +1,6 @@
 """Resident memory per object: queue, binding (topic and direct), exchange, connection, channel.
 
-    .venv/bin/python benchmarks/bench_object_costs.py [--queues 10000] [--bindings 20000]
+    .venv/bin/python benchmarks/bench_object_costs.py [--queues 10000] [--bindings 100000]
         [--exchanges 5000] [--connections 200] [--channels 1000] [--runs 3]
 
 Method: for each kind of object, each run starts a fresh broker subprocess (empty data directory,
@@ -110,7 +110,7 @@ def measure_kind(kind: str, args: argparse.Namespace) -> tuple[float, float | No
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--queues", type=int, default=10_000)
-    ap.add_argument("--bindings", type=int, default=20_000)
+    ap.add_argument("--bindings", type=int, default=100_000)
     ap.add_argument("--exchanges", type=int, default=5_000)
     ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--channels", type=int, default=1_000)
