@@ -22,7 +22,9 @@ QUEUE = DestinationKind.QUEUE
 
 
 class Destinations:
-    """One tuple per destination, shared by an exchange's entries for it, with their count.
+    """One tuple per destination, shared by an exchange's entries for it, with their count, and
+    one tuple of that one destination (``single``), shared by every routing key or pattern that
+    leads there alone (``dest_set``), so such a key costs no tuple of its own.
 
     A destination tuple holds its kind, an enum member the garbage collector tracks, so the tuple
     stays tracked for good: one per destination, not one per binding (ARCHITECTURE.md, "The
@@ -31,18 +33,26 @@ class Destinations:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: dict[Destination, tuple[Destination, int]] = {}
+        self._held: dict[Destination, tuple[Destination, tuple[Destination], int]] = {}
 
     def take(self, kind: DestinationKind, name: str) -> Destination:
         dest: Destination = (kind, name)
-        dest, uses = self._held.get(dest, (dest, 0))
-        self._held[dest] = (dest, uses + 1)
+        held = self._held.get(dest)
+        if held is None:
+            self._held[dest] = (dest, (dest,), 1)
+            return dest
+        dest, single, uses = held
+        self._held[dest] = (dest, single, uses + 1)
         return dest
 
+    def single(self, dest: Destination) -> tuple[Destination]:
+        """The shared tuple of ``dest`` alone (taken, so it is held here)."""
+        return self._held[dest][1]
+
     def drop(self, kind: DestinationKind, name: str) -> None:
-        dest, uses = self._held[(kind, name)]
+        dest, single, uses = self._held[(kind, name)]
         if uses > 1:
-            self._held[dest] = (dest, uses - 1)
+            self._held[dest] = (dest, single, uses - 1)
         else:
             del self._held[dest]
 

@@ -20,10 +20,11 @@ TUPLE_MAX = 8
 DestSet: TypeAlias = "tuple[Hashable, ...] | dict[Hashable, None]"
 
 
-def added(held: DestSet | None, value: Hashable) -> DestSet:
-    """``held`` with ``value`` in it (the same dict, or a new tuple)."""
+def added(held: DestSet | None, value: Hashable, single: tuple[Hashable] | None = None) -> DestSet:
+    """``held`` with ``value`` in it (the same dict, or a new tuple); ``single``: a shared tuple of
+    ``value`` alone, used when it is the first (``Destinations.single``)."""
     if held is None:
-        return (value,)
+        return single if single is not None else (value,)
     if type(held) is tuple:
         if value in held:
             return held

@@ -27,8 +27,9 @@ class DirectExchange(Exchange):
         self._dests = Destinations()  # the one tuple per destination that the routes hold
 
     def _add(self, b: Binding) -> None:
-        routes = self._routes
-        routes[b.routing_key] = added(routes.get(b.routing_key), self._dests.take(b.kind, b.destination))
+        routes, dests = self._routes, self._dests
+        dest = dests.take(b.kind, b.destination)
+        routes[b.routing_key] = added(routes.get(b.routing_key), dest, dests.single(dest))
 
     def _remove(self, b: Binding) -> None:
         routes = self._routes

@@ -30,7 +30,8 @@ class TopicExchange(Exchange):
         self._cache: dict[str, tuple[Destination, ...]] = {}
 
     def _add(self, b: Binding) -> None:
-        self._trie.add(b.routing_key, self._dests.take(b.kind, b.destination))
+        dest = self._dests.take(b.kind, b.destination)
+        self._trie.add(b.routing_key, dest, self._dests.single(dest))
         self._cache.clear()
 
     def _remove(self, b: Binding) -> None:

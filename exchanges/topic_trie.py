@@ -51,7 +51,8 @@ class TopicTrie:
         self._values.append(None)
         return len(self._children) - 1
 
-    def add(self, pattern: str, value: Hashable) -> bool:
+    def add(self, pattern: str, value: Hashable, single: tuple[Hashable] | None = None) -> bool:
+        """``single``: a shared tuple of ``value`` alone, for a pattern it is the first value of."""
         node = 0
         for word in split_words(pattern):
             children = self._children[node]
@@ -64,7 +65,7 @@ class TopicTrie:
         values = self._values[node]
         if values is not None and value in values:
             return False
-        self._values[node] = added(values, value)
+        self._values[node] = added(values, value, single)
         self._count += 1
         return True
 

@@ -58,7 +58,7 @@ MEMORY_CHECK_MIN = 64 << 10
 # binding (topic, the dearer kind); an exchange; a connection with its parser, writer buffers,
 # socket and task; a channel; a consumer.
 QUEUE_COST = 2_000
-BINDING_COST = 600
+BINDING_COST = 750
 EXCHANGE_COST = 2_000
 CONNECTION_COST = 25_000
 CHANNEL_COST = 2_500
