@@ -49,17 +49,17 @@ MEMORY_CLEAR_RATIO = 0.9
 # Free space is checked again after this many bytes written (a statvfs costs a few microseconds).
 DISK_CHECK_BYTES = 1 << 20
 # Memory is sampled again after this many bytes read from clients, or an eighth of the watermark
-# when that is less (a low watermark is not overshot by a multiple of itself). The held figure
-# walks every queue, binding and connection, so it is not sampled on every read.
+# when that is less (a low watermark is not overshot by a multiple of itself). A sample also walks
+# every exchange for the objects' estimate, so it is not taken on every read.
 MEMORY_CHECK_BYTES = 4 << 20
 MEMORY_CHECK_MIN = 64 << 10
 # RAM each object costs besides the messages it holds, measured on a running broker and rounded
 # up (benchmarks/bench_object_costs.py, RESULTS.md "What an object costs"): an idle queue; a
 # binding (topic, the dearer kind); an exchange; a connection with its parser, writer buffers,
 # socket and task; a channel; a consumer.
-QUEUE_COST = 2_000
-BINDING_COST = 750
-EXCHANGE_COST = 2_000
+QUEUE_COST = 1_800
+BINDING_COST = 600
+EXCHANGE_COST = 1_200
 CONNECTION_COST = 25_000
 CHANNEL_COST = 2_500
 CONSUMER_COST = 500

@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.timeout(60)
 
 WATERMARK = 8_000_000
-OBJECTS = 4000  # queues and as many topic bindings: ~11 MB by the measured costs, no message
+OBJECTS = 4000  # queues and as many topic bindings: ~9.6 MB by the measured costs, no message
 
 
 def topology_gauge(http: httpx.Client) -> int:
