@@ -50,12 +50,6 @@ class _Lane:
         assert fresh  # the lane is not empty (the caller checked the count)
         return fresh.popleft()
 
-    def append(self, entry: QueueEntry) -> None:
-        fresh = self.fresh
-        if fresh is None:
-            fresh = self.fresh = deque()
-        fresh.append(entry)
-
     def add_returned(self, entry: QueueEntry) -> None:
         returned = self.returned
         if returned is None:
@@ -66,8 +60,9 @@ class _Lane:
 class ReadyList:
     """``count`` is the entries in every lane, so an empty list is seen without asking a lane.
     Without priorities there is one lane, kept as ``_one``: append, peek and pop go straight to
-    it (they run once per message). Slotted, like its lanes: one per queue. Every change to ``count`` and ``bytes`` goes to ``held`` too,
-    the tally the queue shares with the others of its broker (held.py)."""
+    it (they run once per message). Slotted, like its lanes: one per queue. Every change to
+    ``count`` and ``bytes`` goes to ``held`` too, the tally the queue shares with the others of
+    its broker (held.py)."""
 
     __slots__ = ("_lanes", "_max", "_one", "count", "bytes", "held")
 
@@ -91,7 +86,11 @@ class ReadyList:
         return self._lanes[min(entry.message.priority, self._max)]
 
     def append(self, entry: QueueEntry) -> None:
-        (self._lane(entry) if self._max else self._one).append(entry)
+        lane = self._lane(entry) if self._max else self._one
+        fresh = lane.fresh
+        if fresh is None:  # the lane's first entry (an idle queue holds no deque)
+            fresh = lane.fresh = deque()
+        fresh.append(entry)
         size = len(entry.message.body)
         self.count += 1
         self.bytes += size
