@@ -22,7 +22,9 @@ QUEUE = DestinationKind.QUEUE
 
 
 class Destinations:
-    """One tuple per destination, shared by an exchange's entries for it, with their count.
+    """One tuple per destination, shared by an exchange's entries for it, with their count, and
+    one tuple of that one destination (``single``), shared by every routing key or pattern that
+    leads there alone (``dest_set``), so such a key costs no tuple of its own.
 
     A destination tuple holds its kind, an enum member the garbage collector tracks, so the tuple
     stays tracked for good: one per destination, not one per binding (ARCHITECTURE.md, "The
@@ -31,18 +33,26 @@ class Destinations:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: dict[Destination, tuple[Destination, int]] = {}
+        self._held: dict[Destination, tuple[Destination, tuple[Destination], int]] = {}
 
     def take(self, kind: DestinationKind, name: str) -> Destination:
         dest: Destination = (kind, name)
-        dest, uses = self._held.get(dest, (dest, 0))
-        self._held[dest] = (dest, uses + 1)
+        held = self._held.get(dest)
+        if held is None:
+            self._held[dest] = (dest, (dest,), 1)
+            return dest
+        dest, single, uses = held
+        self._held[dest] = (dest, single, uses + 1)
         return dest
 
+    def single(self, dest: Destination) -> tuple[Destination]:
+        """The shared tuple of ``dest`` alone (taken, so it is held here)."""
+        return self._held[dest][1]
+
     def drop(self, kind: DestinationKind, name: str) -> None:
-        dest, uses = self._held[(kind, name)]
+        dest, single, uses = self._held[(kind, name)]
         if uses > 1:
-            self._held[dest] = (dest, uses - 1)
+            self._held[dest] = (dest, single, uses - 1)
         else:
             del self._held[dest]
 
@@ -67,8 +77,19 @@ def _extra_keys(headers: Mapping[str, Any]) -> list[str]:
 
 
 class Exchange(ABC):
+    """``BY_ROUTE`` (direct, topic): ``_add`` only for the first binding of a routing key and
+    destination, ``_remove`` only for the last, so a subclass keeps no count of bindings that
+    differ in their arguments alone. What tells: bindings with arguments are counted by route in
+    ``_with_args`` (rare for these types, so usually None), and one without is looked up. Its
+    keys are strings only, so the garbage collector does not track them.
+
+    Bindings by destination (``_to_queues``): the binding itself while it is the only one to that
+    destination, a dict of them from the second on, as an empty queue's one binding is common and
+    a dict costs ~180 B."""
+
     TYPE: ClassVar[str]
     USES_HEADERS: ClassVar[bool] = False
+    BY_ROUTE: ClassVar[bool] = False
 
     def __init__(self, name: str, *, durable: bool = False, auto_delete: bool = False, internal: bool = False,
                  arguments: Mapping[str, Any] | None = None) -> None:
@@ -84,8 +105,9 @@ class Exchange(ABC):
         self._bindings: dict[Binding, None] = {}
         # destination name -> its bindings here, per kind: deleting a queue or an exchange unbinds
         # its own bindings instead of scanning all of them (per deletion: quadratic over many queues)
-        self._to_queues: dict[str, dict[Binding, None]] = {}
-        self._to_exchanges: dict[str, dict[Binding, None]] = {}  # route() only walks when not empty
+        self._to_queues: dict[str, Binding | dict[Binding, None]] = {}
+        self._to_exchanges: dict[str, Binding | dict[Binding, None]] = {}  # route() only walks when not empty
+        self._with_args: dict[tuple[str, str, str], int] | None = None  # BY_ROUTE only
         self.cache_hits = 0
         self.cache_misses = 0
         # the management API's publish_in / publish_out: messages published to this exchange, and
@@ -97,26 +119,60 @@ class Exchange(ABC):
     def bind(self, b: Binding) -> bool:
         if b in self._bindings:
             return False
-        self._add(b)
+        if not self.BY_ROUTE or not self._route_shared(b):
+            self._add(b)
         self._bindings[b] = None
+        if self.BY_ROUTE and b.arguments:
+            counts = self._with_args if self._with_args is not None else {}
+            route = (b.routing_key, b.kind.value, b.destination)
+            counts[route] = counts.get(route, 0) + 1
+            self._with_args = counts
         index = self._to(b.kind)
         mine = index.get(b.destination)
         if mine is None:
-            mine = index[b.destination] = {}
-        mine[b] = None
+            index[b.destination] = b
+        elif isinstance(mine, dict):
+            mine[b] = None
+        else:
+            index[b.destination] = {mine: None, b: None}
         return True
 
     def unbind(self, b: Binding) -> bool:
         if b not in self._bindings:
             return False
         del self._bindings[b]
-        self._remove(b)
+        if self.BY_ROUTE:
+            counts = self._with_args
+            if b.arguments and counts is not None:
+                route = (b.routing_key, b.kind.value, b.destination)
+                left = counts[route] - 1
+                if left:
+                    counts[route] = left
+                elif len(counts) > 1:
+                    del counts[route]
+                else:
+                    self._with_args = None
+            if not self._route_shared(b):
+                self._remove(b)
+        else:
+            self._remove(b)
         index = self._to(b.kind)
         mine = index[b.destination]
-        del mine[b]
-        if not mine:
+        if isinstance(mine, dict):
+            del mine[b]
+            if len(mine) == 1:
+                index[b.destination] = next(iter(mine))
+        else:
             del index[b.destination]
         return True
+
+    def _route_shared(self, b: Binding) -> bool:
+        """Whether a binding other than ``b`` (which is not in ``_bindings``) has its routing key
+        and destination: it then differs in its arguments, or one of them has none."""
+        if b.arguments and Binding(b.source, b.destination, b.kind, b.routing_key) in self._bindings:
+            return True
+        counts = self._with_args
+        return bool(counts) and (b.routing_key, b.kind.value, b.destination) in counts  # type: ignore[operator]
 
     def bindings(self) -> list[Binding]:
         return list(self._bindings)
@@ -126,7 +182,7 @@ class Exchange(ABC):
         """How many bindings, without listing them (the memory alarm counts them often)."""
         return len(self._bindings)
 
-    def _to(self, kind: DestinationKind) -> dict[str, dict[Binding, None]]:
+    def _to(self, kind: DestinationKind) -> dict[str, Binding | dict[Binding, None]]:
         return self._to_exchanges if kind is DestinationKind.EXCHANGE else self._to_queues
 
     def bound_to(self, destination: str, kind: DestinationKind) -> bool:
@@ -138,7 +194,8 @@ class Exchange(ABC):
 
     def unbind_destination(self, destination: str, kind: DestinationKind) -> list[Binding]:
         """Every binding to ``destination`` removed (it was deleted), in the order they were made."""
-        removed = list(self._to(kind).get(destination, ()))
+        mine = self._to(kind).get(destination)
+        removed = [mine] if isinstance(mine, Binding) else list(mine or ())
         for b in removed:
             self.unbind(b)
         return removed

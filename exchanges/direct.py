@@ -7,43 +7,41 @@ from typing import Any
 
 from .base import Destination, Destinations, Exchange
 from .binding import Binding, DestinationKind
+from .dest_set import DestSet, added, removed
 from .errors import OperationNotPermitted
 
 __all__ = ["DefaultExchange", "DirectExchange", "FanoutExchange"]
 
 
 class DirectExchange(Exchange):
+    """Routing key -> its destinations (``dest_set``: a tuple while few). ``BY_ROUTE``: the base
+    calls ``_add`` for the first binding of a key and destination and ``_remove`` for the last, so
+    bindings that differ only in their arguments need no count here."""
+
     TYPE = "direct"
+    BY_ROUTE = True
 
     def __init__(self, name: str, **kw: Any) -> None:
         super().__init__(name, **kw)
-        self._routes: dict[str, dict[Destination, int]] = {}
-        self._dests = Destinations()  # the one tuple per destination that the routes' dicts hold
+        self._routes: dict[str, DestSet] = {}
+        self._dests = Destinations()  # the one tuple per destination that the routes hold
 
     def _add(self, b: Binding) -> None:
-        dests = self._routes.setdefault(b.routing_key, {})
-        key = (b.kind, b.destination)
-        count = dests.get(key, 0)
-        if not count:
-            key = self._dests.take(b.kind, b.destination)
-        dests[key] = count + 1  # same destination may be bound with different arguments
+        routes, dests = self._routes, self._dests
+        dest = dests.take(b.kind, b.destination)
+        routes[b.routing_key] = added(routes.get(b.routing_key), dest, dests.single(dest))
 
     def _remove(self, b: Binding) -> None:
-        dests = self._routes.get(b.routing_key)
-        if not dests:
-            return
-        key = (b.kind, b.destination)
-        left = dests.get(key, 0) - 1
-        if left > 0:
-            dests[key] = left
-        elif left == 0:
-            del dests[key]
-            self._dests.drop(b.kind, b.destination)
-            if not dests:
-                del self._routes[b.routing_key]
+        routes = self._routes
+        left = removed(routes.get(b.routing_key), (b.kind, b.destination))
+        self._dests.drop(b.kind, b.destination)
+        if left is None:
+            routes.pop(b.routing_key, None)
+        else:
+            routes[b.routing_key] = left
 
     def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
-        return self._routes.get(routing_key, ())
+        return self._routes.get(routing_key, ())  # type: ignore[return-value]  # holds Destinations
 
 
 class FanoutExchange(Exchange):

@@ -17,34 +17,25 @@ ROUTE_CACHE_MAX = 4096
 
 
 class TopicExchange(Exchange):
+    """``BY_ROUTE`` (see the base): several bindings that differ in their arguments only are one
+    entry in the trie, added with the first and removed with the last, with no count kept here."""
+
     TYPE = "topic"
+    BY_ROUTE = True
 
     def __init__(self, name: str, **kw: Any) -> None:
         super().__init__(name, **kw)
         self._trie = TopicTrie()
-        # bindings per (routing key, destination kind's value, destination): several bindings that
-        # differ in their arguments only are one entry in the trie. Strings only, so neither these
-        # keys nor the dict are objects the garbage collector tracks.
-        self._refs: dict[tuple[str, str, str], int] = {}
         self._dests = Destinations()  # the one tuple per destination the trie's values hold
         self._cache: dict[str, tuple[Destination, ...]] = {}
 
     def _add(self, b: Binding) -> None:
-        key = (b.routing_key, b.kind.value, b.destination)
-        count = self._refs.get(key, 0)
-        self._refs[key] = count + 1
-        if not count:
-            self._trie.add(b.routing_key, self._dests.take(b.kind, b.destination))
+        dest = self._dests.take(b.kind, b.destination)
+        self._trie.add(b.routing_key, dest, self._dests.single(dest))
         self._cache.clear()
 
     def _remove(self, b: Binding) -> None:
-        key = (b.routing_key, b.kind.value, b.destination)
-        count = self._refs.get(key, 0) - 1
-        if count > 0:
-            self._refs[key] = count
-        elif count == 0:
-            del self._refs[key]
-            self._trie.remove(b.routing_key, (b.kind, b.destination))
+        if self._trie.remove(b.routing_key, (b.kind, b.destination)):
             self._dests.drop(b.kind, b.destination)
         self._cache.clear()
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from .dest_set import DestSet, added, removed
+
 __all__ = ["TopicTrie", "split_words"]
 
 
@@ -17,23 +19,35 @@ def split_words(key: str) -> list[str]:
     return key.split(".") if key else []
 
 
+def _child(children: dict[str, int] | tuple[str, int] | None, word: str) -> int | None:
+    if children is None:
+        return None
+    if type(children) is tuple:
+        return children[1] if children[0] == word else None
+    return children.get(word)  # type: ignore[union-attr]
+
+
 class TopicTrie:
     """Nodes are numbers (the root is 0), so the trie holds no object per node: ``_children[n]``
-    is node n's dict of words (``*`` and ``#`` among them) to its children's numbers, or None;
-    ``_values[n]`` its dict of values, or None. Numbers of pruned nodes are reused (``_free``).
+    is node n's dict of words (``*`` and ``#`` among them) to its children's numbers, or the pair
+    (word, child) while it has one child (most inner nodes of distinct patterns: a pair costs a
+    third of a dict of one), or None;
+    ``_values[n]`` its values, or None: a tuple while they are few (``dest_set``: most patterns
+    lead to one queue, and a tuple of one costs a quarter of a dict of one), a dict past that.
+    Numbers of pruned nodes are reused (``_free``).
 
     Why numbers: a node object with its two dicts made the trie 2.5 objects the cyclic garbage
     collector tracks per binding, and a full collection walked all of them (~0.2 s with 100k
     topic bindings). A dict of strings to ints is not tracked at all, so what the collector still
-    tracks here is one dict of values per pattern (benchmarks/RESULTS.md, "Topic bindings and the
+    tracks here is one container of values per pattern (benchmarks/RESULTS.md, "Topic bindings and the
     garbage collector"). Lists, not dicts, map the numbers: a match indexes them at every step.
     """
 
     __slots__ = ("_children", "_values", "_free", "_count")
 
     def __init__(self) -> None:
-        self._children: list[dict[str, int] | None] = [None]
-        self._values: list[dict[Hashable, None] | None] = [None]
+        self._children: list[dict[str, int] | tuple[str, int] | None] = [None]
+        self._values: list[DestSet | None] = [None]
         self._free: list[int] = []
         self._count = 0
 
@@ -47,22 +61,31 @@ class TopicTrie:
         self._values.append(None)
         return len(self._children) - 1
 
-    def add(self, pattern: str, value: Hashable) -> bool:
+    def add(self, pattern: str, value: Hashable, single: tuple[Hashable] | None = None) -> bool:
+        """``single``: a shared tuple of ``value`` alone, for a pattern it is the first value of."""
         node = 0
+        all_children = self._children
         for word in split_words(pattern):
-            children = self._children[node]
+            children = all_children[node]
             if children is None:
-                children = self._children[node] = {}
-            child = children.get(word)
-            if child is None:
-                child = children[word] = self._new_node()
+                child = self._new_node()
+                all_children[node] = (word, child)
+            elif type(children) is tuple:
+                if children[0] == word:
+                    child = children[1]
+                else:
+                    child = self._new_node()
+                    all_children[node] = {children[0]: children[1], word: child}
+            else:
+                found = children.get(word)  # type: ignore[union-attr]
+                if found is None:
+                    found = children[word] = self._new_node()  # type: ignore[index]
+                child = found
             node = child
         values = self._values[node]
-        if values is None:
-            values = self._values[node] = {}
-        elif value in values:
+        if values is not None and value in values:
             return False
-        values[value] = None
+        self._values[node] = added(values, value, single)
         self._count += 1
         return True
 
@@ -71,26 +94,26 @@ class TopicTrie:
         words = split_words(pattern)
         path = [0]
         for word in words:
-            children = all_children[path[-1]]
-            node = None if children is None else children.get(word)
+            node = _child(all_children[path[-1]], word)
             if node is None:
                 return False
             path.append(node)
         values = self._values[path[-1]]
         if values is None or value not in values:
             return False
-        del values[value]
-        if not values:
-            self._values[path[-1]] = None
+        self._values[path[-1]] = removed(values, value)
         self._count -= 1
         for i in range(len(words), 0, -1):  # prune empty branches
             child, parent = path[i], path[i - 1]
             if self._values[child] is not None or all_children[child] is not None:
                 break
             children = all_children[parent]
-            del children[words[i - 1]]  # type: ignore[union-attr]
-            if not children:
+            if type(children) is tuple:
                 all_children[parent] = None
+            else:
+                del children[words[i - 1]]  # type: ignore[union-attr]
+                if len(children) == 1:  # type: ignore[arg-type]
+                    all_children[parent] = next(iter(children.items()))  # type: ignore[union-attr]
             self._free.append(child)
         return True
 
@@ -106,20 +129,36 @@ class TopicTrie:
             if i == n:
                 values = self._values[node]
                 if values:
-                    out.update(values)
+                    out.update(dict.fromkeys(values))
             return
-        hash_node = children.get("#")
+        if type(children) is tuple:
+            word, child = children
+            if word == "#":
+                if i == n:
+                    values = self._values[node]
+                    if values:
+                        out.update(dict.fromkeys(values))
+                for j in range(i, n + 1):
+                    self._walk(child, words, j, n, out)
+            elif i == n:
+                values = self._values[node]
+                if values:
+                    out.update(dict.fromkeys(values))
+            elif word == "*" or word == words[i]:
+                self._walk(child, words, i + 1, n, out)
+            return
+        hash_node = children.get("#")  # type: ignore[union-attr]
         if i == n:
             values = self._values[node]
             if values:
-                out.update(values)
+                out.update(dict.fromkeys(values))
             if hash_node is not None:
                 self._walk(hash_node, words, i, n, out)
             return
-        child = children.get(words[i])
-        if child is not None:
-            self._walk(child, words, i + 1, n, out)
-        star = children.get("*")
+        exact = children.get(words[i])  # type: ignore[union-attr]
+        if exact is not None:
+            self._walk(exact, words, i + 1, n, out)
+        star = children.get("*")  # type: ignore[union-attr]
         if star is not None:
             self._walk(star, words, i + 1, n, out)
         if hash_node is not None:

@@ -67,7 +67,9 @@ class QueueArgs:
 
     @classmethod
     def parse(cls, arguments: Mapping[str, Any] | None, queue_name: str = "") -> QueueArgs:
-        args = arguments or {}
+        if not arguments:
+            return NO_ARGS  # frozen, so every queue without arguments shares one
+        args = arguments
         overflow_s = _str(args, "x-overflow", queue_name)
         try:
             overflow = Overflow(overflow_s) if overflow_s is not None else Overflow.DROP_HEAD
@@ -101,3 +103,6 @@ class QueueArgs:
             single_active_consumer=sac,
             delivery_limit=_int(args, "x-delivery-limit", queue_name, minimum=0),
         )
+
+
+NO_ARGS = QueueArgs()  # what ``parse`` gives for no arguments at all

@@ -24,14 +24,18 @@ def _seq(entry: QueueEntry) -> int:
 
 
 class _Lane:
+    """Both containers are made on first use: an idle queue holds neither (an empty deque is
+    ~620 B, an empty ``SortedKeyList`` ~1.1 KiB, and most queues never see a requeue), and None
+    reads as empty wherever a lane is asked whether it has entries."""
+
     __slots__ = ("fresh", "returned")
 
     def __init__(self) -> None:
-        self.fresh: deque[QueueEntry] = deque()
-        self.returned: SortedKeyList = SortedKeyList(key=_seq)
+        self.fresh: deque[QueueEntry] | None = None
+        self.returned: SortedKeyList | None = None
 
     def __len__(self) -> int:
-        return len(self.fresh) + len(self.returned)
+        return (len(self.fresh) if self.fresh else 0) + (len(self.returned) if self.returned else 0)
 
     def peek(self) -> QueueEntry | None:
         fresh, returned = self.fresh, self.returned
@@ -43,14 +47,24 @@ class _Lane:
         fresh, returned = self.fresh, self.returned
         if returned and (not fresh or returned[0].seq < fresh[0].seq):
             return returned.pop(0)  # type: ignore[no-any-return]
+        assert fresh  # the lane is not empty (the caller checked the count)
         return fresh.popleft()
+
+    def add_returned(self, entry: QueueEntry) -> None:
+        returned = self.returned
+        if returned is None:
+            returned = self.returned = SortedKeyList(key=_seq)
+        returned.add(entry)
 
 
 class ReadyList:
     """``count`` is the entries in every lane, so an empty list is seen without asking a lane.
     Without priorities there is one lane, kept as ``_one``: append, peek and pop go straight to
-    it (they run once per message). Every change to ``count`` and ``bytes`` goes to ``held`` too,
-    the tally the queue shares with the others of its broker (held.py)."""
+    it (they run once per message). Slotted, like its lanes: one per queue. Every change to
+    ``count`` and ``bytes`` goes to ``held`` too, the tally the queue shares with the others of
+    its broker (held.py)."""
+
+    __slots__ = ("_lanes", "_max", "_one", "count", "bytes", "held")
 
     def __init__(self, max_priority: int | None = None, held: HeldTally | None = None) -> None:
         self._lanes = [_Lane() for _ in range((max_priority or 0) + 1)]
@@ -72,7 +86,11 @@ class ReadyList:
         return self._lanes[min(entry.message.priority, self._max)]
 
     def append(self, entry: QueueEntry) -> None:
-        (self._lane(entry) if self._max else self._one).fresh.append(entry)
+        lane = self._lane(entry) if self._max else self._one
+        fresh = lane.fresh
+        if fresh is None:  # the lane's first entry (an idle queue holds no deque)
+            fresh = lane.fresh = deque()
+        fresh.append(entry)
         size = len(entry.message.body)
         self.count += 1
         self.bytes += size
@@ -85,7 +103,7 @@ class ReadyList:
             self.append(entry)
 
     def requeue(self, entry: QueueEntry) -> None:
-        self._lane(entry).returned.add(entry)
+        self._lane(entry).add_returned(entry)
         size = len(entry.message.body)
         self.count += 1
         self.bytes += size
@@ -106,7 +124,7 @@ class ReadyList:
         if not self.count:
             return None
         lane = self._one if not self._max else self._head_lane()
-        return lane.fresh[0] if not lane.returned else lane.peek()
+        return lane.fresh[0] if not lane.returned else lane.peek()  # type: ignore[index]
 
     def pop(self) -> QueueEntry | None:
         """The head, gone from memory as far as ``held`` goes (dropped, expired)."""
@@ -123,7 +141,7 @@ class ReadyList:
         if not self.count:
             return None
         lane = self._one if not self._max else self._head_lane()
-        entry = lane.fresh.popleft() if not lane.returned else lane.pop()
+        entry = lane.fresh.popleft() if not lane.returned else lane.pop()  # type: ignore[union-attr]
         self.count -= 1
         self.bytes -= len(entry.message.body)
         return entry
@@ -131,8 +149,7 @@ class ReadyList:
     def clear(self) -> list[QueueEntry]:
         out = [e for e in self]
         for lane in self._lanes:
-            lane.fresh.clear()
-            lane.returned.clear()
+            lane.fresh = lane.returned = None  # an emptied queue goes back to an idle one's size
         self.held.entries -= self.count
         self.held.bytes -= self.bytes
         self.count = 0
@@ -141,5 +158,5 @@ class ReadyList:
 
     def __iter__(self) -> Iterator[QueueEntry]:
         for lane in reversed(self._lanes):
-            yield from lane.returned
-            yield from lane.fresh
+            yield from lane.returned or ()
+            yield from lane.fresh or ()

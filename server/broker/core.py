@@ -90,6 +90,8 @@ class Broker:
         self.alarms: frozenset[str] = frozenset()
         self.memory_used = 0  # bytes, per the configured calculation, sampled by the shell
         self.memory_rss = 0  # resident set size of the process, sampled by the shell
+        self.memory_topology = 0  # estimated fixed cost of the objects (not the alarm's), sampled by the shell
+        self.memory_topology_parts: dict[str, int] = {}  # the same by kind of object
         self.disk_free = 0  # bytes free in the data directory, sampled by the shell
         self.observers: set[BrokerObserver] = set()
         # the observers with a confirm or a reply waiting for the store: told of the next sync (a

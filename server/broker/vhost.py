@@ -353,10 +353,9 @@ class VHost:
     def bind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
              arguments: Mapping[str, Any] | None) -> bool:
         exchange = self._bindable_source(source)
-        if kind is QUEUE:
-            self.get_queue(destination)
-        else:
-            self._bindable_destination(destination)
+        # the objects' own name strings, so a binding adds no copy of them
+        source = exchange.name
+        destination = (self.get_queue(destination) if kind is QUEUE else self._bindable_destination(destination)).name
         binding = Binding.make(source, destination, kind, routing_key, arguments)
         try:
             added = exchange.bind(binding)

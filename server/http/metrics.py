@@ -71,6 +71,9 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
     family("headrace_memory_used_bytes", "gauge",
            "Memory compared with the high watermark (per memory_calculation_strategy).",
            [("", broker.memory_used)])
+    family("headrace_topology_memory_bytes", "gauge",
+           "Estimated fixed memory of queues, exchanges, bindings, connections, channels and consumers "
+           "(not counted by the memory alarm).", [("", broker.memory_topology)])
     family("headrace_process_resident_memory_bytes", "gauge", "Resident set size of the broker process.",
            [("", broker.memory_rss)])
     family("headrace_disk_free_bytes", "gauge", "Free disk in the data directory.", [("", broker.disk_free)])
