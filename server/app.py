@@ -38,7 +38,8 @@ from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
-from headrace.server.net.socket_bounds import Window, bound_listeners, bound_window, handshake_rtt, shrinker
+from headrace.server.net.socket_bounds import (HELD_RCVBUF, RCVBUF_MAX, Window, bound_listeners, bound_window,
+                                               handshake_rtt, shrinker)
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
@@ -139,13 +140,13 @@ class App:
         settings = self.settings
         rtt = handshake_rtt(sock)
         bounded = bound_window(sock, settings.network.amqp_rcvbuf, settings.network.amqp_rcvbuf_long_link_rtt, rtt)
-        window = Window(sock, settings.network.amqp_rcvbuf if bounded else 0, settings.network.amqp_rcvbuf_max, rtt)
+        window = Window(sock, settings.network.amqp_rcvbuf if bounded else 0, RCVBUF_MAX, rtt)
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
-                                        on_first_hold=shrinker(sock, settings.network.amqp_held_rcvbuf),
+                                        on_first_hold=shrinker(sock, HELD_RCVBUF),
                                         grow=window.read if window.growing else None,
                                         sender=self.sender, pending_output=self.memory.pending_output,
                                         on_header=lambda: admission.header_received(ticket),

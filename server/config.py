@@ -45,7 +45,14 @@ __all__ = ["GROUPS", "REMOVED", "Settings", "SettingsError", "load_settings"]
 ENV_PREFIX = "HEADRACE_"
 
 # A removed setting's flat name -> why it went and where its value lives now (benchmarks/RESULTS.md).
-REMOVED: dict[str, str] = {}
+REMOVED: dict[str, str] = {
+    "amqp_rcvbuf_max": "a connection's window grows up to 4 MiB and net.core.rmem_max (measured: a fixed "
+                       "window halved bulk publishers and did not lower latency)",
+    "amqp_held_rcvbuf": "a held connection's receive buffer is never shrunk (measured: the shrink drops data "
+                        "in flight and leaves clients with larger send buffers)",
+    "fsync_window_ms": "a group is written as soon as the event loop is idle (measured: any window lowered "
+                       "confirms)",
+}
 
 
 class SettingsError(ValueError):

@@ -56,19 +56,14 @@ class NetworkSettings(_Group):
     # Why 16 KiB and not less: with 8 KiB (the kernel's 16) a window holds two 7300-byte segments, and
     # the kernel's accounting of what they cost overflows it: segments dropped, a 200 ms retransmission
     # timeout, and 64 KiB messages at a quarter of the speed. The window grows for a connection no
-    # saturated queue holds (socket_bounds.Window), up to amqp_rcvbuf_max and net.core.rmem_max.
-    # amqp_held_rcvbuf is the receive buffer a connection gets the first time a saturated queue
-    # holds it (0 = never changed). Not advised: shrinking a live connection's buffer drops what it
-    # had in flight, and the client's kernel then records a reordering degree for our address.
+    # saturated queue holds (socket_bounds.Window, up to socket_bounds.RCVBUF_MAX).
     # With these defaults saturated pubsub (2 pika publishers, 2 consumers, loopback) waits p50/p99
     # ~0.11/0.18 s with BBR clients and ~0.06/0.37 s with cubic ones, against 0.37/0.53 and
     # 0.13/0.34 s with Linux's own sizing (amqp_rcvbuf 0, amqp_mss 0, saturation_ready 1000,
     # saturation_resume_ready 250): the trade a deployment may still make the other way.
     amqp_rcvbuf: int = Field(16384, ge=0)
     amqp_rcvbuf_long_link_rtt: float = Field(0.002, ge=0)
-    amqp_rcvbuf_max: int = Field(4 * 1024 * 1024, ge=0)
     amqp_mss: int = Field(7300, ge=0, le=32767)
-    amqp_held_rcvbuf: int = Field(0, ge=0)
     # a queue with consumers holds its publishers at this many ready messages and releases them once
     # it is down to saturation_resume_ready (broker/saturation.py): 100 messages are 3-5 ms at the
     # 20-35k msg/s two pika consumers take, and one resumed read of a small window brings about as
@@ -94,13 +89,12 @@ class NetworkSettings(_Group):
 
     @model_validator(mode="after")
     def _small_windows_need_small_segments(self) -> NetworkSettings:
-        for name in ("amqp_rcvbuf", "amqp_held_rcvbuf"):
-            window = getattr(self, name)
-            if window and not 0 < self.amqp_mss <= window:
-                raise ValueError(f"{name} ({window}) needs amqp_mss between 88 and {window} (it is "
-                                 f"{self.amqp_mss}; 0 is the route's, 64 KiB on loopback): a window smaller "
-                                 f"than a segment stalls the connection; or set {name} to 0 for Linux's "
-                                 "own sizing")
+        window = self.amqp_rcvbuf
+        if window and not 0 < self.amqp_mss <= window:
+            raise ValueError(f"amqp_rcvbuf ({window}) needs amqp_mss between 88 and {window} (it is "
+                             f"{self.amqp_mss}; 0 is the route's, 64 KiB on loopback): a window smaller "
+                             "than a segment stalls the connection; or set amqp_rcvbuf to 0 for Linux's "
+                             "own sizing")
         return self
 
     @model_validator(mode="after")
@@ -139,9 +133,6 @@ class StorageSettings(_Group):
     fsync: Literal["batch", "always", "off"] = "batch"
     # the flusher takes at most this many records per write+fsync group
     fsync_batch_max: int = Field(4096, ge=1)
-    # how long the flusher may wait after the first pending record to gather a bigger group (ms);
-    # 0 = flush as soon as the event loop is idle
-    fsync_window_ms: float = Field(0.0, ge=0, le=1000)
     # a group fsync runs on the event loop while fsyncs average below this (ms), else in a thread;
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)

@@ -37,13 +37,7 @@ def test_saturation_and_socket_bounds_are_checked():
     with pytest.raises(ValueError, match="amqp_mss"):
         Settings(amqp_mss=40)
     assert Settings(amqp_mss=0, amqp_rcvbuf=0).network.amqp_mss == 0  # 0 = the kernel's own sizing
-    # a held connection's small window needs segments that fit in it (or it stalls)
-    with pytest.raises(ValueError, match="amqp_held_rcvbuf .4096. needs amqp_mss between 88 and 4096"):
-        Settings(amqp_held_rcvbuf=4096)  # the default segment (7300) is larger
-    with pytest.raises(ValueError, match="amqp_held_rcvbuf"):
-        Settings(amqp_held_rcvbuf=1024, amqp_mss=1448)
-    assert Settings(amqp_held_rcvbuf=8192, amqp_mss=1448).network.amqp_held_rcvbuf == 8192
-    # so does the window set on each connection after its handshake offered more
+    # the window set on each connection after its handshake needs segments that fit in it (or it stalls)
     with pytest.raises(ValueError, match="amqp_rcvbuf .16384. needs amqp_mss between 88 and 16384"):
         Settings(amqp_mss=0)  # the route's segments (64 KiB on loopback) over the default window
     with pytest.raises(ValueError, match="amqp_rcvbuf"):
@@ -53,7 +47,6 @@ def test_saturation_and_socket_bounds_are_checked():
     assert Settings(amqp_rcvbuf=8192, amqp_mss=1448).network.amqp_rcvbuf == 8192
     defaults = Settings()
     # small windows and segments from accept, growing for a connection no saturated queue holds
-    assert (defaults.network.amqp_rcvbuf, defaults.network.amqp_mss, defaults.network.amqp_held_rcvbuf) == (16384, 7300, 0)
-    assert defaults.network.amqp_rcvbuf_max == 4 << 20  # and no more than net.core.rmem_max
+    assert (defaults.network.amqp_rcvbuf, defaults.network.amqp_mss) == (16384, 7300)
     assert defaults.network.amqp_rcvbuf_long_link_rtt == 0.002  # a LAN's round trip is well under it
     assert (defaults.network.saturation_ready, defaults.network.saturation_resume_ready) == (100, 30)
