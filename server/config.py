@@ -50,8 +50,6 @@ REMOVED: dict[str, str] = {
                        "window halved bulk publishers and did not lower latency)",
     "amqp_held_rcvbuf": "a held connection's receive buffer is never shrunk (measured: the shrink drops data "
                         "in flight and leaves clients with larger send buffers)",
-    "fsync_window_ms": "a group is written as soon as the event loop is idle (measured: any window lowered "
-                       "confirms)",
 }
 
 

@@ -133,6 +133,12 @@ class StorageSettings(_Group):
     fsync: Literal["batch", "always", "off"] = "batch"
     # the flusher takes at most this many records per write+fsync group
     fsync_batch_max: int = Field(4096, ge=1)
+    # how long the flusher may wait after the first pending record to gather a bigger group (ms);
+    # 0 = flush as soon as the event loop is idle. The loop's timers wait in whole milliseconds
+    # (epoll), so any window under 1 ms waits about 1 ms. Kept as a setting: on an idle machine any
+    # window lowered confirms, on a contended one 1 ms traded a ~25% higher confirm p50 for about
+    # as many confirms or more (benchmarks/RESULTS.md, "A faster VM" and "Settings in groups")
+    fsync_window_ms: float = Field(0.0, ge=0, le=1000)
     # a group fsync runs on the event loop while fsyncs average below this (ms), else in a thread;
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)

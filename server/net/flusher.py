@@ -96,13 +96,12 @@ class Flusher:
                 self._kick.set()
 
     async def _groups(self, broker: Broker, gate: Gate) -> None:
-        # A group is written as soon as the loop is idle, with no window to gather a bigger one (the
-        # fsync_window_ms setting, 0 by default, is gone): a window cannot be shorter than the loop
-        # timers' whole millisecond, longer than a fast disk's fsync, and measured it lowered
-        # confirms by 10-50%; while one fsync runs the next group gathers anyway
-        # (benchmarks/RESULTS.md, "Settings in groups").
+        window = self.settings.storage.fsync_window_ms / 1000
         while True:
             await self._kick.wait()  # ops, or the timer
+            if window > 0 and self._kick.is_set() \
+                    and broker.store_backlog < self.settings.storage.fsync_batch_max:
+                await trio.sleep(window)  # let a bigger group gather behind this one
             self._kick = trio.Event()
             await self.flush_once(broker, gate)
             if broker.store_backlog:

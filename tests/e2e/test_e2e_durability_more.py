@@ -301,15 +301,15 @@ def test_purge_of_spilled_durable_queue_survives_kill_9_and_spares_unacked(broke
     assert back == [b"%d" % i for i in held_ids] + [b"after"]
 
 
-def test_batch_cap_still_confirms_everything(broker_factory):
-    env = {"HEADRACE_FSYNC_BATCH_MAX": "7"}
+def test_fsync_window_and_batch_cap_still_confirm_everything(broker_factory):
+    env = {"HEADRACE_FSYNC_WINDOW_MS": "20", "HEADRACE_FSYNC_BATCH_MAX": "7"}
     proc = broker_factory(env=env)
     conn = pika.BlockingConnection(pika.URLParameters(proc.url))
     ch = conn.channel()
     ch.queue_declare("windowed", durable=True)
     ch.queue_declare("barrier", durable=True)
     impl = ch._impl
-    for i in range(100):  # one burst: groups of at most 7 records
+    for i in range(100):  # one burst: groups of at most 7 records, each after a 20 ms window
         impl.basic_publish("", "windowed", b"%d" % i, PERSISTENT)
     ch.confirm_delivery()
     started = time.monotonic()

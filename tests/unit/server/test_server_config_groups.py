@@ -73,12 +73,12 @@ def test_precedence_flags_env_toml_defaults_across_forms(tmp_path, monkeypatch):
 
 
 def test_removed_settings_are_refused_by_name_everywhere(tmp_path, monkeypatch):
-    assert set(REMOVED) == {"amqp_rcvbuf_max", "amqp_held_rcvbuf", "fsync_window_ms"}
+    assert set(REMOVED) == {"amqp_rcvbuf_max", "amqp_held_rcvbuf"}
     with pytest.raises(SettingsError, match=r"amqp_held_rcvbuf \(HEADRACE_AMQP_HELD_RCVBUF\) in a flag"):
         Settings(amqp_held_rcvbuf=8192)
     toml = tmp_path / "headrace.toml"
-    toml.write_text("fsync_window_ms = 1\n")
-    with pytest.raises(SettingsError, match="fsync_window_ms .* in the config file .* is no longer a setting"):
+    toml.write_text("amqp_held_rcvbuf = 8192\n")
+    with pytest.raises(SettingsError, match="amqp_held_rcvbuf .* in the config file .* is no longer a setting"):
         load_settings(toml)
     monkeypatch.setenv("HEADRACE_AMQP_RCVBUF_MAX", "8192")
     with pytest.raises(SettingsError) as err:
