@@ -7,12 +7,10 @@ machine load hits both sides alike) and runs the scenarios of ``run.py`` against
 start, ``run.py`` drops what the kernel remembers about 127.0.0.1 (``ip tcp_metrics``), so one
 configuration's retransmissions do not size the next one's client buffers. ``defaults`` is
 server/config.py's (16 KiB windows from accept that grow for a connection no saturated queue holds,
-7300-byte segments, gate bounds 100/30); ``profile`` a fixed 8 KiB window with the same segments
-and bounds (the latency profile of earlier runs in RESULTS.md); ``autotuned`` Linux's own sizing (autotuned
-windows, 64 KiB segments on loopback, 1000/250: the defaults of earlier runs); ``mss1448`` the
-fixed window with Ethernet's segments (what earlier runs call the latency profile, ``profile`` or
-``after``); ``held`` the held profile (1448-byte segments, an autotuned window until a saturated
-queue first holds the connection, then 8 KiB, 500/150). ``publish-only`` is two pipelined pika
+7300-byte segments, gate bounds 100/30); ``autotuned`` Linux's own sizing (autotuned windows, 64 KiB
+segments on loopback, 1000/250: the defaults of earlier runs). The ``profile``, ``mss1448`` and
+``held`` configurations of earlier runs in RESULTS.md needed a fixed window or a held connection's
+shrink, which are no longer settings (RESULTS.md, "Settings in groups"). ``publish-only`` is two pipelined pika
 publishers of 128-byte messages into a queue without consumers (it must not be gated),
 ``publish-64k`` the same with 64 KiB messages (a bulk publisher, whose window grows). During
 ``saturated`` ``ss`` is sampled every 50 ms for where the messages wait: the largest client send
@@ -55,25 +53,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import amqp_load  # noqa: E402
 import run  # noqa: E402
 
-_BOUNDS = {"HEADRACE_SATURATION_READY": "500", "HEADRACE_SATURATION_RESUME_READY": "150"}
 CONFIGS: dict[str, dict[str, str]] = {
     # the defaults: 16 KiB windows from accept that grow for a connection no saturated queue holds,
     # 7300-byte segments, gate bounds 100/30
     "defaults": {},
-    # the latency profile of earlier runs (RESULTS.md): a fixed 8 KiB window, the same segments and bounds
-    "profile": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_RCVBUF_MAX": "8192", "HEADRACE_AMQP_MSS": "7300",
-                **_BOUNDS},
     # Linux's own sizing: autotuned windows, the route's MSS (64 KiB on loopback), bounds 1000/250
     # (the defaults before "Bounded windows by default" in RESULTS.md)
     "autotuned": {"HEADRACE_AMQP_RCVBUF": "0", "HEADRACE_AMQP_MSS": "0", "HEADRACE_SATURATION_READY": "1000",
                   "HEADRACE_SATURATION_RESUME_READY": "250"},
-    # the fixed window with Ethernet's segments (the latency profile of runs before "Saturated
-    # pubsub with clean TCP metrics" in RESULTS.md)
-    "mss1448": {"HEADRACE_AMQP_RCVBUF": "8192", "HEADRACE_AMQP_RCVBUF_MAX": "8192", "HEADRACE_AMQP_MSS": "1448",
-                **_BOUNDS},
-    # the held profile: an autotuned window until a saturated queue first holds the connection
-    "held": {"HEADRACE_AMQP_RCVBUF": "0", "HEADRACE_AMQP_MSS": "1448", "HEADRACE_AMQP_HELD_RCVBUF": "8192",
-             **_BOUNDS},
 }
 SS = shutil.which("ss") or "/usr/bin/ss"
 # publish-only scenarios: (messages, producers, body bytes)
@@ -263,7 +250,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="saturated,pubsub,publish-only")
     ap.add_argument("--configs", default="defaults,autotuned",
-                    help="defaults, profile, autotuned, mss1448, held, rabbitmq, or settings joined by '+', e.g. "
+                    help="defaults, autotuned, rabbitmq, or settings joined by '+', e.g. "
                          "amqp_rcvbuf=32768+amqp_mss=1448; '+client_sndbuf=N' fixes the saturated publishers' "
                          "send buffer (e.g. defaults+client_sndbuf=65536, rabbitmq+client_sndbuf=65536)")
     ap.add_argument("--packets", action="store_true",

@@ -38,7 +38,8 @@ from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
-from headrace.server.net.socket_bounds import Window, bound_listeners, bound_window, handshake_rtt, shrinker
+from headrace.server.net.socket_bounds import (HELD_RCVBUF, RCVBUF_MAX, Window, bound_listeners, bound_window,
+                                               handshake_rtt, shrinker)
 from headrace.server.net.startup import DataDirLock, StartupError
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
@@ -52,38 +53,38 @@ class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.own_process = False  # serve(own_process=True): tune the collector once serving
-        self.data_dir = Path(settings.data_dir)
+        self.data_dir = Path(settings.storage.data_dir)
         # before anything in the directory is read or created: a second broker stops here
         self.lock = DataDirLock(self.data_dir)
         self.lock.acquire()
         self.storage = Storage(self.data_dir, settings)
         self.broker = Broker(
-            resident_max_messages=settings.queue_max_resident_messages,
-            resident_max_bytes=settings.queue_max_resident_bytes,
+            resident_max_messages=settings.storage.queue_max_resident_messages,
+            resident_max_bytes=settings.storage.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
             store_enabled=True,
-            failed_logins_per_second=settings.failed_logins_per_second,
+            failed_logins_per_second=settings.limits.failed_logins_per_second,
             limits=Limits(
-                max_queues_per_vhost=settings.max_queues_per_vhost,
-                max_exchanges_per_vhost=settings.max_exchanges_per_vhost,
-                max_connections=settings.max_connections,
-                max_connections_per_user=settings.max_connections_per_user,
-                max_tx_bytes=settings.max_tx_bytes,
-                consumer_timeout_ms=settings.consumer_timeout_ms,
+                max_queues_per_vhost=settings.limits.max_queues_per_vhost,
+                max_exchanges_per_vhost=settings.limits.max_exchanges_per_vhost,
+                max_connections=settings.limits.max_connections,
+                max_connections_per_user=settings.limits.max_connections_per_user,
+                max_tx_bytes=settings.limits.max_tx_bytes,
+                consumer_timeout_ms=settings.limits.consumer_timeout_ms,
             ),
         )
         self.broker.stream_data_dir = self.data_dir
         self.gate = Gate()
         saturation = self.broker.delivery.saturation
         saturation.on_release = self.gate.released  # a saturated queue drained: the readers it held
-        saturation.high, saturation.low = settings.saturation_ready, settings.saturation_resume_ready
-        self.memory = MemoryWatch(self.broker, self.gate, settings.memory_limit_bytes,
-                                  settings.memory_calculation_strategy)
+        saturation.high, saturation.low = settings.network.saturation_ready, settings.network.saturation_resume_ready
+        self.memory = MemoryWatch(self.broker, self.gate, settings.limits.memory_limit_bytes,
+                                  settings.limits.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
         self.clock = Clock()
         self.sender = Sender()  # writes the output of connections whose writer tasks are parked
         self.storage.flusher.after_group = self.sender.flush
-        self.admission = Admission(settings.max_unauthenticated)
+        self.admission = Admission(settings.limits.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
 
@@ -99,9 +100,9 @@ class App:
             log.info("loaded definitions: %d vhosts, %d users", len(broker.vhosts), len(broker.users.users))
         s = self.settings
         if doc is None:
-            broker.ensure_default(s.default_vhost, s.default_user, s.default_pass)
-            if s.admin_user:
-                broker.ensure_default(s.default_vhost, s.admin_user, s.admin_pass or "")
+            broker.ensure_default(s.auth.default_vhost, s.auth.default_user, s.auth.default_pass)
+            if s.auth.admin_user:
+                broker.ensure_default(s.auth.default_vhost, s.auth.admin_user, s.auth.admin_pass or "")
         self.storage.recover(broker)
         broker.set_deadline_hook(self.clock.wake)
         broker.definitions.take()  # what loading declared is in the snapshot written now
@@ -138,14 +139,14 @@ class App:
             return
         settings = self.settings
         rtt = handshake_rtt(sock)
-        bounded = bound_window(sock, settings.amqp_rcvbuf, settings.amqp_rcvbuf_long_link_rtt, rtt)
-        window = Window(sock, settings.amqp_rcvbuf if bounded else 0, settings.amqp_rcvbuf_max, rtt)
+        bounded = bound_window(sock, settings.network.amqp_rcvbuf, settings.network.amqp_rcvbuf_long_link_rtt, rtt)
+        window = Window(sock, settings.network.amqp_rcvbuf if bounded else 0, RCVBUF_MAX, rtt)
         ticket = self.admission.enter()
         admission = self.admission
         handler = AMQPConnectionHandler(stream, self.broker, self.settings, self.gate, peer,
                                         headrace.__version__, local=local, after_batch=self.after_batch,
                                         definitions_synced=self.definitions_synced, on_read=self.memory.read,
-                                        on_first_hold=shrinker(sock, settings.amqp_held_rcvbuf),
+                                        on_first_hold=shrinker(sock, HELD_RCVBUF),
                                         grow=window.read if window.growing else None,
                                         sender=self.sender, pending_output=self.memory.pending_output,
                                         on_header=lambda: admission.header_received(ticket),
@@ -203,15 +204,15 @@ class App:
         the backlog until recovery is over."""
         s = self.settings
         self._tls = self._tls_context()
-        wanted = [("amqp", s.amqp_host, s.amqp_port)]
-        if self._tls is not None and s.amqps_port is not None:
-            wanted.append(("amqps", s.amqp_host, s.amqps_port))
-        if s.http_enabled and _http_available():
-            wanted.append(("http", s.http_host, s.http_port))
-            if self._tls is not None and s.https_port is not None:
-                wanted.append(("https", s.http_host, s.https_port))
-            if s.prometheus_port is not None:
-                wanted.append(("prometheus", s.http_host, s.prometheus_port))
+        wanted = [("amqp", s.network.amqp_host, s.network.amqp_port)]
+        if self._tls is not None and s.network.amqps_port is not None:
+            wanted.append(("amqps", s.network.amqp_host, s.network.amqps_port))
+        if s.http.http_enabled and _http_available():
+            wanted.append(("http", s.http.http_host, s.http.http_port))
+            if self._tls is not None and s.http.https_port is not None:
+                wanted.append(("https", s.http.http_host, s.http.https_port))
+            if s.http.prometheus_port is not None:
+                wanted.append(("prometheus", s.http.http_host, s.http.prometheus_port))
         bound: dict[str, list[trio.SocketListener]] = {}
         for name, host, port in wanted:
             try:
@@ -224,7 +225,7 @@ class App:
                                    f"{exc.strerror or exc}") from None
             self.bound[name] = bound[name][0].socket.getsockname()[:2]
             if name.startswith("amqp"):
-                bound_listeners(bound[name], s.amqp_mss)
+                bound_listeners(bound[name], s.network.amqp_mss)
         return bound
 
     def _start_listeners(self, bound: dict[str, list[trio.SocketListener]], listeners: trio.Nursery,
@@ -252,12 +253,12 @@ class App:
 
     def _tls_context(self) -> ssl.SSLContext | None:
         s = self.settings
-        if s.tls_certfile is None or s.tls_keyfile is None:
+        if s.network.tls_certfile is None or s.network.tls_keyfile is None:
             return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=s.tls_cafile)
-        ctx.load_cert_chain(s.tls_certfile, s.tls_keyfile)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=s.network.tls_cafile)
+        ctx.load_cert_chain(s.network.tls_certfile, s.network.tls_keyfile)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        if s.tls_verify_peer:
+        if s.network.tls_verify_peer:
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
 
@@ -268,7 +269,7 @@ class App:
                 server.shutdown()
 
     def _write_ports(self) -> None:
-        path = self.settings.ports_file
+        path = self.settings.network.ports_file
         if path is None:
             return
         tmp = Path(str(path) + ".tmp")

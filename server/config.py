@@ -1,215 +1,76 @@
-"""Every setting of a running broker, from one pydantic model.
+"""Every setting of a running broker: one pydantic-settings model of groups (config_groups.py).
 
+Owner: this module owns where a value comes from and which group a flat name belongs to.
 Precedence, highest first: CLI flags (passed as init values), ``HEADRACE_*`` environment variables,
-the TOML file named by ``--config`` / ``HEADRACE_CONFIG``, then these defaults (RabbitMQ's where one
+the TOML file named by ``--config`` / ``HEADRACE_CONFIG``, then the defaults (RabbitMQ's where one
 exists).
+
+Why flat names still work: the settings were one flat model until they were grouped, and every
+deployment, test and document names them flat (``HEADRACE_AMQP_PORT``, ``amqp_port = 5673``,
+``--amqp-port``). Each source's flat names are moved into their group (``GROUPS``) before the
+sources are merged, so a flat name and its nested form (``HEADRACE_NETWORK__AMQP_PORT``, a
+``[network]`` table) are one setting with one precedence. A removed setting is refused by name
+(``REMOVED``), also in the environment, where pydantic-settings would ignore an unknown name.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic.fields import FieldInfo
 
-__all__ = ["Settings", "load_settings"]
+from .config_groups import (
+    AuthSettings,
+    ClusterSettings,
+    HttpSettings,
+    LimitsSettings,
+    NetworkSettings,
+    SparkSettings,
+    StorageSettings,
+)
 
-MiB = 1024 * 1024
+__all__ = ["GROUPS", "REMOVED", "Settings", "SettingsError", "load_settings"]
+
+ENV_PREFIX = "HEADRACE_"
+
+# A removed setting's flat name -> why it went and where its value lives now (benchmarks/RESULTS.md).
+REMOVED: dict[str, str] = {
+    "amqp_rcvbuf_max": "a connection's window grows up to 4 MiB and net.core.rmem_max (measured: a fixed "
+                       "window halved bulk publishers and did not lower latency)",
+    "amqp_held_rcvbuf": "a held connection's receive buffer is never shrunk (measured: the shrink drops data "
+                        "in flight and leaves clients with larger send buffers)",
+}
+
+
+class SettingsError(ValueError):
+    """A configuration the broker refuses, told in one line (the CLI prints it as it is)."""
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HEADRACE_", extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid",
+                                      validate_default=True)
 
-    # listeners
-    amqp_host: str = "127.0.0.1"
-    amqp_port: int = Field(5672, ge=0, le=65535)
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(15672, ge=0, le=65535)
-    http_enabled: bool = True
-    # where the port actually bound is written (useful with port 0); empty = not written
-    ports_file: Path | None = None
-
-    # What a publisher can have in flight in TCP in front of a reader the broker paused (ARCHITECTURE.md,
-    # "Backpressure"; server/net/socket_bounds.py; measured in benchmarks/RESULTS.md, "Bounded
-    # windows by default"). amqp_mss is set on the AMQP listeners, so it applies from the SYN-ACK
-    # on: the largest segment either side sends (0 = the route's: 64 KiB on loopback, 1448 on
-    # Ethernet). Linux sizes a client's send buffer as 2 (cubic) or 3 (BBR) x its congestion window
-    # (in segments) x a segment's kernel buffer (the MSS plus ~0.5 KiB, rounded up to a power of
-    # two): loopback's 64 KiB segments make that 3.9 MB at the least, 7300 about 1 MB, as Ethernet's
-    # 1448 does, without 1448's per-packet cost (a third of publish-only throughput).
-    # amqp_rcvbuf is the receive buffer (bytes, the kernel doubles it; 0 = Linux's autotuning, up
-    # to tcp_rmem's max) each accepted connection gets at once, except one whose handshake round
-    # trip is amqp_rcvbuf_long_link_rtt seconds or more (0 = no exception), which keeps the
-    # autotuned window. A small window needs a segment that fits it: a window under one segment
-    # stalls the connection. Why 16 KiB and not less: with 8 KiB (the kernel's 16) a window holds
-    # two 7300-byte segments, and the kernel's accounting of what they cost (loopback's buffers
-    # are larger than their data) overflows it: segments dropped, a 200 ms retransmission timeout,
-    # and 64 KiB messages at a quarter of the speed. The window doubles after each 512 KiB the
-    # connection reads without a saturated queue ever holding it (a bulk publisher, a consumer: a
-    # LAN publisher is not capped at ~28 KiB a round trip for long), up to amqp_rcvbuf_max and
-    # net.core.rmem_max (amqp_rcvbuf_max <= amqp_rcvbuf: it never grows), except after 512 KiB of
-    # publishes averaging under 1 KiB from a connection whose handshake took under 0.25 ms.
-    # With these defaults saturated pubsub (2 pika publishers, 2 consumers, loopback) waits
-    # p50/p99 ~0.11/0.18 s with BBR clients and ~0.06/0.37 s with cubic ones (Linux's default),
-    # against 0.37/0.53 and 0.13/0.34 s with Linux's own sizing (amqp_rcvbuf 0, amqp_mss 0,
-    # saturation_ready 1000, saturation_resume_ready 250).
-    # amqp_held_rcvbuf is the receive buffer a connection gets the first time a saturated queue
-    # holds it, for the rest of its life (0 = never changed). Not advised: shrinking a live
-    # connection's buffer drops what it had in flight; the client's kernel then records a
-    # reordering degree of up to 300 for the broker's address (ip tcp_metrics) and starts every
-    # later connection from that host with a send buffer for 301 segments, which defeats the bound.
-    amqp_rcvbuf: int = Field(16384, ge=0)
-    amqp_rcvbuf_long_link_rtt: float = Field(0.002, ge=0)
-    amqp_rcvbuf_max: int = Field(4 * 1024 * 1024, ge=0)
-    amqp_mss: int = Field(7300, ge=0, le=32767)
-    amqp_held_rcvbuf: int = Field(0, ge=0)
-    # a queue with consumers holds its publishers at this many ready messages and releases them once
-    # it is down to saturation_resume_ready (broker/saturation.py): 100 messages are 3-5 ms at the
-    # 20-35k msg/s two pika consumers take, and one resumed read of a small window brings about as
-    # many. 500/150 measured saturated p50 ~10% higher at the same throughput.
-    saturation_ready: int = Field(100, ge=1)
-    saturation_resume_ready: int = Field(30, ge=0)
-
-    data_dir: Path = Path("headrace-data")
-
-    # identity
-    default_vhost: str = "/"
-    default_user: str = "guest"
-    default_pass: str = "guest"
-    # users that may only connect from loopback addresses (RabbitMQ's loopback_users)
-    loopback_users: list[str] = ["guest"]
-
-    # AMQP tuning (what connection.tune offers)
-    heartbeat: int = Field(60, ge=0, le=65535)
-    frame_max: int = Field(131072, ge=4096, le=1 << 24)
-    channel_max: int = Field(2047, ge=1, le=65535)
-    max_message_size: int = Field(128 * MiB, ge=1, le=512 * MiB)
-    # close a channel that holds one delivery unacked for longer than this (RabbitMQ: 30 min)
-    consumer_timeout_ms: int | None = Field(1_800_000, ge=1)
-    # a socket must send the protocol header within header_timeout of connecting and finish the
-    # handshake (up to connection.open) within handshake_timeout (RabbitMQ: 10 s)
-    header_timeout: float = Field(3.0, gt=0)
-    handshake_timeout: float = Field(10.0, gt=0)
-
-    # persistence
-    fsync: Literal["batch", "always", "off"] = "batch"
-    # the flusher takes at most this many records per write+fsync group
-    fsync_batch_max: int = Field(4096, ge=1)
-    # how long the flusher may wait after the first pending record to gather a bigger group (ms);
-    # 0 = flush as soon as the event loop is idle. The loop's timers wait in whole milliseconds
-    # (epoll), so any window under 1 ms waits about 1 ms (benchmarks/RESULTS.md, "A faster VM")
-    fsync_window_ms: float = Field(0.0, ge=0, le=1000)
-    # a group fsync runs on the event loop while fsyncs average below this (ms), else in a thread;
-    # 0 = always in a thread
-    fsync_inline_below_ms: float = Field(1.0, ge=0)
-    segment_max_bytes: int = Field(32 * MiB, ge=4096)
-    # the definitions log is compacted into a new snapshot once it is larger than this and than the
-    # snapshot (persistence/definitions_log.py)
-    definitions_log_min_bytes: int = Field(1 * MiB, ge=4096)
-    # mirror log (Spark bridge): segment size (retention drops whole segments) and how often
-    # retention runs, also while a mirror is idle (seconds)
-    mirror_segment_max_bytes: int = Field(64 * MiB, ge=4096)
-    mirror_retention_interval: float = Field(10.0, gt=0)
-    # a mirror log is fsynced at most this often (seconds), and when a segment rolls and at shutdown:
-    # what its writer wrote survives a crash of the process (the page cache holds it), a power loss
-    # can take the last interval's records; nothing waits on it (confirms cover the store, not the
-    # mirror), and a sync after every batch was more than half of mirroring's cost. 0: every batch
-    mirror_sync_interval: float = Field(1.0, ge=0)
-    # persistent publishes a connection may have waiting for fsync before it stops being read
-    max_unconfirmed_per_connection: int = Field(10_000, ge=1)
-
-    # memory bounds per queue: beyond these, entries are spilled to disk
-    queue_max_resident_messages: int = Field(50_000, ge=16)
-    queue_max_resident_bytes: int = Field(64 * MiB, ge=4096)
-
-    # broker-wide alarms
-    memory_high_watermark: float = Field(0.4, gt=0)  # <= 1: fraction of RAM; > 1: bytes
-    # what the watermark is compared with: "held" = message bytes in memory plus unsent output (falls
-    # as consumers drain, so the alarm clears); "rss" = the process's resident set, which CPython
-    # rarely gives back, so an RSS alarm may stay up long after the backlog is gone
-    memory_calculation_strategy: Literal["held", "rss"] = "held"
-    disk_free_limit: int = Field(50 * MiB, ge=0)
-
-    # limits (issue: hostile clients); each refusal is reported with an AMQP/HTTP error
-    max_connections: int = Field(10_000, ge=1)
-    max_connections_per_user: int | None = Field(None, ge=1)
-    # sockets that have not authenticated yet; at this bound a new socket is still admitted and the
-    # one stuck longest (since connecting, or since its protocol header) is closed
-    max_unauthenticated: int = Field(512, ge=1)
-    # failed password checks allowed per second (burst 20) before logins that would need a hash are
-    # refused at once: each check costs ~50 ms of PBKDF2 on the event loop
-    failed_logins_per_second: float = Field(10.0, gt=0)
-    max_queues_per_vhost: int = Field(100_000, ge=1)
-    max_exchanges_per_vhost: int = Field(100_000, ge=1)
-    # bytes of uncommitted publishes one transactional channel may hold (beyond: 406 on the channel)
-    max_tx_bytes: int = Field(64 * MiB, ge=1)
-    http_max_body: int = Field(16 * MiB, ge=1024)
-    # bound on an HTTP request head (request line + headers); larger heads are answered 431
-    http_max_header_bytes: int = Field(16 * 1024, ge=1024, le=1 * MiB)
-    # an HTTP request must arrive whole within this time; idle keep-alive connections close after it
-    http_request_timeout: float = Field(15.0, gt=0)
-    # what GET /metrics (Prometheus text, no credentials) tells: "off" = not served (404),
-    # "aggregate" = totals per vhost without queue names, "per-queue" = every queue by name
-    metrics: Literal["off", "aggregate", "per-queue"] = "off"
-    # the rabbitmq_prometheus plugin's endpoint (RabbitMQ's metric names, no credentials) on this
-    # port of http_host: /metrics (node-wide totals) and /metrics/per-object (every queue by
-    # name). None = not listening, as the plugin is off until enabled; the plugin's port is 15692
-    prometheus_port: int | None = Field(None, ge=0, le=65535)
-
-    # TLS (amqps and https); enabled when a certificate and key are given
-    amqps_port: int | None = Field(None, ge=0, le=65535)  # RabbitMQ's default is 5671
-    https_port: int | None = Field(None, ge=0, le=65535)
-    tls_certfile: Path | None = None
-    tls_keyfile: Path | None = None
-    tls_cafile: Path | None = None  # CA bundle for client certificates
-    tls_verify_peer: bool = False  # require a client certificate signed by tls_cafile
-
-    # first run: an administrator besides (or instead of) guest
-    admin_user: str | None = None
-    admin_pass: str | None = None
-
-    # shutdown
+    network: NetworkSettings = Field(default_factory=lambda: NetworkSettings.model_validate({}))
+    http: HttpSettings = Field(default_factory=lambda: HttpSettings.model_validate({}))
+    storage: StorageSettings = Field(default_factory=lambda: StorageSettings.model_validate({}))
+    spark: SparkSettings = Field(default_factory=lambda: SparkSettings.model_validate({}))
+    limits: LimitsSettings = Field(default_factory=lambda: LimitsSettings.model_validate({}))
+    auth: AuthSettings = Field(default_factory=lambda: AuthSettings.model_validate({}))
+    cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings.model_validate({}))
+    # the process as a whole
     shutdown_grace: float = Field(5.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-
-    @field_validator("amqp_mss")
-    @classmethod
-    def _mss_in_range(cls, v: int) -> int:
-        if 0 < v < 88:
-            raise ValueError("amqp_mss must be 0 (the route's) or at least 88 (the kernel's minimum segment)")
-        return v
-
-    @model_validator(mode="after")
-    def _small_windows_need_small_segments(self) -> Settings:
-        for name in ("amqp_rcvbuf", "amqp_held_rcvbuf"):
-            window = getattr(self, name)
-            if window and not 0 < self.amqp_mss <= window:
-                raise ValueError(f"{name} ({window}) needs amqp_mss between 88 and {window} (it is "
-                                 f"{self.amqp_mss}; 0 is the route's, 64 KiB on loopback): a window smaller "
-                                 f"than a segment stalls the connection; or set {name} to 0 for Linux's "
-                                 "own sizing")
-        return self
-
-    @model_validator(mode="after")
-    def _resume_below_bound(self) -> Settings:
-        if self.saturation_resume_ready >= self.saturation_ready:
-            raise ValueError(f"saturation_resume_ready ({self.saturation_resume_ready}) must be below "
-                             f"saturation_ready ({self.saturation_ready})")
-        return self
-
-    @field_validator("default_vhost")
-    @classmethod
-    def _vhost_not_empty(cls, v: str) -> str:
-        if not v:
-            raise ValueError("default_vhost must not be empty")
-        return v
 
     @classmethod
     def settings_customise_sources(
@@ -220,29 +81,104 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # the nested environment names (HEADRACE_NETWORK__AMQP_PORT) before the flat ones: the
+        # more specific name wins when both are set
+        sources: list[PydanticBaseSettingsSource] = [
+            _Grouped(settings_cls, init_settings, "a flag or argument"), env_settings,
+            _Grouped(settings_cls, EnvSettingsSource(_flat_env_model()), "the environment")]
         toml_path = os.environ.get("HEADRACE_CONFIG_FILE_INTERNAL")
         if toml_path:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+            sources.append(_Grouped(settings_cls, TomlConfigSettingsSource(settings_cls, toml_file=toml_path),
+                                    f"the config file {toml_path}"))
         return tuple(sources)
 
-    @property
-    def memory_limit_bytes(self) -> int:
-        if self.memory_high_watermark <= 1:
-            total = _total_memory()
-            return int(total * self.memory_high_watermark)
-        return int(self.memory_high_watermark)
+
+def _groups() -> dict[str, str]:
+    groups: dict[str, str] = {}
+    for group, info in Settings.model_fields.items():
+        model = info.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            groups.update({name: group for name in model.model_fields})
+    return groups
 
 
-def _total_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 4 * 1024 * MiB
+# flat name -> its group (amqp_port -> network)
+GROUPS: dict[str, str] = _groups()
+
+
+class _Grouped(PydanticBaseSettingsSource):
+    """One source (flags, environment, TOML) with its flat names moved into their groups."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource, where: str) -> None:
+        super().__init__(settings_cls)
+        self._inner = inner
+        self._where = where
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the inner source whole
+
+    def __call__(self) -> dict[str, Any]:
+        return group_flat(self._inner(), self._where)
+
+
+def group_flat(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """``{"amqp_port": 1, "storage": {...}}`` -> ``{"network": {"amqp_port": 1}, "storage": {...}}``;
+    a removed name is refused, any other unknown name is left for the model to refuse."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in GROUPS:
+            continue
+        if key in REMOVED:
+            raise SettingsError(f"{key} (HEADRACE_{key.upper()}) in {where} is no longer a setting: {REMOVED[key]}")
+        out[key] = dict(value) if isinstance(value, dict) else value
+    for key, value in values.items():
+        group = GROUPS.get(key)
+        if group is None:
+            continue
+        table = out.setdefault(group, {})
+        if not isinstance(table, dict):
+            continue  # "network = 5": the model refuses it
+        if key in table and table[key] != value:
+            raise SettingsError(f"{key} is given twice in {where}, as {key} and as {group}.{key}")
+        table[key] = value
+    return out
+
+
+@functools.cache
+def _flat_env_model() -> type[BaseSettings]:
+    """A model with one field per flat name (and removed name), only so that pydantic-settings reads
+    and decodes ``HEADRACE_<NAME>`` exactly as it did for the flat model (JSON for lists)."""
+    fields: dict[str, Any] = {name: (Any, None) for name in REMOVED}
+    for info in Settings.model_fields.values():
+        group = info.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            fields.update({name: (f.annotation, None) for name, f in group.model_fields.items()})
+    flat: type[BaseSettings] = create_model("FlatEnv", __base__=BaseSettings, **fields)
+    flat.model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    return flat
+
+
+def _one_line(exc: ValidationError) -> str:
+    """A pydantic error list as one line that names each setting as it is set (its flat name and
+    environment variable), not by pydantic's location in the groups."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{'.'.join(loc)}: not a setting")
+        elif len(loc) == 2 and GROUPS.get(loc[1]) == loc[0]:
+            parts.append(f"{loc[1]} (HEADRACE_{loc[1].upper()}): {msg}, got {err['input']!r}")
+        elif len(loc) == 1 and loc[0] in Settings.model_fields and loc[0] not in GROUPS.values():
+            parts.append(f"{loc[0]} (HEADRACE_{loc[0].upper()}): {msg}, got {err['input']!r}")
+        else:  # a group's own check, whose message names its settings, or an item of a list
+            parts.append(f"{'.'.join(loc[1:]) + ': ' if len(loc) > 1 else ''}{msg}")
+    return "; ".join(parts)
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build settings from a TOML file (optional), the environment and explicit overrides."""
+    """Build settings from a TOML file (optional), the environment and explicit overrides (flat names,
+    as the CLI's flags give them); any error is a ``SettingsError`` of one line."""
     path = config_file or (Path(os.environ["HEADRACE_CONFIG"]) if os.environ.get("HEADRACE_CONFIG") else None)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
@@ -252,6 +188,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         if path is not None:
             os.environ["HEADRACE_CONFIG_FILE_INTERNAL"] = str(path)
         return Settings(**clean)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
     finally:
         if old is None:
             os.environ.pop("HEADRACE_CONFIG_FILE_INTERNAL", None)

@@ -122,16 +122,16 @@ class AMQPConnectionHandler:
         self.gate = gate
         self.conn = AMQPConnection(
             server_properties=server_properties(version),
-            channel_max=settings.channel_max,
-            frame_max=settings.frame_max,
-            heartbeat=settings.heartbeat,
-            max_message_size=settings.max_message_size,
+            channel_max=settings.network.channel_max,
+            frame_max=settings.network.frame_max,
+            heartbeat=settings.network.heartbeat,
+            max_message_size=settings.limits.max_message_size,
         )
         self._wake_event = trio.Event()
         self._woken = False
         self.session = Session(broker, self.conn, peer=peer, local=local,
-                               ssl=isinstance(stream, trio.SSLStream), loopback_users=settings.loopback_users,
-                               max_unconfirmed=settings.max_unconfirmed_per_connection, wake=self.wake)
+                               ssl=isinstance(stream, trio.SSLStream), loopback_users=settings.auth.loopback_users,
+                               max_unconfirmed=settings.limits.max_unconfirmed_per_connection, wake=self.wake)
         self.cancel_scope: trio.CancelScope | None = None
         self._closed = trio.Event()
         self._stop_reading = False  # EOF read, or the peer is not worth waiting for any more
@@ -239,7 +239,7 @@ class AMQPConnectionHandler:
         session = self.session
         receive = self._receive
         connected = trio.current_time()
-        with trio.move_on_after(self.settings.header_timeout):
+        with trio.move_on_after(self.settings.network.header_timeout):
             await self._read_while(lambda: conn.state is ConnectionState.AWAIT_HEADER)
         if conn.state is ConnectionState.AWAIT_HEADER or not session.reading:
             # silent (a slowloris holds sockets this way), gone, or a wrong header: ours is queued,
@@ -247,7 +247,7 @@ class AMQPConnectionHandler:
             self._stop_reading = True
             return
         self.on_header()
-        with trio.move_on_at(connected + self.settings.handshake_timeout) as handshake:
+        with trio.move_on_at(connected + self.settings.network.handshake_timeout) as handshake:
             await self._read_while(lambda: session.state is Lifecycle.HANDSHAKE)
         if self._stop_reading:
             return

@@ -59,7 +59,7 @@ class Flusher:
         self._last_compact = 0.0
         # fsync inline while it is fast: the thread hop costs more than a fast disk's fsync (confirms
         # 1.55x in A/B); a slow disk moves it to the flusher's fsync thread so it cannot stall the loop
-        self._inline_sync_max = settings.fsync_inline_below_ms / 1000
+        self._inline_sync_max = settings.storage.fsync_inline_below_ms / 1000
         self._sync_ewma = 0.0
         self.dedup: DedupJournal | None = None  # the dedup keys' journal, written with each group
         self.definitions: DefinitionsWriter | None = None  # the definitions log, written with each group
@@ -96,11 +96,11 @@ class Flusher:
                 self._kick.set()
 
     async def _groups(self, broker: Broker, gate: Gate) -> None:
-        window = self.settings.fsync_window_ms / 1000
+        window = self.settings.storage.fsync_window_ms / 1000
         while True:
             await self._kick.wait()  # ops, or the timer
             if window > 0 and self._kick.is_set() \
-                    and broker.store_backlog < self.settings.fsync_batch_max:
+                    and broker.store_backlog < self.settings.storage.fsync_batch_max:
                 await trio.sleep(window)  # let a bigger group gather behind this one
             self._kick = trio.Event()
             await self.flush_once(broker, gate)
@@ -123,7 +123,7 @@ class Flusher:
         if self.definitions is not None:
             # first: a queue is on disk before the messages the same group stores for it
             await self.definitions.write_group()
-        taken, ticket = broker.take_store_ops(self.settings.fsync_batch_max)
+        taken, ticket = broker.take_store_ops(self.settings.storage.fsync_batch_max)
         ops: list[StoreOp] = taken  # type: ignore[assignment]
         stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None
         if stream_ops:

@@ -49,11 +49,11 @@ class HTTPServer:
         self.router = routes
         self.broker = app.broker
         self.version = headrace.__version__
-        self.max_body = app.settings.http_max_body
-        self.max_header = app.settings.http_max_header_bytes
-        self.loopback_users = frozenset(app.settings.loopback_users)
-        self.request_timeout = app.settings.http_request_timeout
-        self.metrics = app.settings.metrics
+        self.max_body = app.settings.http.http_max_body
+        self.max_header = app.settings.http.http_max_header_bytes
+        self.loopback_users = frozenset(app.settings.auth.loopback_users)
+        self.request_timeout = app.settings.http.http_request_timeout
+        self.metrics = app.settings.http.metrics
         self._closing = False
         # each connection's wait for its next request: shutdown ends the ones with nothing read yet
         self._reading: dict[trio.CancelScope, h11.Connection] = {}
@@ -63,7 +63,7 @@ class HTTPServer:
         if routes is router:  # only the management API has consume streams for a deleted user to end
             self.broker.user_deleted_hooks.append(self._user_deleted)
         self.started_at = time.time()
-        self._cert_not_after = _cert_expiry(app.settings.tls_certfile)
+        self._cert_not_after = _cert_expiry(app.settings.network.tls_certfile)
 
     def node_facts(self) -> NodeFacts:
         """What /api/nodes and the health checks say of this process: descriptors from /proc, the
@@ -77,8 +77,8 @@ class HTTPServer:
             started_at=self.started_at, os_pid=os.getpid(), fd_used=fd_used,
             fd_total=resource.getrlimit(resource.RLIMIT_NOFILE)[0], processors=os.cpu_count() or 1,
             listeners=[Listener(name, host, port) for name, (host, port) in getattr(self.app, "bound", {}).items()],
-            mem_limit=settings.memory_limit_bytes, disk_free_limit=settings.disk_free_limit,
-            cert_not_after=self._cert_not_after, data_dir=str(settings.data_dir))
+            mem_limit=settings.limits.memory_limit_bytes, disk_free_limit=settings.limits.disk_free_limit,
+            cert_not_after=self._cert_not_after, data_dir=str(settings.storage.data_dir))
 
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]:
         """A mirror log's span on disk: first and next offset, bytes, segments (stats its files; the

@@ -60,13 +60,13 @@ class MirrorWriter:
         self._kick.set()
 
     async def run(self, broker: Broker, gate: Gate) -> None:
-        interval = self.settings.mirror_retention_interval
+        interval = self.settings.spark.mirror_retention_interval
         while True:
             # wake for records, and at least every retention interval: an idle mirror must still
             # drop segments that aged out
             wait = WRITE_RETRY_INTERVAL if self._waiting else interval
             if self._unsynced:
-                wait = min(wait, max(self._last_sync + self.settings.mirror_sync_interval - trio.current_time(), 0))
+                wait = min(wait, max(self._last_sync + self.settings.spark.mirror_sync_interval - trio.current_time(), 0))
             with trio.move_on_after(wait):
                 await self._kick.wait()
             self._kick = trio.Event()
@@ -84,7 +84,7 @@ class MirrorWriter:
             if log_ is not None:
                 log_.close()
             log_ = self.logs[key] = MirrorLog(self.root, key[0], key[1], retention=retention,
-                                              segment_max_bytes=self.settings.mirror_segment_max_bytes)
+                                              segment_max_bytes=self.settings.spark.mirror_segment_max_bytes)
             log_.recover()
         return log_
 
@@ -130,8 +130,8 @@ class MirrorWriter:
         waiting, self._waiting = self._waiting, {}
         for key, recs in waiting.items():  # not written last time: ahead of the new ones
             groups[key] = recs + groups.get(key, [])
-        syncing = self.settings.fsync != "off"
-        sync_now = syncing and trio.current_time() - self._last_sync >= self.settings.mirror_sync_interval
+        syncing = self.settings.storage.fsync != "off"
+        sync_now = syncing and trio.current_time() - self._last_sync >= self.settings.spark.mirror_sync_interval
         if not groups:
             if sync_now and self._unsynced:
                 await self._sync_all()

@@ -19,7 +19,7 @@ Why the window grows (``Window``): a small window only matters in front of a rea
 queue holds, and it caps a publisher at one window per round trip (~28 KiB: 56 MB/s at a LAN's
 0.5 ms). A connection that has read ``GROW_AFTER`` bytes (512 KiB) without a saturated queue ever
 holding it is a bulk publisher or a consumer, not the publisher of a saturated pubsub: its window
-doubles, and again after each 512 KiB more, up to ``amqp_rcvbuf_max`` (and the kernel's
+doubles, and again after each 512 KiB more, up to ``RCVBUF_MAX`` (and the kernel's
 ``net.core.rmem_max``). Growing drops nothing; shrinking a live window would (``shrinker``), so
 a window never shrinks back, and a connection that grew and later feeds a saturated queue is held
 with its larger window.
@@ -42,7 +42,8 @@ from collections.abc import Callable
 
 import trio
 
-__all__ = ["GROW_AFTER", "Window", "bound_listeners", "bound_window", "handshake_rtt", "shrinker"]
+__all__ = ["GROW_AFTER", "HELD_RCVBUF", "RCVBUF_MAX", "Window", "bound_listeners", "bound_window", "handshake_rtt",
+           "shrinker"]
 
 log = logging.getLogger("headrace")
 
@@ -64,6 +65,18 @@ GROW_AFTER = 512 << 10
 # 0.25 ms is 112 MB/s, over 400k publishes/s of 200 B, more than one core routes.
 BULK_PUBLISH = 1024
 FAST_LINK_RTT = 0.00025
+
+# The largest window a connection grows to (the kernel also caps it at net.core.rmem_max). It was
+# the amqp_rcvbuf_max setting; measured, a window that never grows (16 KiB) halved a 64 KiB
+# publisher and did not lower the saturated p50, and the small-publish rule above gives the single
+# small-message publisher what a fixed window did (benchmarks/RESULTS.md, "Settings in groups").
+RCVBUF_MAX = 4 << 20
+
+# The receive buffer a connection gets the first time a saturated queue holds it: 0, never
+# changed. It was the amqp_held_rcvbuf setting, off by default; measured, the shrink drops what the
+# client had in flight and its kernel then starts every later connection to us with a send buffer
+# for 301 segments (benchmarks/RESULTS.md, "Saturated pubsub with clean TCP metrics").
+HELD_RCVBUF = 0
 
 
 def bound_listeners(listeners: list[trio.SocketListener], mss: int) -> None:
@@ -118,7 +131,7 @@ class Window:
     def __init__(self, sock: trio.socket.SocketType, size: int, limit: int, rtt: float | None = None) -> None:
         self._sock = sock
         self.size = size  # the SO_RCVBUF asked for last (the kernel doubles it); 0: autotuned
-        self.limit = limit  # amqp_rcvbuf_max: no growth past it
+        self.limit = limit  # RCVBUF_MAX: no growth past it
         self._until = GROW_AFTER  # bytes to read before the next doubling
         self._published = 0  # the connection's publishes when the stretch began
         self._fast = rtt is not None and rtt < FAST_LINK_RTT
@@ -159,7 +172,7 @@ class Window:
 
 def shrinker(sock: trio.socket.SocketType, rcvbuf: int) -> Callable[[], None]:
     """What a connection does the first time a saturated queue holds it: its receive buffer
-    drops to ``rcvbuf`` (the amqp_held_rcvbuf setting; nothing when 0). Not advised: the shrink
+    drops to ``rcvbuf`` (``HELD_RCVBUF``; nothing when 0). Not advised: the shrink
     drops what the peer had already sent into the window it was offered, and the client's kernel
     remembers the retransmissions as reordering for our address (ARCHITECTURE.md)."""
     def shrink() -> None:

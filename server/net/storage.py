@@ -45,18 +45,18 @@ log = logging.getLogger("headrace.storage")
 class Storage:
     def __init__(self, data_dir: Path, settings: Settings) -> None:
         self.settings = settings
-        self.disk = DiskWatch(data_dir, settings.disk_free_limit)
-        self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.segment_max_bytes,
-                                  fsync=FsyncMode(settings.fsync))
+        self.disk = DiskWatch(data_dir, settings.limits.disk_free_limit)
+        self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.storage.segment_max_bytes,
+                                  fsync=FsyncMode(settings.storage.fsync))
         self.spill = SpillStore(data_dir / "spill", report=self.disk)
-        self.streams = StreamWriter(data_dir, settings.fsync != "off")
+        self.streams = StreamWriter(data_dir, settings.storage.fsync != "off")
         self.flusher = Flusher(self.store, self.disk, settings, self.streams)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
         self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
         # the durable definitions: loaded and compacted by the app at start, then written by the flusher
-        self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.definitions_log_min_bytes),
-                                             self.disk, sync=settings.fsync != "off")
+        self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.storage.definitions_log_min_bytes),
+                                             self.disk, sync=settings.storage.fsync != "off")
         self.flusher.definitions = self.definitions
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:

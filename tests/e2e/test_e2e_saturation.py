@@ -27,7 +27,7 @@ from headrace.server.net.socket_bounds import BULK_PUBLISH, GROW_AFTER
 
 # The defaults (server/config.py): small socket buffers and segments, the gate's bounds.
 DEFAULTS = Settings()
-RCVBUF, MSS, SATURATED_READY = DEFAULTS.amqp_rcvbuf, DEFAULTS.amqp_mss, DEFAULTS.saturation_ready
+RCVBUF, MSS, SATURATED_READY = DEFAULTS.network.amqp_rcvbuf, DEFAULTS.network.amqp_mss, DEFAULTS.network.saturation_ready
 BURST = 15_000
 FED_BURST = 7_000  # to a queue with a consumer: consumed whole by the test, so kept shorter
 BODY = b"s" * 200  # ~265 bytes a publish

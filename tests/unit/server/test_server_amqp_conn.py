@@ -258,7 +258,7 @@ async def test_an_alarm_holds_a_publishers_reads_until_the_gate_says_it_cleared(
 
 
 async def test_the_first_saturation_hold_calls_on_first_hold_once_and_an_alarm_hold_does_not(autojump_clock):
-    """What app.py uses to shrink a publisher's receive window (the amqp_held_rcvbuf setting): it
+    """What app.py uses to shrink a publisher's receive window (``socket_bounds.HELD_RCVBUF``): it
     runs when a saturated queue first holds the connection, never for an alarm, and only once."""
     broker = make_broker()
     queue = broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)

@@ -9,9 +9,9 @@ from headrace.server.config import Settings, load_settings
 
 def test_defaults_match_rabbitmq_conventions():
     s = Settings()
-    assert (s.amqp_host, s.amqp_port, s.http_port, s.default_user, s.default_vhost) == (
+    assert (s.network.amqp_host, s.network.amqp_port, s.http.http_port, s.auth.default_user, s.auth.default_vhost) == (
         "127.0.0.1", 5672, 15672, "guest", "/")
-    assert s.loopback_users == ["guest"] and s.fsync == "batch"
+    assert s.auth.loopback_users == ["guest"] and s.storage.fsync == "batch"
 
 
 def test_toml_env_and_flags_precedence(tmp_path, monkeypatch):
@@ -19,9 +19,9 @@ def test_toml_env_and_flags_precedence(tmp_path, monkeypatch):
     toml.write_text('amqp_port = 6000\nhttp_port = 6001\nheartbeat = 30\n')
     monkeypatch.setenv("HEADRACE_HTTP_PORT", "7001")
     s = load_settings(toml, amqp_port=None, heartbeat=10)
-    assert s.amqp_port == 6000  # from the file
-    assert s.http_port == 7001  # env beats the file
-    assert s.heartbeat == 10  # a flag beats everything
+    assert s.network.amqp_port == 6000  # from the file
+    assert s.http.http_port == 7001  # env beats the file
+    assert s.network.heartbeat == 10  # a flag beats everything
 
 
 def test_bad_values_are_refused(tmp_path):
@@ -36,24 +36,17 @@ def test_saturation_and_socket_bounds_are_checked():
         Settings(saturation_ready=100, saturation_resume_ready=100)
     with pytest.raises(ValueError, match="amqp_mss"):
         Settings(amqp_mss=40)
-    assert Settings(amqp_mss=0, amqp_rcvbuf=0).amqp_mss == 0  # 0 = the kernel's own sizing
-    # a held connection's small window needs segments that fit in it (or it stalls)
-    with pytest.raises(ValueError, match="amqp_held_rcvbuf .4096. needs amqp_mss between 88 and 4096"):
-        Settings(amqp_held_rcvbuf=4096)  # the default segment (7300) is larger
-    with pytest.raises(ValueError, match="amqp_held_rcvbuf"):
-        Settings(amqp_held_rcvbuf=1024, amqp_mss=1448)
-    assert Settings(amqp_held_rcvbuf=8192, amqp_mss=1448).amqp_held_rcvbuf == 8192
-    # so does the window set on each connection after its handshake offered more
+    assert Settings(amqp_mss=0, amqp_rcvbuf=0).network.amqp_mss == 0  # 0 = the kernel's own sizing
+    # the window set on each connection after its handshake needs segments that fit in it (or it stalls)
     with pytest.raises(ValueError, match="amqp_rcvbuf .16384. needs amqp_mss between 88 and 16384"):
         Settings(amqp_mss=0)  # the route's segments (64 KiB on loopback) over the default window
     with pytest.raises(ValueError, match="amqp_rcvbuf"):
         Settings(amqp_rcvbuf=1024, amqp_mss=1448)
     with pytest.raises(ValueError, match="amqp_rcvbuf_long_link_rtt"):
         Settings(amqp_rcvbuf_long_link_rtt=-1)
-    assert Settings(amqp_rcvbuf=8192, amqp_mss=1448).amqp_rcvbuf == 8192
+    assert Settings(amqp_rcvbuf=8192, amqp_mss=1448).network.amqp_rcvbuf == 8192
     defaults = Settings()
     # small windows and segments from accept, growing for a connection no saturated queue holds
-    assert (defaults.amqp_rcvbuf, defaults.amqp_mss, defaults.amqp_held_rcvbuf) == (16384, 7300, 0)
-    assert defaults.amqp_rcvbuf_max == 4 << 20  # and no more than net.core.rmem_max
-    assert defaults.amqp_rcvbuf_long_link_rtt == 0.002  # a LAN's round trip is well under it
-    assert (defaults.saturation_ready, defaults.saturation_resume_ready) == (100, 30)
+    assert (defaults.network.amqp_rcvbuf, defaults.network.amqp_mss) == (16384, 7300)
+    assert defaults.network.amqp_rcvbuf_long_link_rtt == 0.002  # a LAN's round trip is well under it
+    assert (defaults.network.saturation_ready, defaults.network.saturation_resume_ready) == (100, 30)

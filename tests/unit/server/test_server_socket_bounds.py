@@ -65,8 +65,8 @@ async def test_no_window_is_set_without_the_setting() -> None:
 
 
 async def test_the_held_window_is_set_on_the_real_socket_and_only_when_configured() -> None:
-    """app.py's ``on_first_hold``: ``amqp_held_rcvbuf`` becomes the socket's receive buffer; with
-    the setting at 0 the socket keeps its autotuned buffer."""
+    """app.py's ``on_first_hold``: ``HELD_RCVBUF`` becomes the socket's receive buffer; with
+    it at 0 (as it is) the socket keeps its autotuned buffer."""
     with accepted() as (_, server, held):
         before = rcvbuf(server)
         shrinker(held, 0)()
@@ -129,5 +129,5 @@ async def test_an_autotuned_or_fixed_window_never_grows() -> None:
     with accepted() as (_, server, held):
         before = rcvbuf(server)
         assert not Window(held, 0, 1 << 20).growing  # no small window was set (or a long link)
-        assert not Window(held, 8192, 8192).growing  # amqp_rcvbuf_max no larger: fixed
+        assert not Window(held, 8192, 8192).growing  # a limit no larger (RCVBUF_MAX): fixed
         assert rcvbuf(server) == before
