@@ -124,7 +124,7 @@ def test_a_lost_connection_disarms_its_consumer_timeout():
 
 def test_an_empty_virtual_host_opens_the_default_one_and_an_unknown_one_is_530():
     """Bunny reads ``amqp://host/`` as the virtual host "" (the AMQP URI spec); it is taken as "/"
-    (README, "Use it from your client"). A vhost that does not exist is 530, as in RabbitMQ."""
+    (docs/clients.md, "Use it from your client"). A vhost that does not exist is 530, as in RabbitMQ."""
     b = make_broker()
     conn = AMQPConnection(server_properties={})
     session = Session(b, conn)
