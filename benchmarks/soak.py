@@ -162,7 +162,11 @@ def confirms(soak: Soak) -> None:
     cconn = soak.connect()
     cch = cconn.channel()
     cch.basic_qos(prefetch_count=200)
-    cch.basic_consume("soak.confirms", lambda c, m, p, b: (c.basic_ack(m.delivery_tag), soak.count("confirms acked")))
+
+    def on_message(channel: Any, method: Any, props: Any, body: bytes) -> None:
+        channel.basic_ack(method.delivery_tag)
+        soak.count("confirms acked")
+    cch.basic_consume("soak.confirms", on_message)
     props = pika.BasicProperties(delivery_mode=2)
     body = b"c" * 512
     interval = 0.1  # 10 confirmed publishes (each waited for) every 100 ms
