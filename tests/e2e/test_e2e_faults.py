@@ -134,16 +134,10 @@ def test_kill_9_during_a_queue_delete_storm_keeps_deleted_queues_and_their_messa
     for name in names[::2]:
         assert held.basic_get(name)[2] == content[name][0]  # delivered, never acked
     kill_after = random.randint(1, len(names) - 2)
-    deleted: list[str] = []
-    in_flight = ""
-    for name in names:
-        in_flight = name
-        ch.queue_delete(name)
-        deleted.append(name)
-        if len(deleted) == kill_after:
-            in_flight = names[len(deleted)]
-            bulk._impl.queue_delete(in_flight)  # noqa: SLF001 - sent, its answer not waited for
-            break
+    deleted, in_flight = names[:kill_after], names[kill_after]
+    for name in deleted:
+        ch.queue_delete(name)  # answered
+    bulk._impl.queue_delete(in_flight)  # noqa: SLF001 - sent, its answer not waited for
     proc.kill()
     proc = broker_factory(data_dir=proc.data_dir, env=env)
     for name in names:
