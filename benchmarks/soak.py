@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -317,7 +318,7 @@ def drive(soak: Soak, duration: float, warmup: float, window: float, args: argpa
         samples.append((t, rss))
         with soak.lock:
             batch, soak.latencies = soak.latencies, []
-        index = int(t // window)
+        index = min(int(t // window), max(0, math.ceil(duration / window) - 1))  # the last sample: last window
         while len(windows) <= index:
             windows.append([])
         windows[index].extend(batch)
@@ -343,7 +344,8 @@ def drive(soak: Soak, duration: float, warmup: float, window: float, args: argpa
     summary = {
         "minutes": round(duration / 60, 2), "samples": len(samples),
         "rss_mib": {"start": round(rss_start / mib, 1), "after_warmup": round(rss_warm / mib, 1),
-                    "end": round(rss_end / mib, 1), "max_after_warmup": round(max((r for _, r in after), default=0) / mib, 1),
+                    "end": round(rss_end / mib, 1),
+                    "max_after_warmup": round(max((r for _, r in after), default=0) / mib, 1),
                     "growth_after_warmup": round(growth, 1), "bound": args.rss_bound_mib},
         "rss_slope_after_warmup_mib_per_hour": round(slope_mib_per_hour(after), 2),
         "latency_ms_per_window": [
