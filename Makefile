@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick fuzz clean browser compiler clients
+.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick soak fuzz clean browser compiler clients
 
 # the install builds the mirror framing's C module in place (persistence/_mirror_frame.c), so a
 # change to it installs again
@@ -110,6 +110,12 @@ bench-rabbitmq: $(VENV)/.dev
 
 bench-quick: $(VENV)/.dev
 	$(PY) benchmarks/run.py --quick --pairs 1
+
+# 30 minutes of mixed load on a real broker, RSS and latency sampled; fails if RSS grows past its
+# bound after warm-up (benchmarks/soak.py; not part of `make test`). SOAK_MINUTES=... to change it
+SOAK_MINUTES ?= 30
+soak: $(VENV)/.dev
+	$(PY) benchmarks/soak.py --minutes $(SOAK_MINUTES)
 
 # a long fuzz run of the AMQP codec, the connection state machine and the HTTP layer
 # (the bounded one runs in `make test`); FUZZ_EXAMPLES=... to change the size

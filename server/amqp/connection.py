@@ -152,10 +152,12 @@ class AMQPConnection(ChannelFrames):
                     self._body_frame(channel, payload, events)
                 elif frame_type == _HEADER:
                     self._header_frame(channel, payload, events)
-                elif frame_type == _HEARTBEAT:
+                elif frame_type == _HEARTBEAT:  # as RabbitMQ: one with a payload is no heartbeat at all
+                    if payload:
+                        raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - heartbeat frame with a payload")
                     if channel != 0:
-                        raise ConnectionException(ReplyCode.FRAME_ERROR,
-                                                  "FRAME_ERROR - heartbeat frame on a non-zero channel")
+                        raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
+                                                  "UNEXPECTED_FRAME - heartbeat frame on a non-zero channel")
                 else:
                     raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - unknown frame type {frame_type}")
                 if self.state is ConnectionState.CLOSED:

@@ -44,9 +44,13 @@ def parse_header(src: bytes, start: int = 0, end: int = -1) -> tuple[int, bytes,
         end = len(src)
     if end - start < 14:
         raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - content header too short")
-    class_id, _weight, size = _CONTENT_HEADER.unpack_from(src, start)
-    if class_id != _BASIC:
-        raise ConnectionException(ReplyCode.FRAME_ERROR, f"FRAME_ERROR - content header for class {class_id}")
+    class_id, weight, size = _CONTENT_HEADER.unpack_from(src, start)
+    # a header that is not basic's, or has a weight (which must be 0), is not the frame the publish
+    # waits for: RabbitMQ's command assembler answers both as an unexpected frame
+    if class_id != _BASIC or weight:
+        got = f"one for class {class_id}" if class_id != _BASIC else "non content header frame"
+        raise ConnectionException(ReplyCode.UNEXPECTED_FRAME, f"UNEXPECTED_FRAME - expected content header for "
+                                  f"class {_BASIC}, got {got} instead", _BASIC, m.BasicPublish.METHOD_ID)
     props_raw = src[start + 12:end]
     if FIXED_SIZES.get(src[start + 12] << 8 | src[start + 13]) == len(props_raw):
         return size, props_raw, None  # the common case, and nothing to walk

@@ -294,6 +294,10 @@ def test_trailing_partial_frame_is_kept_for_the_next_read():
         (encode_frame(7, 0, b""), 501),
         (b"\x01\x00\x01\xff\xff\xff\xff", 501),  # announced size above frame_max: refused before buffering
         (encode_frame(1, 1, b"\x00\x32\x00\x0a\x00"), 502),  # truncated queue.declare
+        (encode_frame(8, 1, b""), 505),  # heartbeat on a channel: RabbitMQ's unexpected frame
+        (encode_frame(8, 0, b"\x00"), 501),  # a heartbeat with a payload is no heartbeat
+        (encode_method_frame(1, m.BasicPublish()) + encode_frame(2, 1, b"\x00\x32\x00\x00" + b"\x00" * 10), 505),
+        (encode_method_frame(1, m.BasicPublish()) + encode_frame(2, 1, b"\x00\x3c\x00\x01" + b"\x00" * 10), 505),
     ],
 )
 def test_protocol_violations_close_the_connection_with_their_code(tail, code):
