@@ -1,11 +1,10 @@
 """The message store's live index: where each live message's latest record is, and for which queues.
 
 Rule 1: ``StoreIndex`` owns the entries (chunks of ``index_chunks.py``), the multi-queue table and
-their live figures per segment and in all; it holds the ``QueueSlots``
-(``store_slots.py``). ``MessageStore`` (``message_store.py``) holds the one index and calls it from
-its op handlers; recovery (``store_recovery.py``) builds it by replaying the log through the same
-methods; compaction (``store_compaction.py``) asks it what is live and tells it where a copy went.
-Rule 2: it always equals what a replay of the segments would rebuild (``message_store``'s docstring).
+their live figures per segment and in all; it holds the ``QueueSlots`` (``store_slots.py``).
+``MessageStore`` (``message_store.py``) holds the one index and calls it from its op handlers;
+recovery (``store_recovery.py``) builds it by replaying the log through the same methods;
+compaction (``store_compaction.py``) asks it what is live and tells it where a copy went. Rule 2: it always equals what a replay of the segments would rebuild (``message_store``'s docstring).
 
 Layout (why: a persistent backlog of ten million messages must fit in a few hundred MB, so there is
 no Python object per message). Entries live in ``Chunk``s (``index_chunks.py``: parallel typed
@@ -24,9 +23,8 @@ arrays, one slot per message, sorted by message id, about 29 bytes a message in 
   slots never cost more than about three times the live ones, and usually nothing: a drained backlog
   frees whole chunks.
 
-Delayed messages (x-delay) are not here: ``DelayedIndex`` (``store_delayed.py``) keeps them.
-Reading the recovered messages back (``recovered_positions``, ``entry``, ``entries``) is here too:
-positions in the chunks are only meaningful to their owner, and valid until the next change.
+Delayed messages (x-delay) are in ``DelayedIndex`` (``store_delayed.py``). Recovered messages are
+read back by position in the chunks (``recovered_positions``, ``entry``), valid until a change.
 """
 
 from __future__ import annotations
@@ -317,11 +315,12 @@ class StoreIndex:
             chunks[k - 1].take_tail(c)
             del chunks[k], firsts[k]
 
-    def _count_live(self, seq: int, size: int) -> None:
+    def _count_live(self, seq: int, size: int, one: int = 1) -> None:
+        """One more (``one=-1``: one fewer) live record of ``size`` bytes in segment ``seq``."""
         live = self._seg_live.get(seq)
         if live is None:
             live = self._seg_live[seq] = SegmentLive()
-        live.count += 1
+        live.count += one
         live.bytes += size
         self._live_bytes += size
 
@@ -351,10 +350,7 @@ class StoreIndex:
         loc = self._find(mid)
         assert loc is not None
         c, i = loc
-        old = self._seg_live[c.seg[i]]
-        old.count -= 1
-        old.bytes -= c.size[i]
-        self._live_bytes -= c.size[i]
+        self._count_live(c.seg[i], -c.size[i], -1)
         c.seg[i], c.off[i], c.size[i] = seq, off, size
         self._count_live(seq, size)
 
