@@ -2,8 +2,8 @@
 
 Owner: ``StoreIndex`` (``store_index.py``) holds every ``Chunk`` in its ``_chunks`` and decides when
 one is made, split, rewritten or merged; this module only holds the per-chunk layout and the array
-work on one or two chunks, so the index's bookkeeping (queue slots, segment live counts, policy)
-stays in ``store_index.py`` and the typed-array layout has one place. The per-message paths
+work on one or two chunks, so the index's bookkeeping (segment live counts, policy) stays in
+``store_index.py``, its queue slots in ``store_slots.py``, and the typed-array layout has one place. The per-message paths
 (append on publish, lookup on ack) stay inline in ``StoreIndex``: a method call per message there is
 measurable; what is here runs per chunk or on the rare in-place insert.
 

@@ -1,15 +1,16 @@
 """The message store's live index: where each live message's latest record is, and for which queues.
 
-Owner: ``MessageStore`` (``message_store.py``) through this base class; the index is only changed by
-its op handlers, recovery (``store_recovery.py``, which replays the log through the same methods)
-and compaction (``store_compaction.py``, which moves entries). The bookkeeping here keeps the
-per-segment and per-queue live counts that compaction decides on.
+Rule 1: ``StoreIndex`` owns the entries (chunks of ``index_chunks.py``), the multi-queue table and
+their live figures per segment and in all; it holds the ``QueueSlots`` (``store_slots.py``).
+``MessageStore`` (``message_store.py``) holds the one index and calls it from its op handlers;
+recovery (``store_recovery.py``) builds it by replaying the log through the same methods;
+compaction (``store_compaction.py``) asks it what is live and tells it where a copy went. Rule 2: it always equals what a replay of the segments would rebuild (``message_store``'s docstring).
 
 Layout (why: a persistent backlog of ten million messages must fit in a few hundred MB, so there is
 no Python object per message). Entries live in ``Chunk``s (``index_chunks.py``: parallel typed
 arrays, one slot per message, sorted by message id, about 29 bytes a message in all):
 
-- A queue is a small slot number (``_slots`` / ``_keys``), so a key costs nothing per message.
+- A queue is a small slot number (``QueueSlots``), so a key costs nothing per message.
 - A message held by two or more queues has ``q == MULTI`` and its queues and counts in ``_multi``
   (id -> {slot: count}); fanout of one persistent message to several durable queues is the rare
   case, and a message falls back to a plain slot as soon as one queue is left.
@@ -22,124 +23,54 @@ arrays, one slot per message, sorted by message id, about 29 bytes a message in 
   slots never cost more than about three times the live ones, and usually nothing: a drained backlog
   frees whole chunks.
 
-Delayed messages (x-delay) keep a dict entry each (``_delayed``): they are few and short-lived.
+Delayed messages (x-delay) are in ``DelayedIndex`` (``store_delayed.py``). Recovered messages are
+read back by position in the chunks (``recovered_positions``, ``entry``), valid until a change.
 """
 
 from __future__ import annotations
 
-import mmap
+from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from .fsync import FsyncMode
 from .index_chunks import DEAD, MULTI, Chunk
-from .segments import SegmentWriter
-from .store_ops import Kind, QKey
+from .store_ops import QKey
+from .store_slots import QueueSlots
 
-__all__ = [
-    "CHUNK", "DEAD", "MULTI", "SEG", "SIZE", "Segment", "StoreIndex", "StoreNotOpenError",
-]
-
-
-class StoreNotOpenError(RuntimeError):
-    """``write`` before ``recover`` (segments and index unknown) or after ``close``."""
-
-
-@dataclass(slots=True)
-class Segment:
-    seq: int
-    path: Path
-    size: int  # bytes in the file (plus buffered bytes for the current segment)
-    live_count: int = 0  # live Publish/Delay records whose latest copy is here
-    live_bytes: int = 0
-
-
-# Plain ints for the hot path (an enum member lookup per record is measurable).
-REC_PUBLISH, REC_ACK, REC_DELIVER = int(Kind.PUBLISH), int(Kind.ACK), int(Kind.DELIVER)
-REC_DROP_QUEUE, REC_DELAY, REC_UNDELAY = int(Kind.DROP_QUEUE), int(Kind.DELAY), int(Kind.UNDELAY)
-REC_PURGE = int(Kind.PURGE)
+__all__ = ["CHUNK", "DEAD", "MULTI", "Entry", "SegmentLive", "StoreIndex"]
 
 # Entries a chunk takes by appending before a new one starts; inserts may grow it to twice that.
 CHUNK = 4096
-# A delayed message's index entry: [segment seq, record bytes].
-SEG, SIZE = 0, 1
+# A recovered entry's position: chunk number << _POS_BITS | index in the chunk.
+_POS_BITS = 24
+_POS_MASK = (1 << _POS_BITS) - 1
+
+Entry = tuple[int, int, int, int, int]  # id, segment seq, record offset, record bytes, deliveries
+
+
+@dataclass(slots=True)
+class SegmentLive:
+    """Live Publish/Delay records whose latest copy is in one segment: what compaction decides on."""
+
+    count: int = 0
+    bytes: int = 0
 
 
 class StoreIndex:
-    """The index state and its bookkeeping; ``MessageStore.__init__`` sets every field."""
+    """The live entries and their bookkeeping (see the module docstring)."""
 
-    _dir: Path
-    _max: int
-    _mode: FsyncMode
-    _segments: dict[int, Segment]  # in log order (insertion order)
-    _writer: SegmentWriter | None
-    _current: Segment | None
-    _chunks: list[Chunk]
-    _firsts: list[int]  # lowest id each chunk may hold
-    _multi: dict[int, dict[int, int]]  # id -> {queue slot: delivery count}, 2+ queues
-    _entries: int  # live messages in the chunks
-    _slots: dict[QKey, int]  # queue -> slot, for queues holding live messages
-    _keys: list[QKey | None]  # slot -> queue (None: free)
-    _slot_live: list[int]  # slot -> live messages
-    _free_slots: list[int]
-    _delayed: dict[int, list[int]]  # id -> [segment seq, record bytes]
-    _disk_bytes: int
-    _live_bytes: int
-    _dir_dirty: bool
-    failing: OSError | None
-    _recovered: bool
-    _maps: dict[int, mmap.mmap]
+    __slots__ = ("slots", "_chunks", "_entries", "_firsts", "_live_bytes", "_multi",
+                 "_seg_live")
 
-    def _init_index(self) -> None:
-        self._chunks = []
-        self._firsts = []
-        self._multi = {}
-        self._entries = 0
-        self._slots = {}
-        self._keys = [None]  # slot 0 is DEAD
-        self._slot_live = [0]
-        self._free_slots = []
-        self._delayed = {}
+    def __init__(self) -> None:
+        self.slots = QueueSlots()
+        self._chunks: list[Chunk] = []
+        self._firsts: list[int] = []  # lowest id each chunk may hold
+        self._multi: dict[int, dict[int, int]] = {}  # id -> {queue slot: delivery count}, 2+ queues
+        self._entries = 0  # live messages in the chunks
+        self._seg_live: dict[int, SegmentLive] = {}  # segment seq -> its live records
         self._live_bytes = 0
-
-    # The segment writing, provided by ``MessageStore``.
-    def _append(self, kind: int, parts: Any) -> tuple[Segment, int, int]:
-        raise NotImplementedError
-
-    def _open_segment(self, seq: int, w: SegmentWriter | None = None) -> SegmentWriter:
-        raise NotImplementedError
-
-    def sync(self) -> None:
-        raise NotImplementedError
-
-    # -- queue slots ----------------------------------------------------------------------------
-
-    def _slot(self, key: QKey) -> int:
-        """The slot of ``key`` (a new one if it holds nothing yet); counts one more message."""
-        slot = self._slots.get(key)
-        if slot is None:
-            if self._free_slots:
-                slot = self._free_slots.pop()
-                self._keys[slot] = key
-            else:
-                slot = len(self._keys)
-                self._keys.append(key)
-                self._slot_live.append(0)
-            self._slots[key] = slot
-        self._slot_live[slot] += 1
-        return slot
-
-    def _release(self, slot: int, n: int = 1) -> None:
-        left = self._slot_live[slot] - n
-        self._slot_live[slot] = left
-        if not left:
-            key = self._keys[slot]
-            assert key is not None
-            del self._slots[key]
-            self._keys[slot] = None
-            self._free_slots.append(slot)
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -167,24 +98,23 @@ class StoreIndex:
             return loc
         return None
 
-    def _queues_of(self, mid: int, c: Chunk, i: int) -> dict[int, int]:
-        """{slot: delivery count} of a live entry."""
-        q = c.q[i]
-        return self._multi[mid] if q == MULTI else {q: c.cnt[i]}
+    def holds_queue(self, key: QKey) -> bool:
+        """Whether queue ``key`` holds any live message."""
+        return key in self.slots.ids
 
     # -- adding ---------------------------------------------------------------------------------
 
-    def _put_held(self, mid: int, seq: int, off: int, size: int, held: dict[int, int]) -> None:
-        """``_put`` with the queues as {slot: delivery count}."""
+    def put_held(self, mid: int, seq: int, off: int, size: int, held: dict[int, int]) -> None:
+        """``put`` with the queues as {slot: delivery count} (each slot already taken)."""
         if len(held) == 1:
             ((q, cnt),) = held.items()
-            self._put(mid, seq, off, size, q, cnt)
+            self.put(mid, seq, off, size, q, cnt)
         else:
-            self._put(mid, seq, off, size, MULTI, 0)
+            self.put(mid, seq, off, size, MULTI, 0)
             self._multi[mid] = held
 
-    def _put(self, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
-        """Index ``mid``'s latest record (its queues already counted by ``_slot``; for ``MULTI``
+    def put(self, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
+        """Index ``mid``'s latest record (its queues already counted by ``slots.take``; for ``MULTI``
         the caller fills ``_multi`` after), replacing an older entry for the same id; counts the
         record live in its segment."""
         chunks = self._chunks
@@ -204,9 +134,11 @@ class StoreIndex:
         else:
             self._put_inside(mid, seq, off, size, q, cnt)
         self._entries += 1
-        seg = self._segments[seq]
-        seg.live_count += 1
-        seg.live_bytes += size
+        live = self._seg_live.get(seq)
+        if live is None:
+            live = self._seg_live[seq] = SegmentLive()
+        live.count += 1
+        live.bytes += size
         self._live_bytes += size
 
     def _put_inside(self, mid: int, seq: int, off: int, size: int, q: int, cnt: int) -> None:
@@ -235,30 +167,83 @@ class StoreIndex:
         q = c.q[i]
         if q == MULTI:
             for slot in self._multi.pop(mid):
-                self._release(slot)
+                self.slots.release(slot)
         else:
-            self._release(q)
+            self.slots.release(q)
         self._uncount(c, i)
+
+    # -- acks and deliveries: False when the op would change nothing ----------------------------
+
+    def remove(self, mid: int, key: QKey) -> bool:
+        """Queue ``key`` no longer holds ``mid`` (Ack); the entry dies with its last queue.
+
+        ``_holds`` and ``_unhold`` inlined for the one-queue message: acks are the other half of
+        every persistent message's work."""
+        slots = self.slots
+        slot = slots.ids.get(key)
+        if slot is None:
+            return False
+        k = bisect_right(self._firsts, mid) - 1
+        if k < 0:
+            return False
+        c = self._chunks[k]
+        ids = c.ids
+        i = mid - ids[0]  # as in ``_find``
+        if not (0 <= i < len(ids) and ids[i] == mid):
+            i = bisect_left(ids, mid)
+            if i == len(ids) or ids[i] != mid:
+                return False
+        q = c.q[i]
+        if q != slot and (q != MULTI or slot not in self._multi[mid]):
+            return False  # DEAD, or another queue's
+        if q == MULTI:
+            self._unhold(mid, c, i, slot)
+            slots.release(slot)
+            return True
+        size = c.size[i]
+        live = self._seg_live[c.seg[i]]
+        live.count -= 1
+        live.bytes -= size
+        self._live_bytes -= size
+        c.q[i] = DEAD
+        c.live -= 1
+        self._entries -= 1
+        if c.live * 4 < len(ids):
+            self._tidy(c)
+        left = slots.live[slot] - 1
+        if left:
+            slots.live[slot] = left
+        else:
+            slots.release(slot)
+        return True
+
+    def deliver(self, mid: int, key: QKey) -> bool:
+        """Count one delivery of ``mid`` from queue ``key``, if it holds it."""
+        slot = self.slots.ids.get(key)
+        loc = self._holds(mid, slot) if slot is not None else None
+        if loc is None or slot is None:
+            return False
+        c, i = loc
+        if c.q[i] == MULTI:
+            self._multi[mid][slot] += 1
+        else:
+            c.cnt[i] += 1
+        return True
 
     # -- removing -------------------------------------------------------------------------------
 
     def _uncount(self, c: Chunk, i: int) -> None:
         size = c.size[i]
-        seg = self._segments[c.seg[i]]
-        seg.live_count -= 1
-        seg.live_bytes -= size
+        live = self._seg_live[c.seg[i]]
+        live.count -= 1
+        live.bytes -= size
         self._live_bytes -= size
         c.q[i] = DEAD
         c.live -= 1
         self._entries -= 1
 
-    def _remove_queue(self, mid: int, c: Chunk, i: int, slot: int) -> None:
-        """Queue ``slot`` no longer holds ``mid``; the entry dies with its last queue."""
-        self._unhold(mid, c, i, slot)
-        self._release(slot)
-
     def _unhold(self, mid: int, c: Chunk, i: int, slot: int) -> None:
-        """``_remove_queue`` without the slot count (``_kill_queue`` releases them at once)."""
+        """Queue ``slot`` no longer holds ``mid``, without the slot count (callers release it)."""
         if c.q[i] == MULTI:
             queues = self._multi[mid]
             del queues[slot]
@@ -269,16 +254,16 @@ class StoreIndex:
             self._uncount(c, i)
             self._tidy(c)
 
-    def _count_delivery(self, mid: int, c: Chunk, i: int, slot: int) -> None:
-        if c.q[i] == MULTI:
-            self._multi[mid][slot] += 1
-        else:
-            c.cnt[i] += 1
+    def purge_changes(self, key: QKey, keep: tuple[int, ...]) -> bool:
+        """Whether purging ``key`` but ``keep`` would remove anything (else no record is written)."""
+        slot = self.slots.ids.get(key)
+        return slot is not None and not (self.slots.live[slot] <= len(keep) and all(
+            self._holds(mid, slot) is not None for mid in keep))
 
-    def _kill_queue(self, key: QKey, keep: frozenset[int]) -> None:
+    def kill_queue(self, key: QKey, keep: frozenset[int]) -> None:
         """Remove ``key`` from every live message but ``keep`` (DropQueue, PurgeQueue): one scan
         of the queue slots in C per chunk, then Python work per message removed only."""
-        slot = self._slots.get(key)
+        slot = self.slots.ids.get(key)
         if slot is None:
             return
         removed = 0
@@ -307,7 +292,7 @@ class StoreIndex:
         for c in touched:
             self._tidy(c)
         if removed:
-            self._release(slot, removed)
+            self.slots.release(slot, removed)
 
     def _tidy(self, c: Chunk) -> None:
         """Drop a chunk with nothing live; rewrite one under a quarter live with its live entries
@@ -330,44 +315,95 @@ class StoreIndex:
             chunks[k - 1].take_tail(c)
             del chunks[k], firsts[k]
 
-    # -- delayed messages -----------------------------------------------------------------------
-
-    def _count_live(self, seg: Segment, size: int) -> None:
-        seg.live_count += 1
-        seg.live_bytes += size
+    def _count_live(self, seq: int, size: int, one: int = 1) -> None:
+        """One more (``one=-1``: one fewer) live record of ``size`` bytes in segment ``seq``."""
+        live = self._seg_live.get(seq)
+        if live is None:
+            live = self._seg_live[seq] = SegmentLive()
+        live.count += one
+        live.bytes += size
         self._live_bytes += size
 
-    def _uncount_live(self, seg: Segment, size: int) -> None:
-        seg.live_count -= 1
-        seg.live_bytes -= size
-        self._live_bytes -= size
+    # -- compaction: what a segment holds live, and where its copies went -----------------------
 
-    def _index_delay(self, mid: int, seq: int, size: int) -> None:
-        old = self._delayed.pop(mid, None)
-        if old is not None:
-            self._uncount_live(self._segments[old[SEG]], old[SIZE])
-        self._delayed[mid] = [seq, size]
-        self._count_live(self._segments[seq], size)
+    def live_in(self, seq: int) -> SegmentLive:
+        """The live records of segment ``seq`` (a fresh zero when it has none; not kept)."""
+        return self._seg_live.get(seq) or SegmentLive()
 
-    def _index_undelay(self, mid: int) -> bool:
-        old = self._delayed.pop(mid, None)
-        if old is None:
-            return False
-        self._uncount_live(self._segments[old[SEG]], old[SIZE])
-        return True
+    def forget_segment(self, seq: int) -> None:
+        """Segment ``seq`` is deleted (it had nothing live)."""
+        self._seg_live.pop(seq, None)
 
-    # -- figures and shutdown -------------------------------------------------------------------
+    def queues_at(self, mid: int, seq: int, off: int) -> dict[int, int] | None:
+        """{slot: delivery count} of ``mid`` if its latest record is at (``seq``, ``off``)."""
+        loc = self._find(mid)
+        if loc is None:
+            return None
+        c, i = loc
+        if c.seg[i] != seq or c.off[i] != off:
+            return None  # an older copy
+        q = c.q[i]
+        return dict(self._multi[mid]) if q == MULTI else {q: c.cnt[i]}
 
-    def disk_bytes(self) -> int:
-        return self._disk_bytes
+    def move(self, mid: int, seq: int, off: int, size: int) -> None:
+        """``mid``'s latest record is now the copy at (``seq``, ``off``) of ``size`` bytes."""
+        loc = self._find(mid)
+        assert loc is not None
+        c, i = loc
+        self._count_live(c.seg[i], -c.size[i], -1)
+        c.seg[i], c.off[i], c.size[i] = seq, off, size
+        self._count_live(seq, size)
+
+    # -- recovered messages, read back before the first write -----------------------------------
+
+    def recovered_positions(self) -> dict[QKey, tuple[int, array[int]]]:
+        """Each queue's slot and live entries in id (publish) order, as positions in the chunks
+        (chunk number << ``_POS_BITS`` | index): 8 bytes a message while they load, no lookup."""
+        per_slot: dict[int, array[int]] = {}
+        multi = self._multi
+        for k, c in enumerate(self._chunks):
+            q, ids = c.q, c.ids
+            base = k << _POS_BITS
+            first = q[0]
+            if first != DEAD and first != MULTI and q.count(first) == len(q):
+                bucket = per_slot.get(first)
+                if bucket is None:
+                    per_slot[first] = bucket = array("Q")
+                bucket.extend(range(base, base + len(q)))  # a chunk of one queue, all live
+                continue
+            for i, slot in enumerate(q):
+                if slot == DEAD:
+                    continue
+                for s in (multi[ids[i]] if slot == MULTI else (slot,)):
+                    bucket = per_slot.get(s)
+                    if bucket is None:
+                        per_slot[s] = bucket = array("Q")
+                    bucket.append(base | i)
+        keys = self.slots.keys
+        return {keys[slot]: (slot, at) for slot, at in per_slot.items()}  # type: ignore[misc]
+
+    def entry(self, at: int, slot: int) -> Entry:
+        """The entry at a recovered position, with queue ``slot``'s delivery count."""
+        c = self._chunks[at >> _POS_BITS]
+        i = at & _POS_MASK
+        mid = c.ids[i]
+        count = self._multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
+        return mid, c.seg[i], c.off[i], c.size[i], count
+
+    def entries(self, positions: array[int], slot: int) -> Iterator[Entry]:
+        """``entry`` for each of ``positions``, in a loop of its own (recovery spills millions)."""
+        chunks, multi = self._chunks, self._multi
+        for at in positions:
+            c = chunks[at >> _POS_BITS]
+            i = at & _POS_MASK
+            mid = c.ids[i]
+            yield mid, c.seg[i], c.off[i], c.size[i], multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
+
+    # -- figures --------------------------------------------------------------------------------
 
     def live_bytes(self) -> int:
         return self._live_bytes
 
-    def segment_count(self) -> int:
-        return len(self._segments)
-
     def live_messages(self) -> int:
-        """Messages some queue still holds, plus delayed messages not yet released."""
-        return self._entries + len(self._delayed)
-
+        """Messages some queue still holds."""
+        return self._entries

@@ -30,6 +30,13 @@ __all__ = [
     "Publish",
     "PurgeQueue",
     "QKey",
+    "REC_ACK",
+    "REC_DELAY",
+    "REC_DELIVER",
+    "REC_DROP_QUEUE",
+    "REC_PUBLISH",
+    "REC_PURGE",
+    "REC_UNDELAY",
     "Recovered",
     "RecoveredMessage",
     "RecoveredQueue",
@@ -163,6 +170,11 @@ class Kind(IntEnum):
     UNDELAY = 6
     PURGE = 7
 
+
+# Plain ints for the hot path (an enum member lookup per record is measurable).
+REC_PUBLISH, REC_ACK, REC_DELIVER = int(Kind.PUBLISH), int(Kind.ACK), int(Kind.DELIVER)
+REC_DROP_QUEUE, REC_DELAY, REC_UNDELAY = int(Kind.DROP_QUEUE), int(Kind.DELAY), int(Kind.UNDELAY)
+REC_PURGE = int(Kind.PURGE)
 
 QKey = tuple[str, str]  # (vhost, queue)
 

@@ -124,7 +124,7 @@ def test_small_chunks_match_the_oracle_through_splits_merges_compaction_and_rest
             store, rec = open_store(tmp_path, segment_max_bytes=2_000)
             assert summary(rec) == oracle.summary()
             assert store.live_messages() == len(oracle.msgs)
-    chunks = store._chunks  # the structure itself is what this test is about
+    chunks = store._index._chunks  # the structure itself is what this test is about
     assert [c.ids[0] for c in chunks] == sorted(c.ids[0] for c in chunks)
     assert all(c.live * 4 >= len(c.ids) or len(c.ids) <= 8 for c in chunks[:-1])
     assert sum(c.live for c in chunks) == len(oracle.msgs)
@@ -139,12 +139,12 @@ def test_a_drained_backlog_frees_its_chunks(tmp_path: Path) -> None:
     n = 5 * store_index.CHUNK
     for first in range(1, n + 1, 1000):
         store.write([pub(mid, "q") for mid in range(first, min(first + 1000, n + 1))])
-    assert len(store._chunks) == 5
+    assert len(store._index._chunks) == 5
     store.write([Ack(mid, VH, "q") for mid in range(1, n + 1) if mid % 1000])  # every 1000th stays
     assert store.live_messages() == n // 1000
-    assert len(store._chunks) == 1  # shrunk and merged: a few live entries cost a few entries
+    assert len(store._index._chunks) == 1  # shrunk and merged: a few live entries cost a few entries
     store.write([Ack(mid, VH, "q") for mid in range(1000, n + 1, 1000)])
-    assert store._chunks == [] and store.live_messages() == 0
+    assert store._index._chunks == [] and store.live_messages() == 0
     store.write([pub(n + 1, "q")])
     store.close()
     _, rec = open_store(tmp_path)
@@ -155,14 +155,14 @@ def test_multi_queue_messages_fall_back_to_one_slot_and_keep_counts(tmp_path: Pa
     store, _ = open_store(tmp_path)
     store.write([pub(1, "a", "b", "c"), pub(2, "a"), Deliver(1, VH, "b"), Deliver(1, VH, "b"),
                  Ack(1, VH, "a"), PurgeQueue(VH, "c", (2,))])
-    assert list(store._multi) == []  # only "b" holds message 1 now: a plain entry again
+    assert list(store._index._multi) == []  # only "b" holds message 1 now: a plain entry again
     store.write([Deliver(1, VH, "b")])
     store.close()
     store, rec = open_store(tmp_path)
     assert summary(rec) == {"a": [(2, 0)], "b": [(1, 3)]}
     assert [m.body for m in rec.queues[(VH, "b")]] == [b"body-1"]
     store.write([DropQueue(VH, "b"), Ack(2, VH, "a")])
-    assert store.live_messages() == 0 and store._slots == {}
+    assert store.live_messages() == 0 and store._index.slots.ids == {}
     store.close()
 
 
