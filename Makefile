@@ -42,6 +42,14 @@ lint: $(VENV)/.dev
 	@# a type an annotation needs is imported plainly (ARCHITECTURE.md, "Layers"): an import under
 	@# TYPE_CHECKING would hide a dependency the contracts above are there to see
 	@! grep -rn --include='*.py' 'TYPE_CHECKING' $(LINT_TREE)/headrace || (echo "import it plainly instead (ARCHITECTURE.md, Layers)"; false)
+	@# what the core calls in the shell is given at construction (ARCHITECTURE.md, "The shell's ports"):
+	@# no callback defaults to doing nothing, and no one installs a port on another object afterwards
+	@! grep -rnE --include='*.py' 'def _noop|def _nothing|lambda: None' server/broker server/auth.py \
+		server/net/storage.py server/net/flusher.py server/net/definitions_writer.py server/net/stream_pump.py \
+		|| (echo "a do-nothing default callback: take it as a constructor argument (ARCHITECTURE.md, The shell's ports)"; false)
+	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group) = ' server | grep -v 'self\.on_[a-z_]* = \|self\.after_group = ' \
+		| grep -v 'server/net/pager.py:.*spill\.on_page_wanted = self\.wake' \
+		|| (echo "a callback installed after construction: pass it to the constructor (ARCHITECTURE.md, The shell's ports)"; false)
 
 # RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
 # Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)

@@ -28,6 +28,8 @@ from headrace.server.broker import Broker, Settle
 from headrace.server.net.alarms import DiskWatch
 from headrace.server.net.pager import Pager
 
+from bench_core import idle_ports
+
 
 class _Sink:
     def __init__(self) -> None:
@@ -45,7 +47,7 @@ class _Sink:
 
 async def drain(args: argparse.Namespace, data: Path) -> dict[str, Any]:
     spill = SpillStore(data / "spill")
-    broker = Broker(resident_max_messages=args.resident,
+    broker = Broker(ports=idle_ports(), resident_max_messages=args.resident,
                     spill_factory=lambda vhost, queue: spill.backing(f"{vhost}\x00{queue}", (vhost, queue)))
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]

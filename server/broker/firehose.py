@@ -55,10 +55,10 @@ def _routing_keys(routing_key: str, headers: Mapping[str, Any] | None) -> list[s
 class Firehose:
     __slots__ = ("pending", "on_pending")
 
-    def __init__(self) -> None:
+    def __init__(self, on_pending: Callable[[], None]) -> None:
         # (vhost, routing key, properties, body) of each copy not yet published
         self.pending: list[tuple[Any, str, bytes, bytes]] = []
-        self.on_pending: Callable[[], None] = _nothing  # the clock's wake (``Broker.set_deadline_hook``)
+        self.on_pending = on_pending  # the clock's wake (``ShellPorts.wake_clock``)
 
     def published(self, vhost: Any, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
                   headers: dict[str, Any] | None, connection: str, channel: int, user: str) -> None:
@@ -103,7 +103,3 @@ class Firehose:
         for vhost, routing_key, props_raw, body in pending:
             if vhost.tracing and live(vhost):
                 publish(vhost, TRACE_EXCHANGE, routing_key, props_raw, body)
-
-
-def _nothing() -> None:
-    pass

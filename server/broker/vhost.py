@@ -28,7 +28,6 @@ from headrace.exchanges import (
 )
 from headrace.queues import Backing, Queue, QueueArgumentError, QueueArgs
 from headrace.queues.held import HeldTally
-from headrace.server.auth import UserRegistry
 
 from . import errors
 from .bound_from import BoundFrom
@@ -70,18 +69,35 @@ class PermissionChecker(Protocol):
 
 
 class VHostOwner(Protocol):
-    """What a vhost needs of the broker that holds it (``core.Broker``). The vhost names this
-    protocol rather than importing the broker, which sits above it and creates it."""
+    """What a vhost needs of the broker that holds it (``core.Broker``), and nothing more: the
+    vhost names this protocol rather than importing the broker, which sits above it and creates
+    it, and it is all a vhost may reach (no users, connections or alarms: a caller that needs those
+    has the broker itself). Read-only properties, so a vhost cannot rebind what the broker owns.
 
-    delivery: Delivery
-    policies: PolicyStore
-    definitions: DefinitionChanges
-    users: UserRegistry  # topic permissions (topic_auth.py)
-    stream_data_dir: Path | None
-    resident_max_messages: int
-    resident_max_bytes: int
-    held: HeldTally  # shared by every queue (queues/held.py)
-    retired: Retired  # the counts of deleted queues and exchanges (totals.py)
+    - the delivery owner and the policy store: a declare applies policies and dedup windows, a
+      delete or purge asks the delivery owner to drop the messages, a new queue is armed;
+    - the definition changes: a durable object's change is logged;
+    - the accounting: declare limits (``check_limit``), churn counts, deleted objects' totals;
+    - what a new queue is built with: its resident bounds, the node's held tally, its spill
+      backing, and the stream directory for a stream queue.
+    """
+
+    @property
+    def delivery(self) -> Delivery: ...
+    @property
+    def policies(self) -> PolicyStore: ...
+    @property
+    def definitions(self) -> DefinitionChanges: ...
+    @property
+    def retired(self) -> Retired: ...  # the counts of deleted queues and exchanges (totals.py)
+    @property
+    def stream_data_dir(self) -> Path | None: ...
+    @property
+    def resident_max_messages(self) -> int: ...
+    @property
+    def resident_max_bytes(self) -> int: ...
+    @property
+    def held(self) -> HeldTally: ...  # shared by every queue (queues/held.py)
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
 

@@ -39,7 +39,7 @@ def publish(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     name = exchange_name(name)
     payload, props_raw = _message_body(body)
     if ctx.broker.users.topic_permissions:  # topic authorisation, as over AMQP
-        check_topic_write(vhost, user_of(req).name, name, body.routing_key)
+        check_topic_write(ctx.broker.users, vhost, user_of(req).name, name, body.routing_key)
     if vhost.tracing:
         _trace(ctx, req, vhost, name, body.routing_key, props_raw, payload)
     result = ctx.broker.delivery.publish(vhost, name, body.routing_key, props_raw, payload, ctx.now)
@@ -114,7 +114,7 @@ def publish_batch(ctx: Context, req: Request, vhost: VHost, name: str) -> Respon
             raise HTTPError(400, "bad_request", f"line {number}: {exc}") from None
     if ctx.broker.users.topic_permissions:  # every routing key is checked before any is published
         for _, _, body in parsed:
-            check_topic_write(vhost, user_of(req).name, exchange, body.routing_key)
+            check_topic_write(ctx.broker.users, vhost, user_of(req).name, exchange, body.routing_key)
     results = []
     ticket = 0
     for payload, props_raw, body in parsed:

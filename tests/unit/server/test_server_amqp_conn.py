@@ -21,6 +21,7 @@ from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import CLOSE_TIMEOUT, AMQPConnectionHandler
 from headrace.server.net.gate import Gate
 from headrace.server.session import Lifecycle
+from shell_ports import shell_ports
 
 HEADER = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
@@ -95,7 +96,7 @@ class Running:
 
 
 def make_broker() -> Broker:
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     return broker
 

@@ -11,6 +11,7 @@ from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.session import Session
 from session_support import handshake
+from shell_ports import shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
@@ -41,7 +42,7 @@ def frames(data: bytes) -> list[tuple[int, int]]:
 
 
 def broker() -> Broker:
-    b = Broker(store_enabled=True)
+    b = Broker(ports=shell_ports(), store_enabled=True)
     b.ensure_default("/", "guest", "guest")
     b.vhosts["/"].declare_queue("d", now=NOW, owner=None, durable=True)
     return b

@@ -14,12 +14,13 @@ from headrace.server.broker import Broker
 from headrace.server.broker.limits import Limits
 from headrace.server.session import Lifecycle, Session
 from session_support import handshake
+from shell_ports import shell_ports
 
 NOW = 1000.0
 
 
 def make_broker() -> Broker:
-    b = Broker()
+    b = Broker(ports=shell_ports())
     b.ensure_default("/", "guest", "guest")
     return b
 
@@ -63,7 +64,7 @@ def test_a_refused_login_leaves_a_pipelined_open_unanswered():
 
 
 def _consuming(timeout_ms: int | None) -> tuple[Broker, AMQPConnection, Session]:
-    b = Broker(limits=Limits(consumer_timeout_ms=timeout_ms))
+    b = Broker(ports=shell_ports(), limits=Limits(consumer_timeout_ms=timeout_ms))
     b.ensure_default("/", "guest", "guest")
     conn = AMQPConnection(server_properties={})
     session = Session(b, conn)

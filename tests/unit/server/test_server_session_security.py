@@ -12,6 +12,7 @@ from headrace.server.auth import Permission, hash_password
 from headrace.server.broker import Broker, Limits
 from headrace.server.session import Session
 from session_support import handshake
+from shell_ports import shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
@@ -59,7 +60,7 @@ def methods(data: bytes) -> list[tuple[int, int, int]]:
 
 
 def make_broker(**limits: int) -> Broker:
-    b = Broker(limits=Limits(**limits))
+    b = Broker(ports=shell_ports(), limits=Limits(**limits))
     b.ensure_default("/", "guest", "guest")
     b.users.add_user("alice", None, password_hash=hash_password("pw", iterations=1000))
     b.users.set_permission("alice", "/", Permission())
