@@ -50,6 +50,9 @@ lint: $(VENV)/.dev
 	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group) = ' server | grep -v 'self\.on_[a-z_]* = \|self\.after_group = ' \
 		| grep -v 'server/net/pager.py:.*spill\.on_page_wanted = self\.wake' \
 		|| (echo "a callback installed after construction: pass it to the constructor (ARCHITECTURE.md, The shell's ports)"; false)
+	@# the protocol's events reach the session typed (server/amqp/events.py's Event union), not as Any
+	@! grep -rnE --include='*.py' 'events: list\[Any\]|-> list\[Any\]' server/amqp server/session \
+		|| (echo "the event seam is list[Event] (ARCHITECTURE.md, A message's way)"; false)
 
 # RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
 # Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)

@@ -26,7 +26,7 @@ from headrace.queues import Message, Queue
 from headrace.queues.backing import Backing
 from headrace.queues.held import HeldTally
 from headrace.queues.queue import ENTRY_OVERHEAD
-from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
+from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, User, UserRegistry
 
 from . import limits as limit_rules
 from .definition_changes import DefinitionChanges
@@ -155,7 +155,7 @@ class Broker:
         for hook in list(self.user_deleted_hooks):
             hook(name)
 
-    def register_connection(self, session: Any, user: Any) -> None:
+    def register_connection(self, session: Any, user: User) -> None:
         """An AMQP connection opened its vhost: listed, told about syncs and alarms. 530
         NOT_ALLOWED at the broker's or the user's connection limit."""
         connections = self.connections

@@ -49,7 +49,7 @@ class HTTPConsumer:
     def has_capacity(self) -> bool:
         return not self.closed and len(self.unacked) < self.prefetch
 
-    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry, now: float) -> None:
+    def deliver(self, consumer: Consumer[Queue], queue: Queue, entry: QueueEntry, now: float) -> None:
         if self.vhost.tracing and self.firehose is not None:  # no connection or channel: "" and 0
             self.firehose.delivered(self.vhost, queue.name, entry.message, entry.redelivered, "", 0, self.user)
         delivery_id = self._next
@@ -68,7 +68,7 @@ class HTTPConsumer:
         self.lines.append(json.dumps(event, default=str).encode() + b"\n")
         self.wake()
 
-    def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
+    def consumer_cancelled(self, consumer: Consumer[Queue]) -> None:
         """The queue was deleted: the stream ends with a line saying so (like basic.cancel over AMQP)."""
         if self.closed:
             return

@@ -122,7 +122,7 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
     return out
 
 
-def consumer_json(vhost: VHost, queue: str, c: Consumer[Any]) -> dict[str, Any]:
+def consumer_json(vhost: VHost, queue: str, c: Consumer[Queue]) -> dict[str, Any]:
     sink = c.sink
     session = getattr(sink, "session", None)
     details: dict[str, Any] = (channel_details(session, sink) if session is not None and session.user is not None

@@ -15,7 +15,7 @@ change this state on the channel's behalf.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any, Protocol
+from typing import Protocol
 
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp import methods as m
@@ -70,7 +70,7 @@ class ChannelSession:
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
         self.unacked: OrderedDict[int, tuple[Queue, QueueEntry]] = OrderedDict()
-        self.consumers: dict[str, tuple[Queue, Consumer[Any]]] = {}
+        self.consumers: dict[str, tuple[Queue, Consumer[Queue]]] = {}
         self.prefetch_count = 0  # per new consumer (global=False, RabbitMQ's meaning)
         self.global_prefetch = 0  # shared by the channel (global=True)
         self.active = True  # channel.flow from the client
@@ -98,7 +98,7 @@ class ChannelSession:
             return False
         return True
 
-    def deliver(self, consumer: Consumer[Any], queue: Queue, entry: QueueEntry, now: float) -> None:
+    def deliver(self, consumer: Consumer[Queue], queue: Queue, entry: QueueEntry, now: float) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
         msg = entry.message
@@ -151,7 +151,7 @@ class ChannelSession:
         unacked = self.unacked
         return acks.due(next(iter(unacked)) if unacked else None)
 
-    def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
+    def consumer_cancelled(self, consumer: Consumer[Queue]) -> None:
         """The queue went away under the consumer: tell clients that asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return

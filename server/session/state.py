@@ -68,7 +68,7 @@ class SessionState:
         self.now = 0.0  # the time the shell gave with the batch being applied (or the last one)
         self.connected_at = 0.0
         self.blocked_sent = False
-        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
+        self.deferred: list[tuple[int, m.Method]] = []  # notifications sent after the current reply
         self.saturating: list[Queue] = []  # saturated queues the last batch published into
         self.last_queue = ""  # "the queue last declared on this channel" (spec), kept per connection
 
