@@ -48,7 +48,8 @@ def _idle() -> None:
 def idle_ports() -> ShellPorts:
     """The broker's ports when no shell runs (the other in-process benchmarks use them too)."""
     return ShellPorts(wake_clock=_idle, wake_flusher=_idle, wake_mirror_writer=_idle, wake_stream_pump=_idle,
-                      saturation_released=lambda queue: None, policies_changed=_idle)
+                      saturation_released=lambda queue: None, policies_changed=_idle,
+                      user_deleted=lambda name: None)
 
 
 def handshake() -> bytes:

@@ -69,7 +69,7 @@ class App:
                            wake_mirror_writer=self.storage.mirror_writer.kick,
                            wake_stream_pump=self.stream_pump.wake,
                            saturation_released=self.gate.released,  # a saturated queue drained: the readers it held
-                           policies_changed=flusher.retention_now)
+                           policies_changed=flusher.retention_now, user_deleted=self.user_deleted)
         self.broker = Broker(
             ports=ports,
             resident_max_messages=settings.queue_max_resident_messages,
@@ -269,6 +269,14 @@ class App:
         if s.tls_verify_peer:
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
+
+    def user_deleted(self, name: str) -> None:
+        """The broker's ``user_deleted`` port: the management API's consume streams of that user end.
+        The HTTP server is made when its listener starts, after the broker; before that there is
+        no stream to end."""
+        server = getattr(self, "http_server", None)
+        if server is not None:
+            server.user_deleted(name)
 
     def http_shutdown(self) -> None:
         for name in ("http_server", "prometheus_server"):

@@ -36,6 +36,7 @@ class StandInShell:
             name: wake(name) for name in
             ("wake_clock", "wake_flusher", "wake_mirror_writer", "wake_stream_pump", "policies_changed")}
         recording["saturation_released"] = released
+        recording["user_deleted"] = lambda name: self.wakes.update(("user_deleted",))
         return ShellPorts(**(recording | real))
 
 

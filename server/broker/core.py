@@ -8,7 +8,7 @@ The shell drains ``take_store_ops``/``take_mirror_records`` in its flusher/write
 back with ``store_synced``, which tells only the sessions that asked (``wait_for_sync``): a group
 commit costs the connections waiting on it, not every open connection. What the broker calls in the
 shell (wake the clock, the flusher, the mirror writer, the stream pump; a saturated queue released;
-policies changed) is one ``ShellPorts`` (ports.py), given at construction and handed to the parts
+policies changed; a user deleted) is one ``ShellPorts`` (ports.py), given at construction and handed to the parts
 that call it; nothing is installed later.
 """
 
@@ -103,8 +103,7 @@ class Broker:
         self.policies = PolicyStore()
         # called after a policy change: the shell runs stream retention with the new values now
         self._policies_changed = ports.policies_changed
-        # called with a deleted user's name: the HTTP shell ends that user's consume streams there
-        self.user_deleted_hooks: list[Callable[[str], None]] = []
+        self._shell_user_deleted = ports.user_deleted  # the HTTP shell ends the user's consume streams
         # runtime and global parameters, vhost and user limits (durable, in the definitions)
         self.parameters = RuntimeParameters(on_change=self.definitions.changed)
 
@@ -152,8 +151,7 @@ class Broker:
         self._close_connections(lambda session: session.user is not None and session.user.name == name,
                                 f"user '{name}' is deleted")
         self.parameters.user_deleted(name)
-        for hook in list(self.user_deleted_hooks):
-            hook(name)
+        self._shell_user_deleted(name)
 
     def register_connection(self, session: Any, user: User) -> None:
         """An AMQP connection opened its vhost: listed, told about syncs and alarms. 530

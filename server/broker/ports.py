@@ -39,3 +39,6 @@ class ShellPorts:
     # a policy was set or cleared (``Broker.set_policy``/``clear_policy``): stream retention runs
     # with the new values now (``Flusher.retention_now``)
     policies_changed: Callable[[], None]
+    # a user was deleted (after its AMQP connections were closed): the HTTP shell ends that user's
+    # consume streams (``App.user_deleted`` -> the management API's ``HTTPServer.user_deleted``)
+    user_deleted: Callable[[str], None]

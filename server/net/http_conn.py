@@ -60,8 +60,6 @@ class HTTPServer:
         self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
-        if routes is router:  # only the management API has consume streams for a deleted user to end
-            self.broker.user_deleted_hooks.append(self._user_deleted)
         self.started_at = time.time()
         self._cert_not_after = _cert_expiry(app.settings.tls_certfile)
 
@@ -97,8 +95,10 @@ class HTTPServer:
         storage = getattr(self.app, "storage", None)
         return storage.store.disk_bytes() if storage is not None else 0
 
-    def _user_deleted(self, name: str) -> None:
-        """A deleted user's consume streams end, as their AMQP connections are closed (320)."""
+    def user_deleted(self, name: str) -> None:
+        """A deleted user's consume streams end, as their AMQP connections are closed (320): the
+        broker's ``ShellPorts.user_deleted``, through the app, which forwards it to the management
+        API's server only (the Prometheus port has no consume streams)."""
         for consumer in list(self.http_consumers.values()):
             if consumer.user == name:
                 consumer.end("user deleted", time.time())
