@@ -30,8 +30,8 @@ import trio
 import headrace
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker, Limits
-from headrace.server.broker.ports import ShellPorts
 from headrace.server.broker.definitions_io import change_records, export_definitions, import_definitions
+from headrace.server.broker.ports import ShellPorts
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission

@@ -8,8 +8,8 @@ The shell drains ``take_store_ops``/``take_mirror_records`` in its flusher/write
 back with ``store_synced``, which tells only the sessions that asked (``wait_for_sync``): a group
 commit costs the connections waiting on it, not every open connection. What the broker calls in the
 shell (wake the clock, the flusher, the mirror writer, the stream pump; a saturated queue released;
-policies changed; a user deleted) is one ``ShellPorts`` (ports.py), given at construction and handed to the parts
-that call it; nothing is installed later.
+policies changed; a user deleted) is one ``ShellPorts`` (ports.py), given at construction and
+handed to the parts that call it; nothing is installed later.
 """
 
 from __future__ import annotations

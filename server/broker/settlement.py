@@ -64,7 +64,8 @@ class Settlement(ABC):
         self.mirror = mirror
         self.replies = replies
         self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
-        self.saturation = Saturation(ports.saturation_released, ports.wake_clock)  # consumer-backed queues behind their publishers (saturation.py)
+        # consumer-backed queues behind their publishers (saturation.py)
+        self.saturation = Saturation(ports.saturation_released, ports.wake_clock)
         # the queues a batch of publishes went into (``begin_batch``), each dispatched once when it
         # ends instead of after every publish; None outside a batch
         self._batch: dict[Queue, VHostView] | None = None

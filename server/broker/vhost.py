@@ -69,35 +69,20 @@ class PermissionChecker(Protocol):
 
 
 class VHostOwner(Protocol):
-    """What a vhost needs of the broker that holds it (``core.Broker``), and nothing more: the
-    vhost names this protocol rather than importing the broker, which sits above it and creates
-    it, and it is all a vhost may reach (no users, connections or alarms: a caller that needs those
-    has the broker itself). Read-only properties, so a vhost cannot rebind what the broker owns.
+    """What a vhost needs of the broker that holds it (``core.Broker``), and no more: the vhost names
+    this protocol rather than importing the broker, which sits above it and creates it. The delivery
+    owner and policy store (declare, delete, purge, arm), the definition changes, the accounting
+    (limits, churn, deleted objects' totals), and what a new queue is built with. No users,
+    connections or alarms: a caller that needs those has the broker itself."""
 
-    - the delivery owner and the policy store: a declare applies policies and dedup windows, a
-      delete or purge asks the delivery owner to drop the messages, a new queue is armed;
-    - the definition changes: a durable object's change is logged;
-    - the accounting: declare limits (``check_limit``), churn counts, deleted objects' totals;
-    - what a new queue is built with: its resident bounds, the node's held tally, its spill
-      backing, and the stream directory for a stream queue.
-    """
-
-    @property
-    def delivery(self) -> Delivery: ...
-    @property
-    def policies(self) -> PolicyStore: ...
-    @property
-    def definitions(self) -> DefinitionChanges: ...
-    @property
-    def retired(self) -> Retired: ...  # the counts of deleted queues and exchanges (totals.py)
-    @property
-    def stream_data_dir(self) -> Path | None: ...
-    @property
-    def resident_max_messages(self) -> int: ...
-    @property
-    def resident_max_bytes(self) -> int: ...
-    @property
-    def held(self) -> HeldTally: ...  # shared by every queue (queues/held.py)
+    delivery: Delivery
+    policies: PolicyStore
+    definitions: DefinitionChanges
+    retired: Retired  # the counts of deleted queues and exchanges (totals.py)
+    stream_data_dir: Path | None
+    resident_max_messages: int
+    resident_max_bytes: int
+    held: HeldTally  # shared by every queue (queues/held.py)
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
 
