@@ -62,7 +62,7 @@ def handshake() -> bytes:
 
 def session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    s = Session(broker, conn)
+    s = Session(broker, conn, wake=_idle)
     s.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return s, conn

@@ -15,7 +15,7 @@ from typing import Any
 from headrace.queues import Queue
 from headrace.server.broker.ports import ShellPorts
 
-__all__ = ["StandInShell", "no_sender", "shell_ports"]
+__all__ = ["StandInShell", "no_sender", "no_writer", "shell_ports"]
 
 
 class StandInShell:
@@ -43,6 +43,10 @@ class StandInShell:
 def shell_ports(**real: Callable[..., Any]) -> ShellPorts:
     """Ports of a fresh stand-in shell whose calls no one looks at (see ``StandInShell.ports``)."""
     return StandInShell().ports(**real)
+
+
+def no_writer() -> None:
+    """A ``Session``'s ``wake`` where the test reads the connection's output itself (``data_to_send``)."""
 
 
 def no_sender() -> None:

@@ -57,7 +57,7 @@ class Session(SessionState):
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
                  local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
-                 wake: Callable[[], None] = lambda: None) -> None:
+                 wake: Callable[[], None]) -> None:
         super().__init__(broker, conn, peer=peer, local=local, ssl=ssl, loopback_users=loopback_users,
                          max_unconfirmed=max_unconfirmed, wake=wake)
         self.channels: dict[int, ChannelSession] = {}

@@ -45,7 +45,7 @@ class SessionState:
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
                  local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
-                 wake: Callable[[], None] = lambda: None) -> None:
+                 wake: Callable[[], None]) -> None:
         self.id = next(_ids)
         self.broker = broker
         self.conn = conn
@@ -55,7 +55,7 @@ class SessionState:
         self.io = SocketCounters()
         self.loopback_users = frozenset(loopback_users)
         self.max_unconfirmed = max_unconfirmed
-        self.wake = wake
+        self.wake = wake  # the shell's handler: output is waiting (given at construction, never a no-op)
         self.state = Lifecycle.HANDSHAKE
         self.user: User | None = None
         self.vhost: VHost = None  # type: ignore[assignment]  # set by connection.open

@@ -13,12 +13,12 @@ from headrace.server.broker import Broker
 from headrace.server.broker.saturation import SATURATED_READY, STALLED_TICKS
 from headrace.server.session import Session
 from session_support import NOW, handshake
-from shell_ports import StandInShell
+from shell_ports import StandInShell, no_writer
 
 
 def open_session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn)
+    session = Session(broker, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return session, conn

@@ -14,14 +14,14 @@ from headrace.server.broker import Broker
 from headrace.server.broker.core import STORE_BACKLOG_MAX
 from headrace.server.session import Session
 from session_support import durable_broker, handshake
-from shell_ports import shell_ports
+from shell_ports import no_writer, shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
 
 def open_session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn)
+    session = Session(broker, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return session, conn
