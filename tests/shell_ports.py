@@ -15,7 +15,7 @@ from typing import Any
 from headrace.queues import Queue
 from headrace.server.broker.ports import ShellPorts
 
-__all__ = ["StandInShell", "no_sender", "no_writer", "shell_ports"]
+__all__ = ["StandInShell", "app_hooks", "no_sender", "no_writer", "shell_ports"]
 
 
 class StandInShell:
@@ -43,6 +43,23 @@ class StandInShell:
 def shell_ports(**real: Callable[..., Any]) -> ShellPorts:
     """Ports of a fresh stand-in shell whose calls no one looks at (see ``StandInShell.ports``)."""
     return StandInShell().ports(**real)
+
+
+def app_hooks(**real: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
+    """``AMQPConnectionHandler``'s calls into the app, for a handler run without one: no definition
+    changes to log, nothing counted, no admission to leave, no window to shrink; ``real`` replaces
+    any of them by name."""
+    async def definitions_synced(ticket: int) -> None:
+        return None
+
+    hooks: dict[str, Callable[..., Any]] = {
+        "after_batch": lambda: 0, "definitions_synced": definitions_synced, "on_read": lambda nbytes: None,
+        "on_header": _unwatched, "on_authenticated": _unwatched, "on_first_hold": _unwatched}
+    return hooks | real
+
+
+def _unwatched() -> None:
+    """A notice no part of the test looks at."""
 
 
 def no_writer() -> None:
