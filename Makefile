@@ -44,10 +44,10 @@ lint: $(VENV)/.dev
 	@! grep -rn --include='*.py' 'TYPE_CHECKING' $(LINT_TREE)/headrace || (echo "import it plainly instead (ARCHITECTURE.md, Layers)"; false)
 	@# what the core calls in the shell is given at construction (ARCHITECTURE.md, "The shell's ports"):
 	@# no callback defaults to doing nothing, and no one installs a port on another object afterwards
-	@! grep -rnE --include='*.py' 'def _noop|def _nothing|lambda: None' server/broker server/auth.py server/session \
-		server/net server/app.py \
+	@! grep -rnE --include='*.py' 'def _noop|def _nothing|lambda: None' server \
 		|| (echo "a do-nothing default callback: take it as a constructor argument (ARCHITECTURE.md, The shell's ports)"; false)
-	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group) = ' server | grep -v 'self\.on_[a-z_]* = \|self\.after_group = ' \
+	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group|wake) = ' server \
+		| grep -v 'self\.\(on_[a-z_]*\|after_group\|wake\) = ' \
 		| grep -v 'server/net/pager.py:.*spill\.on_page_wanted = self\.wake' \
 		|| (echo "a callback installed after construction: pass it to the constructor (ARCHITECTURE.md, The shell's ports)"; false)
 	@# the protocol's events reach the session typed (server/amqp/events.py's Event union), not as Any

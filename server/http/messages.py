@@ -179,7 +179,7 @@ def consume(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
         prefetch = int(req.arg("prefetch", "10") or 10)
     except ValueError:
         raise HTTPError(400, "bad_request", "prefetch must be an integer") from None
-    consumer = HTTPConsumer(ctx.broker.delivery, vhost, queue, prefetch, lambda: None, user=user_of(req).name,
+    consumer = HTTPConsumer(ctx.broker.delivery, vhost, queue, prefetch, user=user_of(req).name,
                             firehose=ctx.broker.firehose)
     response = Response(200, content_type="application/x-ndjson")
     response.stream = consumer

@@ -263,10 +263,9 @@ class HTTPServer:
         def kick() -> None:
             wake.set()
 
-        consumer.wake = kick
         self.http_consumers[consumer.tag] = consumer
         try:
-            consumer.start(time.time())
+            consumer.start(time.time(), kick)
             headers = [("content-type", response.content_type), ("server", f"headrace/{self.version}"),
                        ("cache-control", "no-store")]
             await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))
