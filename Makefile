@@ -48,7 +48,6 @@ lint: $(VENV)/.dev
 		|| (echo "a do-nothing default callback: take it as a constructor argument (ARCHITECTURE.md, The shell's ports)"; false)
 	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group|wake) = ' server \
 		| grep -v 'self\.\(on_[a-z_]*\|after_group\|wake\) = ' \
-		| grep -v 'server/net/pager.py:.*spill\.on_page_wanted = self\.wake' \
 		|| (echo "a callback installed after construction: pass it to the constructor (ARCHITECTURE.md, The shell's ports)"; false)
 	@# the protocol's events reach the session typed (server/amqp/events.py's Event union), not as Any
 	@! grep -rnE --include='*.py' 'events: list\[Any\]|-> list\[Any\]' server/amqp server/session \

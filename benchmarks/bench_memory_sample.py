@@ -35,7 +35,7 @@ class _Sink:
     def has_capacity(self) -> bool:
         return True
 
-    def deliver(self, consumer: Any, queue: Any, entry: Any) -> None:
+    def deliver(self, consumer: Any, queue: Any, entry: Any, now: float) -> None:
         pass
 
     def consumer_cancelled(self, consumer: Any) -> None:

@@ -38,7 +38,7 @@ class _Sink:
     def has_capacity(self) -> bool:
         return True
 
-    def deliver(self, consumer: Any, queue: Any, entry: Any) -> None:
+    def deliver(self, consumer: Any, queue: Any, entry: Any, now: float) -> None:
         self.got.append((queue, entry))
 
     def consumer_cancelled(self, consumer: Any) -> None:
@@ -46,7 +46,16 @@ class _Sink:
 
 
 async def drain(args: argparse.Namespace, data: Path) -> dict[str, Any]:
-    spill = SpillStore(data / "spill")
+    pager: Pager | None = None  # made once the backlog is in, as before: no wake counted while publishing
+    wakes = 0
+
+    def counted(key: Any) -> None:
+        nonlocal wakes
+        if pager is not None:
+            wakes += 1
+            pager.wake(key)
+
+    spill = SpillStore(data / "spill", on_page_wanted=counted)
     broker = Broker(ports=idle_ports(), resident_max_messages=args.resident,
                     spill_factory=lambda vhost, queue: spill.backing(f"{vhost}\x00{queue}", (vhost, queue)))
     broker.ensure_default("/", "guest", "guest")
@@ -59,15 +68,6 @@ async def drain(args: argparse.Namespace, data: Path) -> dict[str, Any]:
     for _ in range(args.messages):
         broker.delivery.publish(vhost, "", "backlog", props, body, 0.0)
     pager = Pager(spill, DiskWatch(data, 0))
-    wakes = 0
-    wake = pager.wake
-
-    def counted(key: Any) -> None:
-        nonlocal wakes
-        wakes += 1
-        wake(key)
-
-    spill.on_page_wanted = counted
     sink = _Sink()
     delivered = 0
     async with trio.open_nursery() as nursery:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import trio
@@ -51,7 +51,8 @@ class Storage:
         self.disk = DiskWatch(data_dir, settings.disk_free_limit)
         self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.segment_max_bytes,
                                   fsync=FsyncMode(settings.fsync))
-        self.spill = SpillStore(data_dir / "spill", report=self.disk)
+        # its page-in wants go to the pager, made just below (``_page_wanted`` forwards)
+        self.spill = SpillStore(data_dir / "spill", report=self.disk, on_page_wanted=self._page_wanted)
         self.streams = StreamWriter(data_dir, settings.fsync != "off")
         self.flusher = Flusher(self.store, self.disk, settings, self.streams, after_group)
         self.pager = Pager(self.spill, self.disk)
@@ -61,6 +62,9 @@ class Storage:
         self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.definitions_log_min_bytes),
                                              self.disk, self.flusher.kick, sync=settings.fsync != "off")
         self.flusher.definitions = self.definitions
+
+    def _page_wanted(self, key: Hashable) -> None:
+        self.pager.wake(key)
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         return self.spill.backing(f"{vhost}\x00{queue}", (vhost, queue))
