@@ -47,6 +47,16 @@ lint: $(VENV)/.dev
 	@! grep -rnE --include='*.py' 'isinstance\([^)]*, *(StreamQueue|Queue)\)|type\([a-z_.]+\) is (not )?(StreamQueue|Queue)\b|queue_type [!=]=' \
 		$(LINT_TREE)/headrace/server/broker $(LINT_TREE)/headrace/server/session $(LINT_TREE)/headrace/server/http \
 		|| (echo "ask the queue (queues/destination.py) instead of testing its type (ARCHITECTURE.md, Queue types)"; false)
+	@# what the core calls in the shell is given at construction (ARCHITECTURE.md, "The shell's ports"):
+	@# no callback defaults to doing nothing, and no one installs a port on another object afterwards
+	@! grep -rnE --include='*.py' 'def _noop|def _nothing|lambda: None' server \
+		|| (echo "a do-nothing default callback: take it as a constructor argument (ARCHITECTURE.md, The shell's ports)"; false)
+	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group|wake) = ' server \
+		| grep -v 'self\.\(on_[a-z_]*\|after_group\|wake\) = ' \
+		|| (echo "a callback installed after construction: pass it to the constructor (ARCHITECTURE.md, The shell's ports)"; false)
+	@# the protocol's events reach the session typed (server/amqp/events.py's Event union), not as Any
+	@! grep -rnE --include='*.py' 'events: list\[Any\]|-> list\[Any\]' server/amqp server/session \
+		|| (echo "the event seam is list[Event] (ARCHITECTURE.md, A message's way)"; false)
 
 # RabbitMQ's own management CLI, rabbitmqadmin, for tests/e2e/test_e2e_rabbitmqadmin.py: taken out of
 # Debian's rabbitmq-server package without installing it (a Python script: no Erlang, no service)

@@ -33,11 +33,23 @@ from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.broker.outbox import mirror_row
+from headrace.server.broker.ports import ShellPorts
 from headrace.server.session import Session
 
 BATCH = 500  # publishes per receive, about what one 256 KiB read holds for small messages
 PREFETCH = 1000
 NOW = 1000.0
+
+
+def _idle() -> None:
+    """No shell task runs in these benchmarks: the core is driven directly, so nothing is woken."""
+
+
+def idle_ports() -> ShellPorts:
+    """The broker's ports when no shell runs (the other in-process benchmarks use them too)."""
+    return ShellPorts(wake_clock=_idle, wake_flusher=_idle, wake_mirror_writer=_idle, wake_stream_pump=_idle,
+                      saturation_released=lambda queue: None, policies_changed=_idle,
+                      user_deleted=lambda name: None)
 
 
 def handshake() -> bytes:
@@ -50,7 +62,7 @@ def handshake() -> bytes:
 
 def session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    s = Session(broker, conn)
+    s = Session(broker, conn, wake=_idle)
     s.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return s, conn
@@ -94,7 +106,7 @@ class MirrorSink:
 
 
 def run(messages: int, queues: int, mirror: MirrorSink | None = None, fanout: bool = False) -> float:
-    broker = Broker()
+    broker = Broker(ports=idle_ports())
     broker.ensure_default("/", "guest", "guest")
     pub, pconn = session(broker)
     consumers = []

@@ -26,7 +26,7 @@ from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker.core import Broker
 from headrace.server.net.alarms import held_memory
 
-from bench_core import session
+from bench_core import idle_ports, session
 
 
 class _Sink:
@@ -35,7 +35,7 @@ class _Sink:
     def has_capacity(self) -> bool:
         return True
 
-    def deliver(self, consumer: Any, queue: Any, entry: Any) -> None:
+    def deliver(self, consumer: Any, queue: Any, entry: Any, now: float) -> None:
         pass
 
     def consumer_cancelled(self, consumer: Any) -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=10)
     ap.add_argument("--connections", type=int, default=0)
     args = ap.parse_args()
-    broker = Broker()
+    broker = Broker(ports=idle_ports())
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("events", "topic")

@@ -28,6 +28,8 @@ from headrace.server.broker import Broker, Settle
 from headrace.server.net.alarms import DiskWatch
 from headrace.server.net.pager import Pager
 
+from bench_core import idle_ports
+
 
 class _Sink:
     def __init__(self) -> None:
@@ -36,7 +38,7 @@ class _Sink:
     def has_capacity(self) -> bool:
         return True
 
-    def deliver(self, consumer: Any, queue: Any, entry: Any) -> None:
+    def deliver(self, consumer: Any, queue: Any, entry: Any, now: float) -> None:
         self.got.append((queue, entry))
 
     def consumer_cancelled(self, consumer: Any) -> None:
@@ -44,8 +46,17 @@ class _Sink:
 
 
 async def drain(args: argparse.Namespace, data: Path) -> dict[str, Any]:
-    spill = SpillStore(data / "spill")
-    broker = Broker(resident_max_messages=args.resident,
+    pager: Pager | None = None  # made once the backlog is in, as before: no wake counted while publishing
+    wakes = 0
+
+    def counted(key: Any) -> None:
+        nonlocal wakes
+        if pager is not None:
+            wakes += 1
+            pager.wake(key)
+
+    spill = SpillStore(data / "spill", on_page_wanted=counted)
+    broker = Broker(ports=idle_ports(), resident_max_messages=args.resident,
                     spill_factory=lambda vhost, queue: spill.backing(f"{vhost}\x00{queue}", (vhost, queue)))
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
@@ -57,15 +68,6 @@ async def drain(args: argparse.Namespace, data: Path) -> dict[str, Any]:
     for _ in range(args.messages):
         broker.delivery.publish(vhost, "", "backlog", props, body, 0.0)
     pager = Pager(spill, DiskWatch(data, 0))
-    wakes = 0
-    wake = pager.wake
-
-    def counted(key: Any) -> None:
-        nonlocal wakes
-        wakes += 1
-        wake(key)
-
-    spill.on_page_wanted = counted
     sink = _Sink()
     delivered = 0
     async with trio.open_nursery() as nursery:

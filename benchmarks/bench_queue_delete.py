@@ -18,6 +18,8 @@ import time
 from headrace.exchanges import DestinationKind
 from headrace.server.broker.core import Broker
 
+from bench_core import idle_ports
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,7 +27,7 @@ def main() -> None:
     ap.add_argument("--bindings-per-queue", type=int, default=10)
     ap.add_argument("--exchanges", type=int, default=1)
     args = ap.parse_args()
-    broker = Broker()
+    broker = Broker(ports=idle_ports())
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     for e in range(args.exchanges):

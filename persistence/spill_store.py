@@ -29,13 +29,14 @@ class SpillStore:
     """Hands out one ``SpillBacking`` per queue under ``directory``, which it wipes at start."""
 
     def __init__(self, directory: Path, *, segment_max_bytes: int = DEFAULT_SPILL_SEGMENT_BYTES,
-                 report: WriteReport | None = None) -> None:
+                 report: WriteReport | None = None, on_page_wanted: Callable[[Hashable], None] | None = None) -> None:
         self._dir = Path(directory)
         self._max = segment_max_bytes
         self._report = report  # told of bytes appends wrote and of failed writes (disk alarm)
         # called (on the event loop) with the backing's ``key`` when its queue wants spilled
-        # entries back: wakes the pager, which then looks at that queue only
-        self.on_page_wanted: Callable[[Hashable], None] | None = None
+        # entries back: wakes the pager, which then looks at that queue only (None: no pager, as
+        # where the store is used alone)
+        self.on_page_wanted = on_page_wanted
         self._count = 0
         self._backings: list[SpillBacking] = []  # closed ones dropped when the list doubles
         self._compact_at = _COMPACT_MIN

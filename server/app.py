@@ -31,6 +31,7 @@ import headrace
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker, Limits
 from headrace.server.broker.definitions_io import change_records, export_definitions, import_definitions
+from headrace.server.broker.ports import ShellPorts
 from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
@@ -57,8 +58,21 @@ class App:
         # before anything in the directory is read or created: a second broker stops here
         self.lock = DataDirLock(self.data_dir)
         self.lock.acquire()
-        self.storage = Storage(self.data_dir, settings)
+        # the shell's parts the broker calls are built first, so its ports name them (ARCHITECTURE.md,
+        # "The shell's ports"); none of them needs the broker before its task runs
+        self.gate = Gate()
+        self.clock = Clock()
+        self.sender = Sender()  # writes the output of connections whose writer tasks are parked
+        self.stream_pump = StreamPump()
+        self.storage = Storage(self.data_dir, settings, after_group=self.sender.flush)
+        flusher = self.storage.flusher
+        ports = ShellPorts(wake_clock=self.clock.wake, wake_flusher=flusher.kick,
+                           wake_mirror_writer=self.storage.mirror_writer.kick,
+                           wake_stream_pump=self.stream_pump.wake,
+                           saturation_released=self.gate.released,  # a saturated queue drained: the readers it held
+                           policies_changed=flusher.retention_now, user_deleted=self.user_deleted)
         self.broker = Broker(
+            ports=ports,
             resident_max_messages=settings.storage.queue_max_resident_messages,
             resident_max_bytes=settings.storage.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
@@ -74,16 +88,11 @@ class App:
             ),
         )
         self.broker.stream_data_dir = self.data_dir
-        self.gate = Gate()
         saturation = self.broker.delivery.saturation
-        saturation.on_release = self.gate.released  # a saturated queue drained: the readers it held
         saturation.high, saturation.low = settings.network.saturation_ready, settings.network.saturation_resume_ready
         self.memory = MemoryWatch(self.broker, self.gate, settings.limits.memory_limit_bytes,
                                   settings.limits.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
-        self.clock = Clock()
-        self.sender = Sender()  # writes the output of connections whose writer tasks are parked
-        self.storage.flusher.after_group = self.sender.flush
         self.admission = Admission(settings.limits.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
@@ -104,7 +113,7 @@ class App:
             if s.auth.admin_user:
                 broker.ensure_default(s.auth.default_vhost, s.auth.admin_user, s.auth.admin_pass or "")
         self.storage.recover(broker)
-        broker.set_deadline_hook(self.clock.wake)
+        broker.arm_all()  # recovered queues' deadlines into the clock's heap
         broker.definitions.take()  # what loading declared is in the snapshot written now
         # compacted at every start: a new snapshot of what was loaded, and an empty log
         definitions.compact(export_definitions(broker, version=headrace.__version__))
@@ -172,7 +181,7 @@ class App:
         self.load()
         async with trio.open_nursery() as root:
             root.start_soon(self.clock.run, self._tick, self._next_deadline)
-            root.start_soon(StreamPump().run, self.broker)
+            root.start_soon(self.stream_pump.run, self.broker)
             root.start_soon(self.sender.run)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
@@ -261,6 +270,14 @@ class App:
         if s.network.tls_verify_peer:
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
+
+    def user_deleted(self, name: str) -> None:
+        """The broker's ``user_deleted`` port: the management API's consume streams of that user end.
+        The HTTP server is made when its listener starts, after the broker; before that there is
+        no stream to end."""
+        server = getattr(self, "http_server", None)
+        if server is not None:
+            server.user_deleted(name)
 
     def http_shutdown(self) -> None:
         for name in ("http_server", "prometheus_server"):

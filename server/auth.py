@@ -148,7 +148,9 @@ class TopicPermission:
 
 
 class UserRegistry:
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, *, on_change: Callable[[], None], on_user_deleted: Callable[[str], None],
+                 on_definition: Callable[[str, tuple[str, ...], bool], None],
+                 clock: Callable[[], float] = time.monotonic,
                  failed_per_second: float = FAILED_LOGINS_PER_SECOND,
                  failed_burst: float = FAILED_LOGINS_BURST) -> None:
         self.users: dict[str, User] = {}
@@ -156,10 +158,12 @@ class UserRegistry:
         self.topic_permissions: dict[tuple[str, str, str], TopicPermission] = {}  # (user, vhost, exchange)
         self._verified: dict[str, bytes] = {}
         self.generation = 0  # bumped on every user/permission change
-        self.on_change: Callable[[], None] = _noop
-        self.on_user_deleted: Callable[[str], None] = _noop_name
-        # (section, key, deleted): a durable user or permission changed (the broker logs it)
-        self.on_definition: Callable[[str, tuple[str, ...], bool], None] = _noop_definition
+        # the broker's, given by it at construction: cached permission decisions are dropped, a
+        # deleted user's connections closed, and (section, key, deleted) a durable user or
+        # permission change logged
+        self.on_change = on_change
+        self.on_user_deleted = on_user_deleted
+        self.on_definition = on_definition
         self._clock = clock
         self._fail_rate = failed_per_second
         self._fail_burst = failed_burst
@@ -290,18 +294,6 @@ class UserRegistry:
         if not self.topic_permissions:
             return None
         return self.topic_permissions.get((user, vhost, exchange))
-
-
-def _noop() -> None:
-    return None
-
-
-def _noop_name(name: str) -> None:
-    return None
-
-
-def _noop_definition(section: str, key: tuple[str, ...], deleted: bool) -> None:
-    return None
 
 
 _DUMMY_HASH = hash_password("headrace-dummy", salt=b"\0" * SALT_BYTES)

@@ -15,7 +15,7 @@ from . import methods as m
 from .codec import encode_method_frame
 from .content import PendingContent, parse_header
 from .errors import ChannelException, ConnectionException
-from .events import ChannelClosed, ChannelOpenRequested, ContentReceived, MethodReceived
+from .events import ChannelClosed, ChannelOpenRequested, ContentReceived, Event, MethodReceived
 from .frame_writer import FrameWriter
 from .handshake import ConnectionState
 from .spec import ReplyCode
@@ -53,7 +53,7 @@ class ChannelFrames(FrameWriter):
         for data in held:
             self._queue(data)
 
-    def _send_control(self, channel: int, method: Any) -> None:
+    def _send_control(self, channel: int, method: m.Method) -> None:
         """A frame this codec answers with on a channel: held behind an unanswered channel.open."""
         requests = self._opening.get(channel)
         if requests:
@@ -73,7 +73,7 @@ class ChannelFrames(FrameWriter):
         return channel in self.open_channels
 
     # ------------------------------------------------------------------ inbound
-    def _channel_method(self, channel: int, method: Any, events: list[Any]) -> None:
+    def _channel_method(self, channel: int, method: Any, events: list[Event]) -> None:
         if self.state is not ConnectionState.OPEN:
             raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - connection is not open yet",
                                       method.CLASS_ID, method.METHOD_ID)
@@ -124,7 +124,7 @@ class ChannelFrames(FrameWriter):
             return
         events.append(MethodReceived(channel, method))
 
-    def _header_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
+    def _header_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
         content = self._content.get(channel)
         if content is None or content.size >= 0:
             if channel in self.closing_channels:
@@ -147,7 +147,7 @@ class ChannelFrames(FrameWriter):
             del self._content[channel]
             events.append(ContentReceived(channel, content.method, content.props_raw, b"", 0, headers))
 
-    def _body_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
+    def _body_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
         content = self._content.get(channel)
         if content is None or content.size < 0:
             if channel in self.closing_channels:

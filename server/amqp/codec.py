@@ -51,7 +51,7 @@ def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
     return _pack_frame(frame_type, channel, len(payload)) + payload + _END
 
 
-def encode_method_frame(channel: int, method: object) -> bytes:
+def encode_method_frame(channel: int, method: m.Method) -> bytes:
     payload = m.encode_method(method)
     return _pack_frame(_METHOD, channel, len(payload)) + payload + _END
 

@@ -28,6 +28,7 @@ from .events import (
     ConnectionClosed,
     ConnectionCloseOk,
     ContentReceived,
+    Event,
     MethodReceived,
 )
 from .handshake import EXPECTED, NEXT, ConnectionState, check_mechanism, negotiate_tune
@@ -84,8 +85,8 @@ class AMQPConnection(ChannelFrames):
         self._opening.clear()
 
     # ------------------------------------------------------------------ inbound
-    def receive_data(self, data: bytes) -> list[Any]:
-        events: list[Any] = []
+    def receive_data(self, data: bytes) -> list[Event]:
+        events: list[Event] = []
         if not data or self.state is ConnectionState.CLOSED:
             return events
         self._received = True
@@ -170,20 +171,20 @@ class AMQPConnection(ChannelFrames):
             buf += memoryview(src)[pos:]
         return events
 
-    def _bad_header(self, events: list[Any]) -> list[Any]:
+    def _bad_header(self, events: list[Event]) -> list[Event]:
         self._queue(PROTOCOL_HEADER)
         self.state = ConnectionState.CLOSED
         self._buf.clear()
         events.append(BadProtocolHeader())
         return events
 
-    def _fail(self, exc: ConnectionException, events: list[Any]) -> None:
+    def _fail(self, exc: ConnectionException, events: list[Event]) -> None:
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
             return
         self.close(exc)
         events.append(ConnectionClosed(exc.reply_code, exc.reply_text, False))
 
-    def _closing_frame(self, frame_type: int, channel: int, payload: bytes, events: list[Any]) -> bool:
+    def _closing_frame(self, frame_type: int, channel: int, payload: bytes, events: list[Event]) -> bool:
         """After our connection.close only close/close-ok matter; True once one closed the connection."""
         if frame_type != _METHOD or channel != 0 or len(payload) < 4:
             return False
@@ -200,7 +201,7 @@ class AMQPConnection(ChannelFrames):
         return False
 
     def _whole_publish(self, src: bytes, pos: int, end: int, channel: int, payload: bytes, limit: int,
-                       events: list[Any]) -> int:
+                       events: list[Event]) -> int:
         """A basic.publish (``payload``) whose content header and one body frame follow whole at
         ``pos``: its event at once, with no PendingContent and no trip round the frame loop for
         each frame. Returns where the next frame starts, or 0 to take the frames one by one, which
@@ -229,7 +230,7 @@ class AMQPConnection(ChannelFrames):
         events.append(ContentReceived(channel, method, props_raw, src[b_start + 7:b_end], size, headers))
         return b_end + 1
 
-    def _method_frame(self, channel: int, payload: bytes, events: list[Any]) -> None:
+    def _method_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) < 4:
             raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - method frame too short")
         class_id = payload[0] << 8 | payload[1]
@@ -258,7 +259,7 @@ class AMQPConnection(ChannelFrames):
         else:
             self._channel_method(channel, method, events)
 
-    def _connection_method(self, method: Any, events: list[Any]) -> None:
+    def _connection_method(self, method: Any, events: list[Event]) -> None:
         kind = type(method)
         if kind is m.ConnectionClose:
             self.send_method(0, m.ConnectionCloseOk())

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .method_codec import Method
+from .methods_basic import BasicPublish
+
 __all__ = [
     "BadProtocolHeader",
     "ChannelClosed",
@@ -23,7 +26,7 @@ __all__ = [
 @dataclass(slots=True)
 class MethodReceived:
     channel: int
-    method: Any
+    method: Method
 
 
 @dataclass(slots=True)
@@ -32,7 +35,7 @@ class ContentReceived:
     headers table the frame check already parsed (None when the properties have none)."""
 
     channel: int
-    method: Any
+    method: BasicPublish
     props_raw: bytes
     body: bytes
     body_size: int

@@ -12,10 +12,9 @@ paces heartbeats by the other; the handshake (``connection.py``) sets them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .codec import FRAME_HEADER, encode_content, encode_deliver, encode_method_frame
 from .handshake import ConnectionState
+from .method_codec import Method
 from .spec import FRAME_END, FrameType
 
 __all__ = ["FrameWriter"]
@@ -39,12 +38,12 @@ class FrameWriter:
         self._out.append(data)
         self.bytes_pending += len(data)
 
-    def send_method(self, channel: int, method: Any) -> None:
+    def send_method(self, channel: int, method: Method) -> None:
         data = encode_method_frame(channel, method)
         self._out.append(data)
         self.bytes_pending += len(data)
 
-    def send_content(self, channel: int, method: Any, props_raw: bytes, body: bytes) -> None:
+    def send_content(self, channel: int, method: Method, props_raw: bytes, body: bytes) -> None:
         data = encode_method_frame(channel, method) + encode_content(channel, method.CLASS_ID, props_raw, body,
                                                                      self.frame_max)
         self._out.append(data)

@@ -72,7 +72,7 @@ def amqp_method(class_id: int, method_id: int, name: str, *, content: bool = Fal
     return register
 
 
-def encode_method(method: Any) -> bytes:
+def encode_method(method: Method) -> bytes:
     """Method frame payload: class id, method id, arguments."""
     encoded: bytes = method.PLAN.encode(method)
     return encoded

@@ -6,8 +6,10 @@ writes to. Sessions and the HTTP API call its methods; nothing else mutates them
 Rule 2: it never does I/O and never reads the clock: every call that needs the time takes ``now``.
 The shell drains ``take_store_ops``/``take_mirror_records`` in its flusher/writer tasks and reports
 back with ``store_synced``, which tells only the sessions that asked (``wait_for_sync``): a group
-commit costs the connections waiting on it, not every open connection. Callbacks
-(``on_store_pending`` ...) are plain functions the shell installs; the broker only calls them.
+commit costs the connections waiting on it, not every open connection. What the broker calls in the
+shell (wake the clock, the flusher, the mirror writer, the stream pump; a saturated queue released;
+policies changed; a user deleted) is one ``ShellPorts`` (ports.py), given at construction and
+handed to the parts that call it; nothing is installed later.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from headrace.queues import Destination, Message
 from headrace.queues.backing import Backing
 from headrace.queues.held import HeldTally
 from headrace.queues.queue import ENTRY_OVERHEAD
-from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, UserRegistry
+from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, User, UserRegistry
 
 from . import limits as limit_rules
 from .definition_changes import DefinitionChanges
@@ -33,6 +35,7 @@ from .limits import Limits
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
 from .policies import Policy, PolicyStore, apply_policies
+from .ports import ShellPorts
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
 from .firehose import Firehose
@@ -59,12 +62,13 @@ class Counters:
 
 class Broker:
     def __init__(
-        self, *, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
+        self, *, ports: ShellPorts, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
         limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
     ) -> None:
         self.vhosts: dict[str, VHost] = {}
-        self.users = UserRegistry(failed_per_second=failed_logins_per_second)
+        self.users = UserRegistry(failed_per_second=failed_logins_per_second, on_change=self._permissions_changed,
+                                  on_user_deleted=self._user_deleted, on_definition=self._user_definition)
         self.resident_max_messages = resident_max_messages
         self.resident_max_bytes = resident_max_bytes
         self.held = HeldTally()  # what every queue holds, kept by the queues as it changes (held.py)
@@ -73,13 +77,13 @@ class Broker:
         self.retired = Retired()  # what deleted queues, exchanges and vhosts had counted (totals.py)
         self.open_channels = 0  # channels open on every connection (the sessions count them)
         self.tx_bytes = 0  # uncommitted transactional publishes held by every connection (``hold_tx``)
-        self.firehose = Firehose()  # copies for traced vhosts' amq.rabbitmq.trace, published by tick
+        self.firehose = Firehose(ports.wake_clock)  # copies for traced vhosts' amq.rabbitmq.trace, published by tick
         self._spill_factory = spill_factory
-        self.store = StoreOutbox(store_enabled)
-        self.mirrors = MirrorOutbox()
+        self.store = StoreOutbox(store_enabled, ports.wake_flusher)
+        self.mirrors = MirrorOutbox(ports.wake_mirror_writer)
         self.stream_data_dir: Path | None = None  # where stream queues keep their logs (the shell sets it)
         self.replies = ReplyRegistry()  # direct reply-to consumers by address
-        self.delivery = Delivery(self.store, self.mirrors, self.replies)
+        self.delivery = Delivery(self.store, self.mirrors, self.replies, ports)
         # tickets whose ops the store could not write (disk full): their confirms go out as nacks.
         # ``failing`` is set only while ``store_failed`` releases them; ``failed_ranges`` keeps the
         # last few for answers that look later (HTTP publish waits).
@@ -100,12 +104,8 @@ class Broker:
         self.connections: dict[int, Any] = {}  # id -> session (for listings and close)
         self.policies = PolicyStore()
         # called after a policy change: the shell runs stream retention with the new values now
-        self.on_policies_changed: Callable[[], None] = lambda: None
-        self.users.on_change = self._permissions_changed
-        self.users.on_user_deleted = self._user_deleted
-        self.users.on_definition = self._user_definition
-        # called with a deleted user's name: the HTTP shell ends that user's consume streams there
-        self.user_deleted_hooks: list[Callable[[str], None]] = []
+        self._policies_changed = ports.policies_changed
+        self._shell_user_deleted = ports.user_deleted  # the HTTP shell ends the user's consume streams
         # runtime and global parameters, vhost and user limits (durable, in the definitions)
         self.parameters = RuntimeParameters(on_change=self.definitions.changed)
 
@@ -153,10 +153,9 @@ class Broker:
         self._close_connections(lambda session: session.user is not None and session.user.name == name,
                                 f"user '{name}' is deleted")
         self.parameters.user_deleted(name)
-        for hook in list(self.user_deleted_hooks):
-            hook(name)
+        self._shell_user_deleted(name)
 
-    def register_connection(self, session: Any, user: Any) -> None:
+    def register_connection(self, session: Any, user: User) -> None:
         """An AMQP connection opened its vhost: listed, told about syncs and alarms. 530
         NOT_ALLOWED at the broker's or the user's connection limit."""
         connections = self.connections
@@ -201,7 +200,7 @@ class Broker:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
         apply_policies(self.policies, self.delivery, target, now)
-        self.on_policies_changed()
+        self._policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return policy
 
@@ -211,7 +210,7 @@ class Broker:
         target = self.vhosts.get(vhost)
         if target is not None:
             apply_policies(self.policies, self.delivery, target, now)
-        self.on_policies_changed()
+        self._policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return True
 
@@ -263,22 +262,6 @@ class Broker:
     @property
     def synced_ticket(self) -> int:
         return self.store.synced
-
-    @property
-    def on_store_pending(self) -> Callable[[], None]:
-        return self.store.on_pending
-
-    @on_store_pending.setter
-    def on_store_pending(self, wake: Callable[[], None]) -> None:
-        self.store.on_pending = wake
-
-    @property
-    def on_mirror_pending(self) -> Callable[[], None]:
-        return self.mirrors.on_pending
-
-    @on_mirror_pending.setter
-    def on_mirror_pending(self, wake: Callable[[], None]) -> None:
-        self.mirrors.on_pending = wake
 
     def take_store_ops(self, limit: int | None = None) -> tuple[list[StoreOp | StreamOp], int]:
         """The oldest ops (at most ``limit``) and the ticket they cover: one group commit."""
@@ -357,12 +340,9 @@ class Broker:
             when = due if when is None else min(when, due)
         return when
 
-    def set_deadline_hook(self, on_earlier: Callable[[], None]) -> None:
-        """The shell's clock is told when a deadline comes before the earliest it knew, and every
-        queue is armed (call after recovery)."""
-        self.delivery.deadlines.on_earlier = on_earlier
-        self.delivery.saturation.on_saturated = on_earlier
-        self.firehose.on_pending = on_earlier
+    def arm_all(self) -> None:
+        """Every queue's deadlines go into the heap (call after recovery, which fills queues
+        without arming them one message at a time)."""
         for vhost in self.vhosts.values():
             self.delivery.arm_all(vhost)
 

@@ -33,18 +33,14 @@ QueueKey = tuple[str, str | None]
 DeadlineKey = Union[QueueKey, Timer]
 
 
-def _noop() -> None:
-    return None
-
-
 class Deadlines:
     __slots__ = ("_heap", "_armed", "_seq", "on_earlier")
 
-    def __init__(self) -> None:
+    def __init__(self, on_earlier: Callable[[], None]) -> None:
         self._heap: list[tuple[float, int, DeadlineKey]] = []
         self._armed: dict[DeadlineKey, float] = {}
         self._seq = 0
-        self.on_earlier: Callable[[], None] = _noop
+        self.on_earlier = on_earlier  # the shell's clock wake (``ShellPorts.wake_clock``)
 
     def arm(self, key: DeadlineKey, when: float | None) -> None:
         """``key`` is next due at ``when`` (None: nothing to do for it)."""

@@ -30,6 +30,7 @@ from headrace.queues import Message
 from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
 
 from .node import NODE_NAME
+from .vhost_view import VHostView
 
 __all__ = ["TRACE_EXCHANGE", "Firehose"]
 
@@ -55,12 +56,12 @@ def _routing_keys(routing_key: str, headers: Mapping[str, Any] | None) -> list[s
 class Firehose:
     __slots__ = ("pending", "on_pending")
 
-    def __init__(self) -> None:
+    def __init__(self, on_pending: Callable[[], None]) -> None:
         # (vhost, routing key, properties, body) of each copy not yet published
-        self.pending: list[tuple[Any, str, bytes, bytes]] = []
-        self.on_pending: Callable[[], None] = _nothing  # the clock's wake (``Broker.set_deadline_hook``)
+        self.pending: list[tuple[VHostView, str, bytes, bytes]] = []
+        self.on_pending = on_pending  # the clock's wake (``ShellPorts.wake_clock``)
 
-    def published(self, vhost: Any, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
+    def published(self, vhost: VHostView, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
                   headers: dict[str, Any] | None, connection: str, channel: int, user: str) -> None:
         """A publish into ``exchange`` of the traced ``vhost``; the queues it routes to are found
         again here, which costs only while tracing. A session calls this once the publish is
@@ -79,7 +80,7 @@ class Firehose:
                  "connection": connection, "channel": channel, "user": user, "routed_queues": routed}
         self._add(vhost, f"publish.{exchange}", table, body)
 
-    def delivered(self, vhost: Any, queue: str, message: Message, redelivered: bool, connection: str,
+    def delivered(self, vhost: VHostView, queue: str, message: Message, redelivered: bool, connection: str,
                   channel: int, user: str) -> None:
         """A delivery (to a consumer or a basic.get) from ``queue`` of the traced ``vhost``."""
         if message.exchange == TRACE_EXCHANGE:
@@ -91,19 +92,16 @@ class Firehose:
                  "channel": channel, "user": user}
         self._add(vhost, f"deliver.{queue}", table, message.body)
 
-    def _add(self, vhost: Any, routing_key: str, table: dict[str, Any], body: bytes) -> None:
+    def _add(self, vhost: VHostView, routing_key: str, table: dict[str, Any], body: bytes) -> None:
         if not self.pending:
             self.on_pending()
         self.pending.append((vhost, routing_key, encode_properties(BasicProperties(headers=table)), body))
 
-    def flush(self, publish: Callable[[Any, str, str, bytes, bytes], object], live: Callable[[Any], bool]) -> None:
+    def flush(self, publish: Callable[[VHostView, str, str, bytes, bytes], object],
+              live: Callable[[VHostView], bool]) -> None:
         """Publish the copies waiting, in order, into each one's vhost if it still exists (``live``)
         and still traces: ``publish(vhost, exchange, routing_key, props, body)``."""
         pending, self.pending = self.pending, []
         for vhost, routing_key, props_raw, body in pending:
             if vhost.tracing and live(vhost):
                 publish(vhost, TRACE_EXCHANGE, routing_key, props_raw, body)
-
-
-def _nothing() -> None:
-    pass

@@ -14,6 +14,7 @@ from typing import Any
 
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
+from headrace.server.auth import User
 
 from .parameters import RuntimeParameters
 from .vhost import VHost
@@ -31,7 +32,7 @@ class Limits:
     consumer_timeout_ms: int | None = None  # a delivery unacked longer closes its channel (None: off)
 
 
-def check_connection(limits: Limits, sessions: Iterable[Any], count: int, user: Any) -> None:
+def check_connection(limits: Limits, sessions: Iterable[Any], count: int, user: User) -> None:
     """530 NOT_ALLOWED at the broker's or the user's connection limit (``count`` connections open)."""
     if count >= limits.max_connections:
         raise ConnectionException(ReplyCode.NOT_ALLOWED,

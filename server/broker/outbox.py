@@ -33,20 +33,16 @@ MIRROR_BACKLOG_MAX = 50_000
 STORE_BACKLOG_MAX = 50_000
 
 
-def _noop() -> None:
-    return None
-
-
 class StoreOutbox:
     __slots__ = ("enabled", "ops", "ticket", "synced", "backlog_max", "on_pending")
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, on_pending: Callable[[], None]) -> None:
         self.enabled = enabled
         self.ops: list[StoreOp | StreamOp] = []
         self.ticket = 0  # counts the ops a reply may wait for (Publish, Delay, PurgeQueue)
         self.synced = 0  # the highest ticket the flusher has made durable
         self.backlog_max = STORE_BACKLOG_MAX  # publishing connections pause at this backlog
-        self.on_pending: Callable[[], None] = _noop  # the shell wakes its flusher here
+        self.on_pending = on_pending  # the shell wakes its flusher here (``ShellPorts.wake_flusher``)
 
     def add(self, op: StoreOp | StreamOp) -> None:
         ops = self.ops
@@ -78,10 +74,10 @@ class MirrorOutbox:
 
     __slots__ = ("pending", "count", "on_pending")
 
-    def __init__(self) -> None:
+    def __init__(self, on_pending: Callable[[], None]) -> None:
         self.pending: dict[tuple[str, str], list[Message]] = {}  # (vhost, exchange) -> messages
         self.count = 0
-        self.on_pending: Callable[[], None] = _noop
+        self.on_pending = on_pending  # the mirror writer's wake (``ShellPorts.wake_mirror_writer``)
 
     def add(self, vhost: str, exchange: str, message: Message) -> None:
         try:

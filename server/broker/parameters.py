@@ -24,10 +24,6 @@ VHOST_LIMITS_COMPONENT = "vhost-limits"
 VHOST_LIMITS_NAME = "limits"
 
 
-def _noop(section: str, key: tuple[str, ...]) -> None:
-    return None
-
-
 def _check_limit(name: str, value: Any, known: tuple[str, ...]) -> int:
     if name not in known:
         raise ValueError(f"unknown limit '{name}' (known: {', '.join(known)})")
@@ -42,7 +38,9 @@ class RuntimeParameters:
     global_parameters: dict[str, Any] = field(default_factory=dict)
     vhost_limits: dict[str, dict[str, int]] = field(default_factory=dict)
     user_limits: dict[str, dict[str, int]] = field(default_factory=dict)
-    on_change: Callable[[str, tuple[str, ...]], None] = _noop
+    # (section, key) of a durable change: the broker's ``DefinitionChanges.changed``, required so
+    # that a change is never dropped unlogged
+    on_change: Callable[[str, tuple[str, ...]], None] = field(kw_only=True)
 
     # ------------------------------------------------------------------ parameters
     def set_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:

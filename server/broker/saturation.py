@@ -44,25 +44,18 @@ STALLED_TICKS = 10
 SATURATION_TICK = 0.1
 
 
-def _nothing() -> None:
-    pass
-
-
-def _released_nothing(queue: Destination) -> None:
-    pass
-
-
 class Saturation:
     __slots__ = ("touched", "saturated", "stalled", "on_release", "on_saturated", "high", "low")
 
-    def __init__(self, high: int = SATURATED_READY, low: int = RESUME_READY) -> None:
+    def __init__(self, on_release: Callable[[Destination], None], on_saturated: Callable[[], None],
+                 high: int = SATURATED_READY, low: int = RESUME_READY) -> None:
         self.high = high  # ready messages at which a consumer-backed queue holds its publishers
         self.low = low  # ... and at which it releases them
         self.touched: dict[Destination, None] = {}  # queues published into by the batch being applied
         self.saturated: dict[Destination, tuple[int, int]] = {}  # queue -> (delivered count, ticks without)
         self.stalled: set[Destination] = set()  # consumers delivered nothing for a tick: exempt till drained
-        self.on_release: Callable[[Destination], None] = _released_nothing
-        self.on_saturated: Callable[[], None] = _nothing  # the clock's wake: ticks are due again
+        self.on_release = on_release  # the shell's ``ShellPorts.saturation_released`` (``Gate.released``)
+        self.on_saturated = on_saturated  # the clock's wake (``ShellPorts.wake_clock``): ticks are due again
 
     def check(self) -> list[Destination]:
         """Once per publishing batch: the queues it published into that are now saturated."""

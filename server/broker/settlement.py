@@ -27,6 +27,7 @@ from .dead_letters import dead_letter_message
 from .deadlines import Deadlines
 from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox
+from .ports import ShellPorts
 from .reply_to import ReplyRegistry
 from .saturation import Saturation
 from .stream_queue import ReadBudget
@@ -58,23 +59,24 @@ class Settle(Enum):
 
 
 class Settlement(ABC):
-    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry) -> None:
+    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry, ports: ShellPorts) -> None:
         self.store = store
         self.mirror = mirror
         self.replies = replies
         self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
-        self.saturation = Saturation()  # consumer-backed queues behind their publishers (saturation.py)
+        # consumer-backed queues behind their publishers (saturation.py)
+        self.saturation = Saturation(ports.saturation_released, ports.wake_clock)
         # the queues a batch of publishes went into (``begin_batch``), each dispatched once when it
         # ends instead of after every publish; None outside a batch
         self._batch: dict[Destination, VHostView] | None = None
         self._next_id = 1  # message ids: strictly increasing, also the store's record keys
-        self.deadlines = Deadlines()
+        self.deadlines = Deadlines(ports.wake_clock)
         # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
         # and the streams it cut short: ``on_stream_backlog`` wakes the shell, which calls
         # ``stream_continue`` once every other runnable task has had its turn
         self.stream_budget = ReadBudget()
         self.stream_backlog: dict[tuple[str, str], None] = {}
-        self.on_stream_backlog: Callable[[], None] = _nothing
+        self.on_stream_backlog = ports.wake_stream_pump
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -208,7 +210,3 @@ def _wants_left(queue: Destination, store: StoreOutbox) -> bool:
     """Whether anything follows from a message leaving ``queue``: a dead-letter exchange to
     republish to, or a store record to acknowledge."""
     return queue.args.dead_letter_exchange is not None or (queue.durable and store.enabled)
-
-
-def _nothing() -> None:
-    pass

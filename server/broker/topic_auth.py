@@ -7,14 +7,17 @@ this only while some topic permission exists at all (one dict's truthiness per p
 
 from __future__ import annotations
 
+from headrace.server.auth import UserRegistry
+
 from . import errors
 from .vhost import VHost
 
 __all__ = ["check_topic_write"]
 
 
-def check_topic_write(vhost: VHost, user: str, exchange: str, routing_key: str) -> None:
-    rule = vhost.broker.users.topic_permission(user, vhost.name, exchange)
+def check_topic_write(users: UserRegistry, vhost: VHost, user: str, exchange: str, routing_key: str) -> None:
+    """The registry is the caller's (its broker's): a vhost does not hand out its broker's users."""
+    rule = users.topic_permission(user, vhost.name, exchange)
     if rule is None or exchange not in vhost.exchanges or vhost.exchange_type(exchange) != "topic":
         return
     if not rule.allows("write", routing_key, user, vhost.name):

@@ -14,17 +14,37 @@ message; they are added once, when the object goes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Protocol
 
-from headrace.queues import QueueStats
+from headrace.exchanges import Exchange
+from headrace.queues import Destination, QueueStats
 
 from .queue_types import QUEUE_TYPES
 
-__all__ = ["Retired", "VHostTotals", "add_stats", "node_totals"]
+__all__ = ["CountedVHost", "Retired", "VHostTotals", "add_stats", "node_totals"]
 
 _STAT_FIELDS = tuple(f.name for f in fields(QueueStats))
+
+
+class CountedVHost(Protocol):
+    """What the totals read of a vhost (``vhost.VHost``, which imports this module), read-only."""
+
+    @property
+    def queues(self) -> Mapping[str, Destination]: ...
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+    @property
+    def received_confirm(self) -> int: ...
+    @property
+    def confirmed(self) -> int: ...
+    @property
+    def unroutable(self) -> int: ...
+    @property
+    def unroutable_returned(self) -> int: ...
+    @property
+    def octets_closed(self) -> list[int]: ...  # [received, sent] by its closed connections
 
 
 def add_stats(into: QueueStats, stats: QueueStats) -> None:
@@ -52,18 +72,18 @@ class Retired:
     queues: dict[str, QueueStats] = field(default_factory=lambda: {t: QueueStats() for t in QUEUE_TYPES})
     vhosts: VHostTotals = field(default_factory=VHostTotals)
 
-    def queue_gone(self, queue: Any) -> None:
+    def queue_gone(self, queue: Destination) -> None:
         add_stats(self.queues.setdefault(queue.queue_type, QueueStats()), queue.stats)
 
-    def exchange_gone(self, exchange: Any) -> None:
+    def exchange_gone(self, exchange: Exchange) -> None:
         self.vhosts.published += exchange.published_in
 
-    def vhost_gone(self, vhost: Any) -> None:
+    def vhost_gone(self, vhost: CountedVHost) -> None:
         """After its queues went (each through ``queue_gone``): its exchanges and own counters."""
         _add_vhost(self.vhosts, vhost)
 
 
-def _add_vhost(into: VHostTotals, vhost: Any) -> None:
+def _add_vhost(into: VHostTotals, vhost: CountedVHost) -> None:
     into.published += sum(ex.published_in for ex in vhost.exchanges.values())
     into.received_confirm += vhost.received_confirm
     into.confirmed += vhost.confirmed
@@ -73,7 +93,7 @@ def _add_vhost(into: VHostTotals, vhost: Any) -> None:
     into.send_oct += vhost.octets_closed[1]
 
 
-def node_totals(retired: Retired, vhosts: Iterable[Any]) -> tuple[dict[str, QueueStats], VHostTotals]:
+def node_totals(retired: Retired, vhosts: Iterable[CountedVHost]) -> tuple[dict[str, QueueStats], VHostTotals]:
     """Queue counters summed by queue type, and the vhost counters summed, over the live objects
     and the retired ones (live connections' bytes are the caller's: they sit on the sessions)."""
     by_type = {t: QueueStats() for t in QUEUE_TYPES}

@@ -28,7 +28,6 @@ from headrace.exchanges import (
 )
 from headrace.queues import Backing, Destination, Queue, QueueArgumentError, QueueArgs
 from headrace.queues.held import HeldTally
-from headrace.server.auth import UserRegistry
 
 from . import errors
 from .bound_from import BoundFrom
@@ -70,18 +69,20 @@ class PermissionChecker(Protocol):
 
 
 class VHostOwner(Protocol):
-    """What a vhost needs of the broker that holds it (``core.Broker``). The vhost names this
-    protocol rather than importing the broker, which sits above it and creates it."""
+    """What a vhost needs of the broker that holds it (``core.Broker``), and no more: the vhost names
+    this protocol rather than importing the broker, which sits above it and creates it. The delivery
+    owner and policy store (declare, delete, purge, arm), the definition changes, the accounting
+    (limits, churn, deleted objects' totals), and what a new queue is built with. No users,
+    connections or alarms: a caller that needs those has the broker itself."""
 
     delivery: Delivery
     policies: PolicyStore
     definitions: DefinitionChanges
-    users: UserRegistry  # topic permissions (topic_auth.py)
+    retired: Retired  # the counts of deleted queues and exchanges (totals.py)
     stream_data_dir: Path | None
     resident_max_messages: int
     resident_max_bytes: int
     held: HeldTally  # shared by every queue (queues/held.py)
-    retired: Retired  # the counts of deleted queues and exchanges (totals.py)
 
     def check_limit(self, kind: str, vhost: VHost) -> None: ...
 

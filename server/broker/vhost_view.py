@@ -28,6 +28,7 @@ class VHostView(Protocol):
     delayed_exchanges: set[str]
     delayed: DelayedMessages
     unroutable: int  # publishes routed to no queue, counted by the delivery owner
+    tracing: bool  # the firehose copies its publishes and deliveries (firehose.py)
 
     def delete_queue(self, name: str, *, owner: object | None = None, if_unused: bool = False,
                      if_empty: bool = False) -> int:

@@ -29,7 +29,7 @@ MAX_PREFETCH = 10_000  # an HTTP consumer holds at most this many unacked messag
 
 
 class HTTPConsumer:
-    def __init__(self, delivery: Delivery, vhost: VHost, queue: Destination, prefetch: int, wake: Callable[[], None],
+    def __init__(self, delivery: Delivery, vhost: VHost, queue: Destination, prefetch: int,
                  user: str = "", firehose: Firehose | None = None) -> None:
         self.delivery = delivery
         self.firehose = firehose  # copies deliveries while the vhost traces (broker/firehose.py)
@@ -37,7 +37,9 @@ class HTTPConsumer:
         self.user = user  # who opened the stream: only they (or an administrator) may settle
         self.queue = queue
         self.prefetch = max(1, min(prefetch, MAX_PREFETCH))
-        self.wake = wake
+        # the HTTP shell's wake for its streaming task, given by ``start``: nothing reaches this
+        # consumer before it is added to its queue there
+        self.wake: Callable[[], None]
         self.tag = "http-" + secrets.token_urlsafe(12)
         self.consumer = Consumer(self.tag, self, prefetch=self.prefetch, owner=self)
         self.unacked: dict[int, QueueEntry] = {}
@@ -80,7 +82,9 @@ class HTTPConsumer:
     def final_line(self, reason: str) -> bytes:
         return json.dumps({"cancelled": self.tag, "reason": reason}).encode() + b"\n"
 
-    def start(self, now: float) -> None:
+    def start(self, now: float, wake: Callable[[], None]) -> None:
+        """The stream begins: deliveries and the stream's end call ``wake`` (the shell's task) from now on."""
+        self.wake = wake
         self.delivery.add_consumer(self.vhost, self.queue, self.consumer, now)
         self.lines.appendleft(json.dumps({"consumer": self.tag, "queue": self.queue.name,
                                           "prefetch": self.prefetch}).encode() + b"\n")

@@ -27,7 +27,7 @@ def _exchange_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True)
     if stats:
         out["message_stats"] = rated(ctx, ("exchange", vhost.name, name), ex, ("publish_in", "publish_out"),
                                      (ex.published_in, ex.published_out))
-    policy = vhost.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
+    policy = ctx.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
     if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
         out["policy"] = policy.name
     return out

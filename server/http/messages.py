@@ -38,7 +38,7 @@ def publish(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
     name = exchange_name(name)
     payload, props_raw = _message_body(body)
     if ctx.broker.users.topic_permissions:  # topic authorisation, as over AMQP
-        check_topic_write(vhost, user_of(req).name, name, body.routing_key)
+        check_topic_write(ctx.broker.users, vhost, user_of(req).name, name, body.routing_key)
     if vhost.tracing:
         _trace(ctx, req, vhost, name, body.routing_key, props_raw, payload)
     result = ctx.broker.delivery.publish(vhost, name, body.routing_key, props_raw, payload, ctx.now)
@@ -113,7 +113,7 @@ def publish_batch(ctx: Context, req: Request, vhost: VHost, name: str) -> Respon
             raise HTTPError(400, "bad_request", f"line {number}: {exc}") from None
     if ctx.broker.users.topic_permissions:  # every routing key is checked before any is published
         for _, _, body in parsed:
-            check_topic_write(vhost, user_of(req).name, exchange, body.routing_key)
+            check_topic_write(ctx.broker.users, vhost, user_of(req).name, exchange, body.routing_key)
     results = []
     ticket = 0
     for payload, props_raw, body in parsed:
@@ -178,7 +178,7 @@ def consume(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
         prefetch = int(req.arg("prefetch", "10") or 10)
     except ValueError:
         raise HTTPError(400, "bad_request", "prefetch must be an integer") from None
-    consumer = HTTPConsumer(ctx.broker.delivery, vhost, queue, prefetch, lambda: None, user=user_of(req).name,
+    consumer = HTTPConsumer(ctx.broker.delivery, vhost, queue, prefetch, user=user_of(req).name,
                             firehose=ctx.broker.firehose)
     response = Response(200, content_type="application/x-ndjson")
     response.stream = consumer

@@ -67,31 +67,15 @@ def server_properties(version: str) -> dict[str, Any]:
     }
 
 
-def _nothing() -> None:
-    pass
-
-
-def _no_definitions() -> int:
-    return 0
-
-
-async def _synced(ticket: int) -> None:
-    pass
-
-
-def _ignore(nbytes: int) -> None:
-    pass
-
-
 class AMQPConnectionHandler:
     def __init__(self, stream: trio.abc.Stream, broker: Broker, settings: Settings, gate: Gate,
                  peer: tuple[str, int], version: str, *, local: tuple[str, int] = ("127.0.0.1", 0),
-                 after_batch: Callable[[], int] = _no_definitions,
-                 on_header: Callable[[], None] = _nothing, on_authenticated: Callable[[], None] = _nothing,
-                 definitions_synced: Callable[[int], Awaitable[None]] = _synced,
-                 on_read: Callable[[int], None] = _ignore,
-                 on_first_hold: Callable[[], None] = _nothing, grow: Callable[[int, int], bool] | None = None,
+                 after_batch: Callable[[], int], on_header: Callable[[], None], on_authenticated: Callable[[], None],
+                 definitions_synced: Callable[[int], Awaitable[None]], on_read: Callable[[int], None],
+                 on_first_hold: Callable[[], None], grow: Callable[[int, int], bool] | None = None,
                  sender: Sender | None = None, pending_output: dict[Any, None] | None = None) -> None:
+        """What the handler calls in the app (``after_batch`` ... ``on_first_hold``) is given here,
+        with no defaults: one the app forgot is a TypeError, not a step silently skipped."""
         self.stream = stream
         # reads and writes: a plain TCP socket's fast path, or the stream itself (TLS)
         socket_io = stream_io(stream)

@@ -31,19 +31,16 @@ __all__ = ["DefinitionsWriter"]
 log = logging.getLogger("headrace.definitions")
 
 
-def _noop() -> None:
-    return None
-
-
 class DefinitionsWriter:
-    def __init__(self, definitions: DefinitionsLog, disk: DiskWatch, *, sync: bool = True) -> None:
+    def __init__(self, definitions: DefinitionsLog, disk: DiskWatch, on_pending: Callable[[], None], *,
+                 sync: bool = True) -> None:
         self.log = definitions
         self.disk = disk
         self.sync = sync
         self.pending: list[dict[str, Any]] = []
         self.ticket = 0  # bumped by every ``add``
         self.synced = 0  # the highest ticket written (or given up on for now: see the docstring)
-        self.on_pending: Callable[[], None] = _noop  # the flusher's kick
+        self.on_pending = on_pending  # the flusher's kick
 
     def add(self, records: list[dict[str, Any]]) -> int:
         """Records of one batch; returns the ticket its replies wait for."""

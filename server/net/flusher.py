@@ -45,12 +45,9 @@ SYNC_EWMA_WEIGHT = 0.2
 WRITE_RETRY_INTERVAL = 0.5
 
 
-def _nothing() -> None:
-    pass
-
-
 class Flusher:
-    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter) -> None:
+    def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter,
+                 after_group: Callable[[], None]) -> None:
         self.store = store
         self.streams = streams  # the stream queues' logs: written in the same group as the store
         self.disk = disk
@@ -67,8 +64,8 @@ class Flusher:
         # store files have one writer and groups land in the order they took their ops
         self._group = trio.Lock()
         # writes the replies a group released (confirms) in the same step as its fsync, not one
-        # writer wake-up later (app.py sets it to the sender's ``flush``)
-        self.after_group: Callable[[], None] = _nothing
+        # writer wake-up later (app.py passes the sender's ``flush``)
+        self.after_group = after_group
         self._sync_thread = SyncThread()  # the group fsyncs of a slow disk (the EWMA above)
 
     def kick(self) -> None:

@@ -60,8 +60,6 @@ class HTTPServer:
         self.now = 0.0  # the time of the request being answered (handlers take it from here)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
-        if routes is router:  # only the management API has consume streams for a deleted user to end
-            self.broker.user_deleted_hooks.append(self._user_deleted)
         self.started_at = time.time()
         self._cert_not_after = _cert_expiry(app.settings.network.tls_certfile)
 
@@ -97,8 +95,10 @@ class HTTPServer:
         storage = getattr(self.app, "storage", None)
         return storage.store.disk_bytes() if storage is not None else 0
 
-    def _user_deleted(self, name: str) -> None:
-        """A deleted user's consume streams end, as their AMQP connections are closed (320)."""
+    def user_deleted(self, name: str) -> None:
+        """A deleted user's consume streams end, as their AMQP connections are closed (320): the
+        broker's ``ShellPorts.user_deleted``, through the app, which forwards it to the management
+        API's server only (the Prometheus port has no consume streams)."""
         for consumer in list(self.http_consumers.values()):
             if consumer.user == name:
                 consumer.end("user deleted", time.time())
@@ -263,10 +263,9 @@ class HTTPServer:
         def kick() -> None:
             wake.set()
 
-        consumer.wake = kick
         self.http_consumers[consumer.tag] = consumer
         try:
-            consumer.start(time.time())
+            consumer.start(time.time(), kick)
             headers = [("content-type", response.content_type), ("server", f"headrace/{self.version}"),
                        ("cache-control", "no-store")]
             await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)))

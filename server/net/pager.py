@@ -42,7 +42,6 @@ class Pager:
         self.disk = disk
         self._kick = trio.Event()
         self._wanted: dict[tuple[str, str], None] = {}  # (vhost, queue name), in the order they asked
-        spill.on_page_wanted = self.wake
 
     def wake(self, key: Hashable) -> None:
         """The queue ``key`` (vhost, name) wants spilled entries back (called on the event loop)."""

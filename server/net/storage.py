@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import trio
@@ -43,21 +44,27 @@ log = logging.getLogger("headrace.storage")
 
 
 class Storage:
-    def __init__(self, data_dir: Path, settings: Settings) -> None:
+    def __init__(self, data_dir: Path, settings: Settings, *, after_group: Callable[[], None]) -> None:
+        """``after_group``: called after each store group (the app's ``Sender.flush``). The storage is
+        built before the broker, so the broker's ports can name its flusher and mirror writer."""
         self.settings = settings
         self.disk = DiskWatch(data_dir, settings.limits.disk_free_limit)
         self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.storage.segment_max_bytes,
                                   fsync=FsyncMode(settings.storage.fsync))
-        self.spill = SpillStore(data_dir / "spill", report=self.disk)
+        # its page-in wants go to the pager, made just below (``_page_wanted`` forwards)
+        self.spill = SpillStore(data_dir / "spill", report=self.disk, on_page_wanted=self._page_wanted)
         self.streams = StreamWriter(data_dir, settings.storage.fsync != "off")
-        self.flusher = Flusher(self.store, self.disk, settings, self.streams)
+        self.flusher = Flusher(self.store, self.disk, settings, self.streams, after_group)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
         self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
         # the durable definitions: loaded and compacted by the app at start, then written by the flusher
         self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.storage.definitions_log_min_bytes),
-                                             self.disk, sync=settings.storage.fsync != "off")
+                                             self.disk, self.flusher.kick, sync=settings.storage.fsync != "off")
         self.flusher.definitions = self.definitions
+
+    def _page_wanted(self, key: Hashable) -> None:
+        self.pager.wake(key)
 
     def spill_factory(self, vhost: str, queue: str) -> Backing:
         return self.spill.backing(f"{vhost}\x00{queue}", (vhost, queue))
@@ -75,10 +82,6 @@ class Storage:
 
     async def start(self, nursery: trio.Nursery, broker: Broker, gate: Gate) -> None:
         self.disk.broker, self.disk.gate = broker, gate
-        broker.on_store_pending = self.flusher.kick
-        self.definitions.on_pending = self.flusher.kick
-        broker.on_policies_changed = self.flusher.retention_now
-        broker.on_mirror_pending = self.mirror_writer.kick
         nursery.start_soon(self.flusher.run, broker, gate)
         nursery.start_soon(self.mirror_writer.run, broker, gate)
         nursery.start_soon(self.pager.run, broker)

@@ -28,8 +28,7 @@ class StreamPump:
         self._kick.set()
 
     async def run(self, broker: Broker) -> None:
-        delivery = broker.delivery
-        delivery.on_stream_backlog = self.wake
+        delivery = broker.delivery  # built with ``wake`` as its ``ShellPorts.wake_stream_pump``
         while True:
             while delivery.stream_backlog:  # (also what dispatches noted before this task started)
                 await trio.sleep(0)  # everything already runnable goes first

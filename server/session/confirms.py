@@ -39,7 +39,7 @@ class ConfirmsAndTx:
         self.channels: set[ChannelSession] = set()  # channels with confirms not yet sent
         self.unconfirmed = 0  # publishes waiting for the store before their confirm
         # (channel, store ticket, reply): tx.commit-ok and queue.purge-ok go out after their fsync
-        self.pending: list[tuple[int, int, Any]] = []
+        self.pending: list[tuple[int, int, m.Method]] = []
 
     def connection_handlers(self) -> dict[type, Callable[[Any], None]]:
         return {}
@@ -84,7 +84,7 @@ class ConfirmsAndTx:
         self.session.conn.send_method(ch.id, m.TxRollbackOk())
 
     # ------------------------------------------------------------------ waiting for the store
-    def after_fsync(self, channel_id: int, ticket: int, reply: Any) -> None:
+    def after_fsync(self, channel_id: int, ticket: int, reply: m.Method) -> None:
         """Send ``reply`` on the channel once the store has synced ``ticket``."""
         self.pending.append((channel_id, ticket, reply))
         self.wait_for_sync()

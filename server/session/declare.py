@@ -29,7 +29,7 @@ EXCHANGE = DestinationKind.EXCHANGE
 
 class Declarations:
     def __init__(self, session: SessionState, perms: Permissions,
-                 after_fsync: Callable[[int, int, Any], None]) -> None:
+                 after_fsync: Callable[[int, int, m.Method], None]) -> None:
         self.session = session
         self.perms = perms
         self.after_fsync = after_fsync  # ConfirmsAndTx's: send a reply once the store synced a ticket
@@ -50,7 +50,7 @@ class Declarations:
             m.QueueDelete: self.queue_delete,
         }
 
-    def _reply(self, ch: ChannelSession, method: Any, reply: Any) -> None:
+    def _reply(self, ch: ChannelSession, method: m.Method, reply: m.Method) -> None:
         if not getattr(method, "nowait", False):
             self.session.conn.send_method(ch.id, reply)
 

@@ -121,7 +121,7 @@ def _may_publish(ch: ChannelSession, exchange: str, routing_key: str) -> None:
     if session.broker.users.topic_permissions:
         user = session.user
         assert user is not None  # a channel opens only after connection.open
-        check_topic_write(ch.vhost, user.name, exchange, routing_key)
+        check_topic_write(session.broker.users, ch.vhost, user.name, exchange, routing_key)
 
 
 def _trace(ch: ChannelSession, exchange: str, routing_key: str, props_raw: bytes, body: bytes,

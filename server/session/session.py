@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from headrace.queues import Destination
 from headrace.server.amqp.connection import AMQPConnection
@@ -30,6 +30,7 @@ from headrace.server.amqp.events import (
     ConnectionClosed,
     ConnectionCloseOk,
     ContentReceived,
+    Event,
     MethodReceived,
 )
 from headrace.server.amqp import methods as m
@@ -56,7 +57,7 @@ class Session(SessionState):
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
                  local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
-                 wake: Callable[[], None] = lambda: None) -> None:
+                 wake: Callable[[], None]) -> None:
         super().__init__(broker, conn, peer=peer, local=local, ssl=ssl, loopback_users=loopback_users,
                          max_unconfirmed=max_unconfirmed, wake=wake)
         self.channels: dict[int, ChannelSession] = {}
@@ -130,7 +131,7 @@ class Session(SessionState):
         self.saturating = []
         return None
 
-    def handle(self, events: list[Any], now: float) -> None:
+    def handle(self, events: list[Event], now: float) -> None:
         """Apply one batch of protocol events at time ``now``."""
         self.now = now
         if not self.connected_at:
@@ -154,27 +155,29 @@ class Session(SessionState):
         if self.conn.bytes_pending:
             self.wake()
 
-    def _events(self, events: list[Any]) -> None:
+    def _events(self, events: list[Event]) -> None:
         count = len(events)
         i = 0
         while i < count:
             event = events[i]
             i += 1
-            kind = type(event)
+            # ``type(event) is``: one exact-type test per branch, as cheap as the comparison of a
+            # stored type, and mypy narrows the event with it (no isinstance walk of the MRO)
             try:
-                if kind is ContentReceived:
+                if type(event) is ContentReceived:
                     channel = self.channels.get(event.channel)
                     if channel is not None:
-                        end = _run_end(events, i - 1, count) if i < count else i
+                        end = _run_end(events, event, i - 1, count) if i < count else i
                         if end > i:  # a run of two or more (a failure inside closes the channel: the
-                            run = events[i - 1:end]  # rest of the run would find it gone anyway)
+                            # rest of the run would find it gone anyway); _run_end took only publishes
+                            run = cast("list[ContentReceived]", events[i - 1:end])
                             i = end
                             publish_run(channel, run)
                         else:
                             publish(channel, event)
-                elif kind is MethodReceived:
+                elif type(event) is MethodReceived:
                     self._method(event.channel, event.method)
-                elif kind is ChannelOpenRequested:
+                elif type(event) is ChannelOpenRequested:
                     if self.vhost is None:
                         raise ConnectionException(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - connection not open")
                     assert self.user is not None  # set with the vhost, at connection.open
@@ -185,11 +188,11 @@ class Session(SessionState):
                     self.conn.accept_channel(event.channel)  # open-ok only once every check passed
                     self.broker.churn("channel_created")
                     self.broker.open_channels += 1
-                elif kind is ChannelClosed:
+                elif type(event) is ChannelClosed:
                     self._drop_channel(event.channel)
-                elif kind is ConnectionClosed:
+                elif type(event) is ConnectionClosed:
                     self._enter(Lifecycle.CLOSED if event.by_peer else Lifecycle.CLOSING)
-                elif kind is ConnectionCloseOk or kind is BadProtocolHeader:
+                elif type(event) is ConnectionCloseOk or type(event) is BadProtocolHeader:
                     self._enter(Lifecycle.CLOSED)
             except ChannelException as exc:
                 channel_id = getattr(event, "channel", 0)
@@ -284,7 +287,7 @@ class Session(SessionState):
         self.perms.check(kind, name)
 
     # ------------------------------------------------------------------ methods
-    def _method(self, channel_id: int, method: Any) -> None:
+    def _method(self, channel_id: int, method: m.Method) -> None:
         if channel_id == 0:
             handler = self._connection_handlers.get(type(method))
             if handler is None:
@@ -339,10 +342,9 @@ CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
 _ORDER = {state: i for i, state in enumerate(Lifecycle)}
 
 
-def _run_end(events: list[Any], start: int, count: int) -> int:
-    """Where the publishes from ``start`` on stop going through one channel to one exchange and
+def _run_end(events: list[Event], first: ContentReceived, start: int, count: int) -> int:
+    """Where the publishes from ``start`` (``first``) on stop going through one channel to one exchange and
     routing key without a headers table: what ``ChannelSession.publish_run`` takes together."""
-    first = events[start]
     if first.headers is not None:
         return start + 1
     channel = first.channel
@@ -361,7 +363,7 @@ def _run_end(events: list[Any], start: int, count: int) -> int:
     return end
 
 
-def _fill_ids(exc: AMQPError, event: Any) -> None:
+def _fill_ids(exc: AMQPError, event: Event) -> None:
     method = getattr(event, "method", None)
     if method is not None and not exc.class_id:
         exc.class_id = method.CLASS_ID

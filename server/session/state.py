@@ -45,7 +45,7 @@ class SessionState:
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
                  local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
-                 wake: Callable[[], None] = lambda: None) -> None:
+                 wake: Callable[[], None]) -> None:
         self.id = next(_ids)
         self.broker = broker
         self.conn = conn
@@ -55,7 +55,7 @@ class SessionState:
         self.io = SocketCounters()
         self.loopback_users = frozenset(loopback_users)
         self.max_unconfirmed = max_unconfirmed
-        self.wake = wake
+        self.wake = wake  # the shell's handler: output is waiting (given at construction, never a no-op)
         self.state = Lifecycle.HANDSHAKE
         self.user: User | None = None
         self.vhost: VHost = None  # type: ignore[assignment]  # set by connection.open
@@ -68,7 +68,7 @@ class SessionState:
         self.now = 0.0  # the time the shell gave with the batch being applied (or the last one)
         self.connected_at = 0.0
         self.blocked_sent = False
-        self.deferred: list[tuple[int, Any]] = []  # notifications sent after the current reply
+        self.deferred: list[tuple[int, m.Method]] = []  # notifications sent after the current reply
         self.saturating: list[Destination] = []  # saturated queues the last batch published into
         self.last_queue = ""  # "the queue last declared on this channel" (spec), kept per connection
 

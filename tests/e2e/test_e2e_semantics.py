@@ -1,7 +1,7 @@
 """AMQP semantics end to end with unmodified pika against a real headrace process: dispatch, pub/sub,
 redelivery, overflow, dead letters, single active consumer, priorities, expiry, recover, flow,
 unbind, conditional deletes, internal exchanges, qos, auto-delete, refusals, heartbeats while
-blocked, and x-expires across a restart."""
+blocked, and x-expires and message TTLs across a restart."""
 
 from __future__ import annotations
 
@@ -292,6 +292,32 @@ def test_durable_queue_with_x_expires_survives_a_restart(broker_factory, tmp_pat
         assert wait_until(lambda: http.get("/api/queues/%2F/probe").status_code == 404, c)
     ok = c.channel().queue_declare("leased", passive=True)
     assert ok.method.queue == "leased"
+    c.close()
+
+
+def test_a_recovered_message_expires_by_its_ttl_after_a_restart(broker_factory):
+    """The clock learns of every recovered queue's deadlines once recovery is done (``Broker.arm_all``):
+    nothing else would touch this queue, so unarmed its message would stay for ever."""
+    proc = broker_factory()
+    c = pika.BlockingConnection(pika.URLParameters(proc.url))
+    ch = c.channel()
+    ch.queue_declare("expired-here", durable=True)
+    ch.queue_declare("short-lived", durable=True, arguments={
+        "x-message-ttl": 500, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "expired-here"})
+    ch.confirm_delivery()
+    ch.basic_publish("", "short-lived", b"recovered", pika.BasicProperties(delivery_mode=2))
+    c.close()
+    assert proc.stop() == 0  # within the TTL or not: either way it expires only on the new clock
+    proc = broker_factory(data_dir=proc.data_dir)
+    with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=5) as http:
+        def moved() -> bool:  # read over HTTP, which neither consumes nor re-arms the queue
+            return (http.get("/api/queues/%2F/short-lived").json()["messages"] == 0
+                    and http.get("/api/queues/%2F/expired-here").json()["messages"] == 1)
+
+        assert wait_until(moved, timeout=10)
+    c = pika.BlockingConnection(pika.URLParameters(proc.url))
+    method, props, body = c.channel().basic_get("expired-here", auto_ack=True)
+    assert body == b"recovered" and props.headers["x-death"][0]["reason"] == "expired"
     c.close()
 
 

@@ -17,6 +17,7 @@ from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker, Settle
 from headrace.server.config import Settings
 from headrace.server.net.storage import Storage
+from shell_ports import no_sender, shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
@@ -24,7 +25,7 @@ PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
 
 
 def make_broker(**kw: object) -> Broker:
-    broker = Broker(store_enabled=True, **kw)  # type: ignore[arg-type]
+    broker = Broker(ports=shell_ports(), store_enabled=True, **kw)  # type: ignore[arg-type]
     broker.ensure_default("/", "guest", "guest")
     return broker
 
@@ -166,7 +167,7 @@ def test_delivery_count_survives_restart(tmp_path: Path) -> None:
     assert kinds(ops).count("Deliver") == 3
     write(tmp_path / "store", ops)
     settings = Settings(fsync="off")
-    storage = Storage(tmp_path, settings)
+    storage = Storage(tmp_path, settings, after_group=no_sender)
     again = make_broker()
     again.vhosts["/"].declare_queue("c", now=NOW, owner=None, durable=True, arguments={"x-delivery-limit": 5})
     storage.recover(again)
@@ -182,14 +183,14 @@ def test_orphaned_records_are_killed_at_recovery(tmp_path: Path) -> None:
         Delay(2, "/", "nondurable-delayed", "k", b"", b"y", 10**13),
         Publish(3, "/", ("kept",), "", "k", b"", b"z"),
     ])
-    storage = Storage(tmp_path, Settings(fsync="off"))
+    storage = Storage(tmp_path, Settings(fsync="off"), after_group=no_sender)
     broker = make_broker()
     broker.vhosts["/"].declare_queue("kept", now=NOW, owner=None, durable=True)
     storage.recover(broker)
     assert storage.store.live_messages() == 1
     storage.close()
     # and they stay dead: a queue of that name declared later does not get the old message
-    storage = Storage(tmp_path, Settings(fsync="off"))
+    storage = Storage(tmp_path, Settings(fsync="off"), after_group=no_sender)
     broker = make_broker()
     for name in ("gone-exclusive", "kept"):
         broker.vhosts["/"].declare_queue(name, now=NOW, owner=None, durable=True)
@@ -214,7 +215,7 @@ def test_delayed_messages_of_a_non_durable_exchange_are_not_stored() -> None:
 
 
 def test_group_commit_takes_at_most_fsync_batch_max_ops(tmp_path: Path) -> None:
-    storage = Storage(tmp_path, Settings(fsync="batch", fsync_batch_max=10))
+    storage = Storage(tmp_path, Settings(fsync="batch", fsync_batch_max=10), after_group=no_sender)
     storage.store.recover()
     broker = make_broker()
     vhost = broker.vhosts["/"]
@@ -244,7 +245,7 @@ def test_recovery_streams_bodies_into_the_queue_and_its_spill(tmp_path: Path) ->
     write(tmp_path / "store", [Publish(i, "/", ("big",), "", "big", b"", b"%06d" % i + b"x" * size)
                                for i in range(1, total + 1)], segment_max_bytes=1 << 20)
     # a segment is read whole during the replay: that, not the backlog, bounds the transient part
-    storage = Storage(tmp_path, Settings(fsync="off", segment_max_bytes=1 << 20))
+    storage = Storage(tmp_path, Settings(fsync="off", segment_max_bytes=1 << 20), after_group=no_sender)
     broker = make_broker(resident_max_messages=100, spill_factory=storage.spill_factory)
     queue = broker.vhosts["/"].declare_queue("big", now=NOW, owner=None, durable=True)
     tracemalloc.start()
@@ -267,7 +268,7 @@ def test_recovery_streams_bodies_into_the_queue_and_its_spill(tmp_path: Path) ->
 
 def _entries_after_recovery(tmp_path: Path, name: str, resident: int, arguments: dict) -> list[tuple]:
     """Every entry of queue ``name`` recovered from ``tmp_path/store``, paged back in order."""
-    storage = Storage(tmp_path, Settings(fsync="off"))
+    storage = Storage(tmp_path, Settings(fsync="off"), after_group=no_sender)
     broker = make_broker(resident_max_messages=resident, spill_factory=storage.spill_factory)
     queues = {q: broker.vhosts["/"].declare_queue(q, now=NOW, owner=None, durable=True, arguments=arguments)
               for q in ("a", "b")}

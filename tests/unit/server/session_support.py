@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_method_frame
 from headrace.server.broker import Broker
+from shell_ports import shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
@@ -22,10 +24,10 @@ def handshake(user: str = "guest", password: str = "guest", vhost: str = "/",
             + encode_method_frame(1, m.ChannelOpen()))
 
 
-def durable_broker(backlog_max: int) -> Broker:
+def durable_broker(backlog_max: int, **ports: Callable[..., Any]) -> Broker:
     """A broker with a store and one durable queue 'd', whose store outbox pauses publishers at
-    ``backlog_max`` ops."""
-    b = Broker(store_enabled=True)
+    ``backlog_max`` ops; ``ports``: real shell parts for some of its ports (``shell_ports``)."""
+    b = Broker(ports=shell_ports(**ports), store_enabled=True)
     b.ensure_default("/", "guest", "guest")
     b.vhosts["/"].declare_queue("d", now=NOW, owner=None, durable=True)
     b.store_backlog_max = backlog_max

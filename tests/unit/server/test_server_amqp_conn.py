@@ -21,6 +21,7 @@ from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import CLOSE_TIMEOUT, AMQPConnectionHandler
 from headrace.server.net.gate import Gate
 from headrace.server.session import Lifecycle
+from shell_ports import app_hooks, shell_ports
 
 HEADER = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
@@ -95,17 +96,18 @@ class Running:
 
 
 def make_broker() -> Broker:
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     return broker
 
 
 async def start(nursery: trio.Nursery, broker: Broker | None = None, *,
-                on_first_hold: Any = lambda: None, grow: Any = None, **settings: Any) -> Running:
+                on_first_hold: Any = None, grow: Any = None, **settings: Any) -> Running:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     gate = Gate()
     handler = AMQPConnectionHandler(server_stream, broker or make_broker(), Settings(**settings), gate,
-                                    ("127.0.0.1", 40000), "test", on_first_hold=on_first_hold, grow=grow)
+                                    ("127.0.0.1", 40000), "test", grow=grow,
+                                    **app_hooks(**({"on_first_hold": on_first_hold} if on_first_hold else {})))
     running = Running(handler, Client(client_stream), gate)
     nursery.start_soon(running.run)
     nursery.start_soon(running.client.read)
@@ -374,7 +376,8 @@ async def test_a_consumer_stops_at_the_high_water_mark_and_resumes_when_the_writ
     for _ in range(40):  # 4 MB ready, four times the outgoing buffer's bound
         broker.delivery.publish(vhost, "", "q", b"\x00\x00", body, 0.0)
     client_stream, server_stream = trio.testing.lockstep_stream_pair()
-    handler = AMQPConnectionHandler(server_stream, broker, Settings(), Gate(), ("127.0.0.1", 40000), "test")
+    handler = AMQPConnectionHandler(server_stream, broker, Settings(), Gate(), ("127.0.0.1", 40000), "test",
+                                    **app_hooks())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(handler.run)
         await client_stream.send_all(opening() + encode_method_frame(1, m.BasicConsume(queue="q", no_ack=True)))
@@ -502,7 +505,7 @@ async def test_output_pending_is_counted_while_queued_and_forgotten_once_sent(au
     pending: dict[Any, None] = {}
     client_stream, server_stream = trio.testing.lockstep_stream_pair()
     handler = AMQPConnectionHandler(server_stream, broker, Settings(), Gate(), ("127.0.0.1", 40000), "test",
-                                    pending_output=pending)
+                                    pending_output=pending, **app_hooks())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(handler.run)
         await client_stream.send_all(opening() + encode_method_frame(1, m.BasicConsume(queue="q", no_ack=True)))

@@ -28,8 +28,17 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def registry(clock: Clock) -> UserRegistry:
-    reg = UserRegistry(clock=clock, failed_per_second=2.0, failed_burst=3.0)
+def notices() -> list[str]:
+    """What the registry told its owner (the broker's part), in order."""
+    return []
+
+
+@pytest.fixture
+def registry(clock: Clock, notices: list[str]) -> UserRegistry:
+    reg = UserRegistry(clock=clock, failed_per_second=2.0, failed_burst=3.0,
+                       on_change=lambda: notices.append("change"),
+                       on_user_deleted=lambda name: notices.append(f"deleted {name}"),
+                       on_definition=lambda section, key, deleted: None)
     reg.add_user("alice", None, password_hash=fast_hash("right"))
     return reg
 
@@ -110,10 +119,9 @@ def test_bucket_refills_at_the_rate_up_to_the_burst(registry: UserRegistry, cloc
         registry.check("alice", "wrong")
 
 
-def test_every_change_bumps_the_generation_and_notifies(registry: UserRegistry) -> None:
-    seen: list[str] = []
-    registry.on_change = lambda: seen.append("change")
-    registry.on_user_deleted = lambda name: seen.append(f"deleted {name}")
+def test_every_change_bumps_the_generation_and_notifies(registry: UserRegistry, notices: list[str]) -> None:
+    seen = notices
+    seen.clear()  # the fixture's own add_user
     start = registry.generation
     registry.set_permission("alice", "/", Permission())
     registry.set_permission("alice", "/", Permission(write="^$"))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from headrace.exchanges import DestinationKind
 from headrace.server.broker.core import Broker
 from headrace.server.broker.errors import ChannelException
+from shell_ports import shell_ports
 
 Q = DestinationKind.QUEUE
 E = DestinationKind.EXCHANGE
@@ -39,7 +40,7 @@ def expected_sources(vhost) -> dict[tuple[DestinationKind, str], set[str]]:
 @settings(max_examples=200, deadline=None)
 @given(steps=st.lists(ops, min_size=10, max_size=50))
 def test_bound_from_matches_the_bindings(steps):
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     for step in steps:
@@ -69,7 +70,7 @@ def test_bound_from_matches_the_bindings(steps):
 
 
 def test_delete_exchange_if_unused_refuses_while_bound_to_and_then_goes():
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     vhost.declare_exchange("src", "fanout")

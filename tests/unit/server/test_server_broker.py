@@ -9,6 +9,7 @@ from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
 from headrace.server.broker import Broker, Settle
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
+from shell_ports import shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
@@ -17,7 +18,7 @@ QUEUE = DestinationKind.QUEUE
 
 @pytest.fixture
 def broker() -> Broker:
-    b = Broker(store_enabled=True)
+    b = Broker(ports=shell_ports(), store_enabled=True)
     b.ensure_default("/", "guest", "guest")
     return b
 
@@ -163,7 +164,7 @@ def test_definitions_round_trip_keeps_only_durable(broker):
     doc = export_definitions(broker)
     assert [e["name"] for e in doc["exchanges"]] == ["dx"]
     assert [q["name"] for q in doc["queues"]] == ["dq"]
-    fresh = Broker()
+    fresh = Broker(ports=shell_ports())
     import_definitions(fresh, doc, NOW)
     v2 = fresh.vhosts["/"]
     assert "dx" in v2.exchanges and "dq" in v2.queues and "tq" not in v2.queues

@@ -12,6 +12,7 @@ from headrace.queues import Consumer
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker, Settle
 from headrace.server.broker.dead_letters import completes_cycle
+from shell_ports import shell_ports
 
 NOW = 1000.0
 TRANSIENT = encode_properties(BasicProperties())
@@ -73,7 +74,7 @@ def pair(broker: Broker, ttl_b: int = 1) -> tuple[Any, Any]:
 
 
 def make_broker() -> Broker:
-    broker = Broker(store_enabled=False)
+    broker = Broker(ports=shell_ports(), store_enabled=False)
     broker.ensure_default("/", "guest", "guest")
     return broker
 
@@ -133,7 +134,7 @@ def test_a_fanout_dead_letter_skips_only_the_queue_that_closes_the_cycle() -> No
 
 
 def test_a_dead_letter_dropped_as_a_cycle_writes_no_publish_and_still_acks_its_original() -> None:
-    broker = Broker(store_enabled=True)
+    broker = Broker(ports=shell_ports(), store_enabled=True)
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     for name, other in (("a", "b"), ("b", "a")):

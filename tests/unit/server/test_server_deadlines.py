@@ -17,8 +17,12 @@ from headrace.server.net.clock import MIN_SLEEP, WAKE_COALESCE, Clock
 # ------------------------------------------------------------------ the heap
 
 
+def _unwatched() -> None:
+    """The clock port of a heap no clock sleeps on (these tests read ``earliest`` themselves)."""
+
+
 def test_earliest_is_the_nearest_armed_deadline_and_a_rearm_replaces_the_old_one():
-    d = Deadlines()
+    d = Deadlines(_unwatched)
     assert d.earliest() is None and len(d) == 0
     d.arm(("/", "a"), 30.0)
     d.arm(("/", "b"), 10.0)
@@ -32,9 +36,8 @@ def test_earliest_is_the_nearest_armed_deadline_and_a_rearm_replaces_the_old_one
 
 
 def test_on_earlier_fires_only_for_a_deadline_before_the_earliest():
-    d = Deadlines()
     calls: list[float | None] = []
-    d.on_earlier = lambda: calls.append(d.earliest())
+    d = Deadlines(lambda: calls.append(d.earliest()))
     d.arm(("/", "a"), 10.0)  # first one: earlier than nothing
     d.arm(("/", "b"), 20.0)  # later: the sleeping clock need not know
     d.arm(("/", "a"), 10.0)  # unchanged: nothing
@@ -44,7 +47,7 @@ def test_on_earlier_fires_only_for_a_deadline_before_the_earliest():
 
 
 def test_pop_due_returns_each_due_key_once_in_time_order_and_disarms_it():
-    d = Deadlines()
+    d = Deadlines(_unwatched)
     d.arm(("/", "late"), 3.0)
     d.arm(("v", "early"), 1.0)
     d.arm(("/", "mid"), 2.0)
@@ -58,7 +61,7 @@ def test_pop_due_returns_each_due_key_once_in_time_order_and_disarms_it():
 
 
 def test_rearming_one_key_many_times_keeps_the_heap_bounded():
-    d = Deadlines()
+    d = Deadlines(_unwatched)
     for i in range(10_000):
         d.arm(("/", "q"), 1000.0 + i)
     assert len(d) == 1 and d.earliest() == 10_999.0
@@ -87,9 +90,7 @@ class Ticks:
         return self.deadlines.earliest()
 
 
-async def start(nursery: trio.Nursery, deadlines: Deadlines) -> tuple[Clock, Ticks]:
-    clock = Clock(wall=trio.current_time)
-    deadlines.on_earlier = clock.wake
+async def start(nursery: trio.Nursery, clock: Clock, deadlines: Deadlines) -> tuple[Clock, Ticks]:
     ticks = Ticks(deadlines)
     nursery.start_soon(clock.run, ticks.tick, ticks.next_deadline)
     await trio.testing.wait_all_tasks_blocked()
@@ -97,12 +98,13 @@ async def start(nursery: trio.Nursery, deadlines: Deadlines) -> tuple[Clock, Tic
 
 
 async def test_the_clock_sleeps_until_the_earliest_deadline_and_not_longer(autojump_clock):
-    deadlines = Deadlines()
+    clock = Clock(wall=trio.current_time)
+    deadlines = Deadlines(clock.wake)
     t0 = trio.current_time()
     deadlines.arm(("/", "b"), t0 + 5.0)
     deadlines.arm(("/", "a"), t0 + 2.0)
     async with trio.open_nursery() as nursery:
-        clock, ticks = await start(nursery, deadlines)
+        clock, ticks = await start(nursery, clock, deadlines)
         await trio.sleep(10.0)
         nursery.cancel_scope.cancel()
     assert ticks.at == pytest.approx([t0, t0 + 2.0, t0 + 5.0])
@@ -111,20 +113,22 @@ async def test_the_clock_sleeps_until_the_earliest_deadline_and_not_longer(autoj
 
 
 async def test_nothing_armed_means_no_tick_at_all(autojump_clock):
-    deadlines = Deadlines()
+    clock = Clock(wall=trio.current_time)
+    deadlines = Deadlines(clock.wake)
     async with trio.open_nursery() as nursery:
-        clock, ticks = await start(nursery, deadlines)
+        clock, ticks = await start(nursery, clock, deadlines)
         await trio.sleep(24 * 3600.0)
         nursery.cancel_scope.cancel()
     assert clock.ticks == 1  # the first look at start, then asleep for a day
 
 
 async def test_a_nearer_deadline_rearms_the_sleeping_clock(autojump_clock):
-    deadlines = Deadlines()
+    clock = Clock(wall=trio.current_time)
+    deadlines = Deadlines(clock.wake)
     t0 = trio.current_time()
     deadlines.arm(("/", "far"), t0 + 60.0)
     async with trio.open_nursery() as nursery:
-        clock, ticks = await start(nursery, deadlines)
+        clock, ticks = await start(nursery, clock, deadlines)
         await trio.sleep(1.0)  # asleep towards t0 + 60
         deadlines.arm(("/", "near"), t0 + 3.0)  # on_earlier -> Clock.wake
         await trio.sleep(70.0)
@@ -135,11 +139,12 @@ async def test_a_nearer_deadline_rearms_the_sleeping_clock(autojump_clock):
 
 
 async def test_a_later_deadline_does_not_wake_the_clock(autojump_clock):
-    deadlines = Deadlines()
+    clock = Clock(wall=trio.current_time)
+    deadlines = Deadlines(clock.wake)
     t0 = trio.current_time()
     deadlines.arm(("/", "near"), t0 + 3.0)
     async with trio.open_nursery() as nursery:
-        clock, ticks = await start(nursery, deadlines)
+        clock, ticks = await start(nursery, clock, deadlines)
         await trio.sleep(1.0)
         deadlines.arm(("/", "far"), t0 + 8.0)  # after the one the clock sleeps towards
         await trio.sleep(10.0)
@@ -148,9 +153,10 @@ async def test_a_later_deadline_does_not_wake_the_clock(autojump_clock):
 
 
 async def test_a_burst_of_wakes_costs_one_look(autojump_clock):
-    deadlines = Deadlines()
+    clock = Clock(wall=trio.current_time)
+    deadlines = Deadlines(clock.wake)
     async with trio.open_nursery() as nursery:
-        clock, ticks = await start(nursery, deadlines)
+        clock, ticks = await start(nursery, clock, deadlines)
         t1 = trio.current_time()
         for _ in range(100):
             clock.wake()  # e.g. every first delivery on a channel asking to be stamped
@@ -160,7 +166,8 @@ async def test_a_burst_of_wakes_costs_one_look(autojump_clock):
 
 
 async def test_a_deadline_due_but_not_past_does_not_spin_the_clock(autojump_clock):
-    deadlines = Deadlines()
+    clock = Clock(wall=trio.current_time)
+    deadlines = Deadlines(clock.wake)
     t0 = trio.current_time()
 
     class Stuck(Ticks):

@@ -9,6 +9,7 @@ from headrace.exchanges import DestinationKind
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.broker.dedup import Dedup, Window, window_id
+from shell_ports import shell_ports
 
 QUEUE = DestinationKind.QUEUE
 
@@ -73,7 +74,7 @@ def publish(vhost, exchange, routing_key, props_raw, body):
 
 @pytest.fixture
 def broker() -> Broker:
-    b = Broker(store_enabled=True)
+    b = Broker(ports=shell_ports(), store_enabled=True)
     b.ensure_default("/", "guest", "guest")
     b.now = 1000.0
     return b
@@ -154,7 +155,7 @@ def test_deleting_an_exchange_or_queue_drops_its_window_and_journals_that(broker
 
 
 def test_publishes_read_together_are_each_screened_where_a_window_applies():
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     vhost.declare_queue("plain", owner=None, now=0.0)

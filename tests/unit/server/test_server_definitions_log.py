@@ -13,6 +13,7 @@ from headrace.persistence.definitions_log import DefinitionsLog
 from headrace.server.auth import Permission, TopicPermission
 from headrace.server.broker import Broker
 from headrace.server.broker.definitions_io import change_records, export_definitions, import_definitions
+from shell_ports import shell_ports
 
 NOW = 1_000.0
 QUEUE = DestinationKind.QUEUE
@@ -26,7 +27,7 @@ class Logged:
     """A broker whose batches are logged as the app does after each batch."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.broker = Broker(store_enabled=True)
+        self.broker = Broker(ports=shell_ports(), store_enabled=True)
         self.broker.ensure_default("/", "guest", "guest")
         self.log = DefinitionsLog(tmp_path)
         assert self.log.load() is None
@@ -43,7 +44,7 @@ class Logged:
         self.log.close()
         doc = DefinitionsLog(tmp_path).load()
         assert doc is not None
-        again = Broker(store_enabled=True)
+        again = Broker(ports=shell_ports(), store_enabled=True)
         import_definitions(again, doc, NOW)
         return again
 

@@ -9,6 +9,7 @@ from headrace.persistence.store_ops import Ack, Deliver, Publish
 from headrace.queues import Consumer, Queue, QueueEntry
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker, Settle
+from shell_ports import shell_ports
 
 NOW = 1000.0
 PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
@@ -34,7 +35,7 @@ class Sink:
 
 
 def make_broker() -> Broker:
-    broker = Broker(store_enabled=True)
+    broker = Broker(ports=shell_ports(), store_enabled=True)
     broker.ensure_default("/", "guest", "guest")
     return broker
 

@@ -14,6 +14,7 @@ from headrace.server.amqp.codec import encode_frame, encode_method_frame
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.broker import Broker
 from headrace.server.session import Session
+from shell_ports import no_writer, shell_ports
 
 
 def publish(routing_key: str, body: bytes, expiration: bytes | None = None) -> bytes:
@@ -24,7 +25,7 @@ def publish(routing_key: str, body: bytes, expiration: bytes | None = None) -> b
 
 
 def traced_broker() -> tuple[Broker, Session, AMQPConnection]:
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     vhost = broker.vhosts["/"]
     vhost.declare_queue("q", now=NOW, owner=None)
@@ -32,7 +33,7 @@ def traced_broker() -> tuple[Broker, Session, AMQPConnection]:
     vhost.bind("amq.rabbitmq.trace", "trace", DestinationKind.QUEUE, "#", None)
     vhost.tracing = True
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn, peer=("127.0.0.1", 40000), local=("127.0.0.1", 5672))
+    session = Session(broker, conn, wake=no_writer, peer=("127.0.0.1", 40000), local=("127.0.0.1", 5672))
     session.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return broker, session, conn

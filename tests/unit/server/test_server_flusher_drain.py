@@ -10,6 +10,7 @@ import trio
 from headrace.server.config import Settings
 from headrace.server.net.storage import Storage
 from session_support import durable_broker
+from shell_ports import no_sender
 
 NOW = 1000.0
 
@@ -29,9 +30,9 @@ class SyncedWatch:
 
 
 def test_drain_waits_for_the_running_group(tmp_path: Path) -> None:
-    storage = Storage(tmp_path, Settings(fsync_batch_max=100_000))  # one group holds every op
+    storage = Storage(tmp_path, Settings(fsync_batch_max=100_000), after_group=no_sender)  # one group holds every op
     storage.store.recover()
-    broker = durable_broker(1_000_000)
+    broker = durable_broker(1_000_000, wake_flusher=storage.flusher.kick)
     vhost = broker.vhosts["/"]
     queue = vhost.queues["d"]
     for i in range(20_000):
@@ -45,7 +46,6 @@ def test_drain_waits_for_the_running_group(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            broker.on_store_pending = storage.flusher.kick
             nursery.start_soon(storage.flusher.run, broker, None)
             storage.flusher.kick()
             with trio.fail_after(20):

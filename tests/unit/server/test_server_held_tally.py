@@ -16,6 +16,7 @@ from headrace.queues.queue import ENTRY_OVERHEAD
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker, Settle
 from headrace.server.broker.errors import ChannelException
+from shell_ports import shell_ports
 
 PLAIN = encode_properties(BasicProperties())
 SHORT_TTL = encode_properties(BasicProperties(expiration="500"))
@@ -91,7 +92,7 @@ def page_in(broker: Broker, now: float) -> None:
 def test_the_tally_is_the_sum_over_the_queues(steps):
     with tempfile.TemporaryDirectory() as tmp:
         spill = SpillStore(Path(tmp))
-        broker = Broker(resident_max_messages=6, spill_factory=lambda v, q: spill.backing(f"{v}\x00{q}"))
+        broker = Broker(ports=shell_ports(), resident_max_messages=6, spill_factory=lambda v, q: spill.backing(f"{v}\x00{q}"))
         broker.ensure_default("/", "guest", "guest")
         vhost = broker.vhosts["/"]
         now = 1000.0

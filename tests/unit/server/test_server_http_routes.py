@@ -11,10 +11,11 @@ from headrace.server.auth import Permission
 from headrace.server.broker import Broker, VHost
 from headrace.server.http.api import RESOURCES, router
 from headrace.server.http.routes import Request, Response, Router, Routes, json_response
+from shell_ports import shell_ports
 
 
 def make_ctx() -> SimpleNamespace:
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     broker.add_vhost("other")
     users = broker.users

@@ -19,6 +19,7 @@ from headrace.server.config import Settings
 from headrace.server.net.alarms import DiskWatch
 from headrace.server.net.gate import Gate
 from headrace.server.net.mirror_writer import MirrorWriter
+from shell_ports import shell_ports
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ async def test_batches_are_readable_at_once_and_synced_once_per_interval(
 ) -> None:
     settings = Settings(mirror_sync_interval=5.0)
     writer = MirrorWriter(tmp_path, DiskWatch(tmp_path, 0), settings)
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     await trio.sleep(10)  # a sync pass is due for the first batch
     publish(broker, 0, 10)
     await writer.write(broker)
@@ -78,7 +79,7 @@ async def test_interval_zero_syncs_every_batch(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, fsyncs: list[int]
 ) -> None:
     writer = MirrorWriter(tmp_path, DiskWatch(tmp_path, 0), Settings(mirror_sync_interval=0))
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     for batch in range(4):
         publish(broker, batch * 10, 10)
         await writer.write(broker)
@@ -90,7 +91,7 @@ async def test_with_fsync_off_the_mirror_is_never_synced_and_the_writer_does_not
     tmp_path: Path, autojump_clock: trio.testing.MockClock, fsyncs: list[int]
 ) -> None:
     writer = MirrorWriter(tmp_path, DiskWatch(tmp_path, 0), Settings(fsync="off", mirror_sync_interval=0))
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     publish(broker, 0, 10)
     await writer.write(broker)
     passes = 0
@@ -114,8 +115,7 @@ async def test_shutdown_write_waits_for_the_pass_under_way(tmp_path: Path) -> No
     """Shutdown's drain calls ``write`` while the writer task may be appending in its worker thread:
     the drain's records go after the task's, not into the same log at the same time."""
     writer = MirrorWriter(tmp_path, DiskWatch(tmp_path, 0), Settings(mirror_sync_interval=60))
-    broker = Broker()
-    broker.on_mirror_pending = writer.kick
+    broker = Broker(ports=shell_ports(wake_mirror_writer=writer.kick))
     first = 100_000  # a batch the task's thread is still appending when the drain begins
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run, broker, Gate())

@@ -10,11 +10,12 @@ from headrace.server.auth import TopicPermission
 from headrace.server.broker import Broker
 from headrace.server.broker.definitions_io import export_definitions, import_definitions
 from headrace.server.broker.topic_auth import check_topic_write
+from shell_ports import shell_ports
 
 
 @pytest.fixture
 def broker() -> Broker:
-    b = Broker()
+    b = Broker(ports=shell_ports())
     b.ensure_default("/", "guest", "guest")
     return b
 
@@ -42,14 +43,14 @@ def test_topic_permission_restricts_routing_keys_on_topic_exchanges_only(broker)
     broker.users.add_user("bob", "pw")
     vhost = broker.vhosts["/"]
     broker.users.set_topic_permission("bob", "/", TopicPermission("amq.topic", "^{username}\\.", ".*"))
-    check_topic_write(vhost, "bob", "amq.topic", "bob.orders")
+    check_topic_write(broker.users, vhost, "bob", "amq.topic", "bob.orders")
     with pytest.raises(ChannelException) as exc:
-        check_topic_write(vhost, "bob", "amq.topic", "alice.orders")
+        check_topic_write(broker.users, vhost, "bob", "amq.topic", "alice.orders")
     assert exc.value.reply_code == 403
     assert "write access to topic 'alice.orders' in exchange 'amq.topic'" in exc.value.reply_text
-    check_topic_write(vhost, "guest", "amq.topic", "alice.orders")  # no rule for guest: unrestricted
+    check_topic_write(broker.users, vhost, "guest", "amq.topic", "alice.orders")  # no rule for guest: unrestricted
     broker.users.set_topic_permission("bob", "/", TopicPermission("amq.direct", "^$", "^$"))
-    check_topic_write(vhost, "bob", "amq.direct", "anything")  # not a topic exchange
+    check_topic_write(broker.users, vhost, "bob", "amq.direct", "anything")  # not a topic exchange
 
 
 def test_settings_survive_an_export_and_import(broker):
@@ -62,7 +63,7 @@ def test_settings_survive_an_export_and_import(broker):
     doc = export_definitions(broker)
     assert {"component": "vhost-limits", "name": "limits", "vhost": "/",
             "value": {"max-connections": 5}} in doc["parameters"]
-    other = Broker()
+    other = Broker(ports=shell_ports())
     import_definitions(other, doc, 0.0)
     assert other.users.topic_permission("bob", "/", "amq.topic") == TopicPermission("amq.topic", "^a", "^b")
     assert other.parameters.vhost_limit("/", "max-connections") == 5

@@ -14,6 +14,7 @@ from headrace.server.broker.policies import (
     effective_alternate,
     effective_queue_arguments,
 )
+from shell_ports import shell_ports
 
 PLAIN = encode_properties(BasicProperties())
 NOW = 1000.0
@@ -21,7 +22,7 @@ NOW = 1000.0
 
 @pytest.fixture
 def broker() -> Broker:
-    b = Broker()
+    b = Broker(ports=shell_ports())
     b.ensure_default("/", "guest", "guest")
     return b
 
@@ -139,7 +140,7 @@ def test_new_queues_and_exchanges_take_the_policy_and_definitions_keep_it(broker
     assert doc["policies"] == [{"vhost": "/", "name": "ae", "pattern": "^", "apply-to": "exchanges",
                                 "definition": {"alternate-exchange": "amq.fanout"}, "priority": 0}]
     assert [p["name"] for p in doc["operator_policies"]] == ["cap"]
-    fresh = Broker()
+    fresh = Broker(ports=shell_ports())
     import_definitions(fresh, doc, NOW)
     assert fresh.policies.get("/", "cap", operator=True).definition == {"max-length": 7}
     assert fresh.vhosts["/"].declare_queue("capped2", now=NOW, owner=None).args.max_length == 7

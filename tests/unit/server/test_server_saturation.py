@@ -13,11 +13,12 @@ from headrace.server.broker import Broker
 from headrace.server.broker.saturation import SATURATED_READY, STALLED_TICKS
 from headrace.server.session import Session
 from session_support import NOW, handshake
+from shell_ports import StandInShell, no_writer
 
 
 def open_session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn)
+    session = Session(broker, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return session, conn
@@ -29,8 +30,8 @@ def publishes(queue: str, count: int) -> bytes:
     return one * count
 
 
-def setup() -> tuple[Broker, Session, AMQPConnection, Session, AMQPConnection]:
-    b = Broker()
+def setup(shell: StandInShell | None = None) -> tuple[Broker, Session, AMQPConnection, Session, AMQPConnection]:
+    b = Broker(ports=(shell or StandInShell()).ports())
     b.ensure_default("/", "guest", "guest")
     for name in ("fed", "backlog"):
         b.vhosts["/"].declare_queue(name, now=NOW, owner=None)
@@ -50,7 +51,8 @@ def test_queue_without_consumers_never_pauses_its_publisher():
 
 
 def test_saturated_queue_pauses_its_publisher_until_it_drains():
-    b, publisher, pconn, consumer, cconn = setup()
+    shell = StandInShell()
+    b, publisher, pconn, consumer, cconn = setup(shell)
     other, oconn = open_session(b)
     publisher.handle(pconn.receive_data(publishes("fed", SATURATED_READY // 2)), NOW)
     assert not publisher.read_paused  # below the bound (the consumer holds 10 of them)
@@ -59,8 +61,7 @@ def test_saturated_queue_pauses_its_publisher_until_it_drains():
     assert publisher.read_paused
     other.handle(oconn.receive_data(publishes("backlog", 10)), NOW)
     assert not other.read_paused  # it published elsewhere
-    released: list[object] = []
-    b.delivery.saturation.on_release = released.append
+    released = shell.released  # the queues the broker told the shell's gate it released
     b.tick(NOW + 0.1)  # delivered since it was marked: still saturated
     assert publisher.read_paused and not released
     # the consumer takes everything (no prefetch limit): consumer_ready dispatches and releases

@@ -17,6 +17,7 @@ from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
+from shell_ports import app_hooks
 from test_server_amqp_conn import make_broker, opening, publish
 
 
@@ -59,7 +60,7 @@ async def connect(nursery: trio.Nursery, sender: Sender, **kw: Any) -> tuple[AMQ
     server = await listeners[0].accept()
     await listeners[0].aclose()
     handler = AMQPConnectionHandler(server, kw.pop("broker", None) or make_broker(), Settings(), Gate(),
-                                    ("127.0.0.1", 40000), "test", sender=sender, **kw)
+                                    ("127.0.0.1", 40000), "test", sender=sender, **(app_hooks() | kw))
     nursery.start_soon(handler.run)
     return handler, Peer(client)
 

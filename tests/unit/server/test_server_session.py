@@ -11,13 +11,14 @@ from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.session import Session
 from session_support import handshake
+from shell_ports import no_writer, shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
 
 def open_session(broker: Broker, **kw) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn, **kw)
+    session = Session(broker, conn, wake=no_writer, **kw)
     caps = {"capabilities": {"connection.blocked": True, "consumer_cancel_notify": True}}
     session.handle(conn.receive_data(handshake(capabilities=caps)), NOW)
     conn.data_to_send()
@@ -41,7 +42,7 @@ def frames(data: bytes) -> list[tuple[int, int]]:
 
 
 def broker() -> Broker:
-    b = Broker(store_enabled=True)
+    b = Broker(ports=shell_ports(), store_enabled=True)
     b.ensure_default("/", "guest", "guest")
     b.vhosts["/"].declare_queue("d", now=NOW, owner=None, durable=True)
     return b
@@ -210,7 +211,7 @@ def test_recover_without_requeue_is_540_not_implemented():
 def test_guest_from_a_remote_peer_is_refused_with_403():
     b = broker()
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn, peer=("10.0.0.1", 1234))
+    session = Session(b, conn, wake=no_writer, peer=("10.0.0.1", 1234))
     session.handle(conn.receive_data(
         b"AMQP\x00\x00\x09\x01"
         + encode_method_frame(0, m.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US"))), NOW)

@@ -14,12 +14,13 @@ from headrace.server.broker import Broker
 from headrace.server.broker.limits import Limits
 from headrace.server.session import Lifecycle, Session
 from session_support import handshake
+from shell_ports import no_writer, shell_ports
 
 NOW = 1000.0
 
 
 def make_broker() -> Broker:
-    b = Broker()
+    b = Broker(ports=shell_ports())
     b.ensure_default("/", "guest", "guest")
     return b
 
@@ -27,7 +28,7 @@ def make_broker() -> Broker:
 def test_handshake_opens_then_a_client_close_ends_it_and_drops_its_state():
     b = make_broker()
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     assert session.state is Lifecycle.HANDSHAKE and session.reading
     session.handle(conn.receive_data(handshake()), NOW)
     assert session.state is Lifecycle.OPEN and session.id in b.connections
@@ -41,7 +42,7 @@ def test_handshake_opens_then_a_client_close_ends_it_and_drops_its_state():
 def test_server_close_waits_for_close_ok_and_never_goes_back():
     b = make_broker()
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake()), NOW)
     session.close(ConnectionException(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - test"))
     assert session.state is Lifecycle.CLOSING and not session.reading and not session.closed
@@ -57,16 +58,16 @@ def test_server_close_waits_for_close_ok_and_never_goes_back():
 def test_a_refused_login_leaves_a_pipelined_open_unanswered():
     b = make_broker()
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake(password="wrong")), NOW)
     assert session.state is Lifecycle.CLOSING and session.vhost is None and not b.connections
 
 
 def _consuming(timeout_ms: int | None) -> tuple[Broker, AMQPConnection, Session]:
-    b = Broker(limits=Limits(consumer_timeout_ms=timeout_ms))
+    b = Broker(ports=shell_ports(), limits=Limits(consumer_timeout_ms=timeout_ms))
     b.ensure_default("/", "guest", "guest")
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake()), NOW)
     session.handle(conn.receive_data(encode_method_frame(1, m.QueueDeclare(queue="q"))
                                      + encode_method_frame(1, m.BasicConsume(queue="q", consumer_tag="c"))), NOW)
@@ -127,10 +128,10 @@ def test_an_empty_virtual_host_opens_the_default_one_and_an_unknown_one_is_530()
     (docs/clients.md, "Use it from your client"). A vhost that does not exist is 530, as in RabbitMQ."""
     b = make_broker()
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake(vhost="")), NOW)
     assert session.state is Lifecycle.OPEN and session.vhost is b.vhosts["/"]
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake(vhost="nope")), NOW)
     assert session.state is Lifecycle.CLOSING and b"NOT_ALLOWED - vhost nope not found" in conn.data_to_send()

@@ -12,6 +12,7 @@ from headrace.server.auth import Permission, hash_password
 from headrace.server.broker import Broker, Limits
 from headrace.server.session import Session
 from session_support import handshake
+from shell_ports import no_writer, shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
@@ -21,7 +22,7 @@ CAPS = {"capabilities": {"connection.blocked": True}}
 
 def open_session(broker: Broker, user: str = "alice", vhost: str = "/") -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn)
+    session = Session(broker, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake(user, PASSWORDS[user], vhost, CAPS)), NOW)
     conn.data_to_send()
     assert session.id in broker.connections
@@ -59,7 +60,7 @@ def methods(data: bytes) -> list[tuple[int, int, int]]:
 
 
 def make_broker(**limits: int) -> Broker:
-    b = Broker(limits=Limits(**limits))
+    b = Broker(ports=shell_ports(), limits=Limits(**limits))
     b.ensure_default("/", "guest", "guest")
     b.users.add_user("alice", None, password_hash=hash_password("pw", iterations=1000))
     b.users.set_permission("alice", "/", Permission())
@@ -126,7 +127,7 @@ def test_uncommitted_transaction_is_held_memory_and_bounded():
 def test_refused_login_with_pipelined_open_sends_one_close():
     b = make_broker()
     conn = AMQPConnection(server_properties={})
-    session = Session(b, conn)
+    session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake("alice", "wrong")), NOW)
     sent = closes(conn.data_to_send())
     assert [(c[0], c[1], c[2]) for c in sent] == [(0, 10, 403)]

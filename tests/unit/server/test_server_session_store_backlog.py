@@ -14,13 +14,14 @@ from headrace.server.broker import Broker
 from headrace.server.broker.core import STORE_BACKLOG_MAX
 from headrace.server.session import Session
 from session_support import durable_broker, handshake
+from shell_ports import no_writer, shell_ports
 
 NOW = 1000.0  # the broker time the calls below pass
 
 
 def open_session(broker: Broker) -> tuple[Session, AMQPConnection]:
     conn = AMQPConnection(server_properties={})
-    session = Session(broker, conn)
+    session = Session(broker, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake()), NOW)
     conn.data_to_send()
     return session, conn
@@ -55,4 +56,4 @@ def test_transient_publishes_add_no_store_ops_so_never_pause():
 
 
 def test_default_bound():
-    assert Broker(store_enabled=True).store_backlog_max == STORE_BACKLOG_MAX == 50_000
+    assert Broker(ports=shell_ports(), store_enabled=True).store_backlog_max == STORE_BACKLOG_MAX == 50_000

@@ -14,6 +14,7 @@ from headrace.server.config import Settings
 from headrace.server.net.storage import Storage
 from headrace.server.net.sync_thread import SyncThread
 from session_support import durable_broker
+from shell_ports import no_sender
 
 NOW = 1000.0
 
@@ -56,9 +57,9 @@ async def test_a_cancelled_caller_waits_for_the_call_it_started() -> None:
 
 
 def test_groups_fsynced_in_the_thread_confirm_only_what_is_on_disk(tmp_path: Path) -> None:
-    storage = Storage(tmp_path, Settings(fsync_inline_below_ms=0))  # every fsync in the thread
+    storage = Storage(tmp_path, Settings(fsync_inline_below_ms=0), after_group=no_sender)  # every fsync in the thread
     storage.store.recover()
-    broker = durable_broker(1_000_000)
+    broker = durable_broker(1_000_000, wake_flusher=storage.flusher.kick)
     vhost = broker.vhosts["/"]
     synced_at: list[tuple[int, int]] = []
 
@@ -73,7 +74,6 @@ def test_groups_fsynced_in_the_thread_confirm_only_what_is_on_disk(tmp_path: Pat
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            broker.on_store_pending = storage.flusher.kick
             nursery.start_soon(storage.flusher.run, broker, None)
             for i in range(200):
                 broker.delivery.publish(vhost, "", "d", b"\x10\x00\x02", b"m%d" % i, NOW)
@@ -92,7 +92,7 @@ def test_groups_fsynced_in_the_thread_confirm_only_what_is_on_disk(tmp_path: Pat
     assert synced_at and synced_at[-1][0] >= target
     storage.close()
     assert storage.flusher._sync_thread._thread is None  # noqa: SLF001 - closed with the storage
-    reopened = Storage(tmp_path, Settings())
+    reopened = Storage(tmp_path, Settings(), after_group=no_sender)
     reopened.store.recover()
     assert reopened.store.live_messages() == 200  # what the thread's fsyncs confirmed is on disk
     reopened.close()

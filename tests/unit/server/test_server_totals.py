@@ -7,6 +7,7 @@ from headrace.exchanges import DestinationKind
 from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker import Broker
 from headrace.server.broker.totals import node_totals
+from shell_ports import shell_ports
 
 NOW = 1000.0
 PROPS = encode_properties(BasicProperties())
@@ -18,7 +19,7 @@ def totals(broker: Broker) -> tuple[int, int, int, int]:
 
 
 def test_deleted_queue_exchange_and_vhost_keep_their_counts() -> None:
-    broker = Broker()
+    broker = Broker(ports=shell_ports())
     broker.ensure_default("/", "guest", "guest")
     broker.add_vhost("other")
     for name in ("/", "other"):
