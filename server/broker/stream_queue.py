@@ -123,11 +123,11 @@ class StreamQueue(Destination):
     # ------------------------------------------------------------------ consumers
     def prepare_consumer(self, consumer: Consumer[Any], arguments: Mapping[str, Any], now: float) -> None:
         """Check a new consumer as RabbitMQ does and place its cursor (before ``add_consumer``)."""
+        if not consumer.prefetch:  # checked first, as RabbitMQ's stream queue does
+            raise errors.precondition_failed(f"consumer prefetch count is not set for stream {self._rs()}")
         if consumer.no_ack:
             raise ChannelException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic acknowledgement "
                                    f"not supported by stream queues {self._rs()}")
-        if not consumer.prefetch:
-            raise errors.precondition_failed(f"consumer prefetch count is not set for stream {self._rs()}")
         name = arguments.get(NAME_ARG)
         if isinstance(name, (str, bytes)):
             # the names rule: read with U+FFFD, two names differing in their bytes would share an offset

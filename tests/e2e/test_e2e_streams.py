@@ -136,6 +136,14 @@ def test_consumer_without_prefetch_or_with_auto_ack_refused(broker):
         540, f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue '{name}' "
              "in vhost '/'")
 
+    def auto_ack_without_prefetch(ch):  # RabbitMQ answers the missing prefetch first
+        ch.basic_consume(name, lambda *a: None, auto_ack=True)
+        ch.connection.process_data_events(time_limit=1)
+        ch.basic_qos(prefetch_count=1)
+
+    assert channel_error(broker, auto_ack_without_prefetch) == (
+        406, f"PRECONDITION_FAILED - consumer prefetch count is not set for stream queue '{name}' in vhost '/'")
+
 
 # ---------------------------------------------------------------- offsets
 
