@@ -23,7 +23,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -46,6 +46,16 @@ from headrace.server.net.stream_pump import StreamPump
 __all__ = ["StartupError", "serve", "run"]
 
 log = logging.getLogger("headrace")
+
+
+class ClusterMember(Protocol):
+    """What the root needs of the cluster agent (``server/net/cluster_agent.py``), which is
+    imported only when a cluster is configured: it brings httpx, which a standalone broker does
+    without."""
+
+    async def run(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class App:
@@ -167,6 +177,7 @@ class App:
 
     async def _serve(self, task_status: trio.TaskStatus[App]) -> None:
         s = self.settings
+        agent = await self._join_cluster() if s.etcd_endpoints else None
         bound = await self._bind()
         self.load()
         async with trio.open_nursery() as root:
@@ -175,6 +186,8 @@ class App:
             root.start_soon(self.sender.run)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
+            if agent is not None:
+                root.start_soon(agent.run)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:
                     self._start_listeners(bound, listeners, conns)
@@ -193,9 +206,25 @@ class App:
                 self.http_shutdown()
             self.after_batch()  # the last connections' cleanup
             await self.storage.drain(self.broker)
+            if agent is not None:
+                await agent.stop()  # leadership handed over at once, not after the lease
             root.cancel_scope.cancel()
         self.storage.close()
         log.info("stopped")
+
+    async def _join_cluster(self) -> ClusterMember:
+        """Register with etcd before serving; one line and a non-zero exit when that cannot be done.
+        Only lead / follow is reported for now (logged): confirms do not wait for followers yet."""
+        from headrace.server.net.cluster_agent import ClusterAgent, ClusterError, instance_id
+
+        s = self.settings
+        agent = ClusterAgent(s.etcd_endpoints, s.cluster_id, s.node_name, s.cluster_lease_ttl_s,
+                             instance_id(self.data_dir), lambda notice: None)
+        try:
+            await agent.start()
+        except ClusterError as exc:
+            raise StartupError(f"cluster: {exc}") from None
+        return agent
 
     async def _bind(self) -> dict[str, list[trio.SocketListener]]:
         """Every listening socket, bound before recovery: a port in use is one line at once, not a

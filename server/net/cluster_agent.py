@@ -20,9 +20,12 @@ node (and its leadership) go at once instead of after the TTL.
 from __future__ import annotations
 
 import logging
+import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
@@ -44,7 +47,7 @@ from headrace.server.cluster.etcd_model import KeyValue, WatchEvent
 
 from .etcd import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, LeaseNotFound
 
-__all__ = ["ClusterAgent", "ClusterError"]
+__all__ = ["INSTANCE_FILE", "ClusterAgent", "ClusterError", "instance_id"]
 
 log = logging.getLogger("headrace.cluster")
 
@@ -54,6 +57,28 @@ WATCH_POLL = 2.0
 RETRY_PAUSE = 0.25
 # events waiting for the driver; the keep-alive and watch tasks wait when it is full
 EVENT_BUFFER = 64
+
+
+# this data directory's identity in the cluster (written once; the agent is its only user)
+INSTANCE_FILE = "cluster.instance"
+
+
+def instance_id(data_dir: Path) -> str:
+    """This data directory's id, made on first use: a node restarted on the same directory finds
+    its previous process's membership record by it (the directory's lock says that process is
+    gone), where another process with the same node name has another id and is refused."""
+    path = data_dir / INSTANCE_FILE
+    try:
+        text = path.read_text().strip()
+        if text:
+            return text
+    except FileNotFoundError:
+        pass
+    text = uuid.uuid4().hex
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
+    return text
 
 
 class ClusterError(Exception):
@@ -100,6 +125,8 @@ class ClusterAgent:
         self._watch_changed = trio.Event()
         self._watch_scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
+        self._run_scope = trio.CancelScope()
+        self._ended = trio.Event()
 
     @property
     def role(self) -> Role:
@@ -120,15 +147,24 @@ class ClusterAgent:
             raise
 
     async def run(self) -> None:
-        """Keep the lease, watch the leader, campaign when it is free; until cancelled."""
+        """Keep the lease, watch the leader, campaign when it is free; until ``stop``."""
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                nursery.start_soon(self._keep_alive)
-                nursery.start_soon(self._watch)
-                await self._drive()
+            with self._run_scope:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._keep_alive)
+                    nursery.start_soon(self._watch)
+                    await self._drive()
         finally:
             self._nursery = None
+            self._ended.set()
+
+    async def stop(self) -> None:
+        """End ``run`` (if it runs), then ``leave``: a node shutting down hands over at once."""
+        self._run_scope.cancel()
+        if self._nursery is not None:
+            await self._ended.wait()
+        await self.leave()
 
     async def leave(self) -> None:
         """Give the lease back (membership and leadership go at once) and close the client."""
@@ -138,7 +174,7 @@ class ClusterAgent:
                 try:
                     await self.client.revoke(lease)
                 except EtcdError as exc:
-                    log.warning("cluster: could not revoke the lease on leaving: %s", exc)
+                    log.warning("could not revoke the lease on leaving: %s", exc)
         await self.client.aclose()
 
     # the driver
@@ -153,7 +189,7 @@ class ClusterAgent:
             elif isinstance(event, _Renewed):
                 await self._perform(self.core.renewed(event.sent_at, event.ttl))
             elif isinstance(event, _LeaseLost):
-                log.warning("cluster: lease lost, joining again")
+                log.warning("lease lost, joining again")
                 await self._perform(self.core.lease_lost(now))
             else:
                 await self._perform(self.core.leader_changed(event.kv, now))
@@ -181,7 +217,7 @@ class ClusterAgent:
                 except EtcdUnavailable as exc:
                     if self.core.role is Role.STARTING and self._nursery is None:
                         raise
-                    log.warning("cluster: %s failed, etcd unavailable: %s", out.purpose, exc)
+                    log.warning("%s failed, etcd unavailable: %s", out.purpose, exc)
                     continue  # the keep-alive's outcome or the next leader event tries again
                 queue.extend(self.core.txn_done(out.purpose, result, self.clock()))
             elif isinstance(out, Revoke):
@@ -204,16 +240,16 @@ class ClusterAgent:
             except EtcdUnavailable as exc:
                 if self._nursery is None:
                     raise
-                log.warning("cluster: cannot get a new lease: %s", exc)
+                log.warning("cannot get a new lease: %s", exc)
                 await trio.sleep(RETRY_PAUSE)
 
     def _notify(self, notice: Lead | Follow | StopConfirming) -> None:
         if isinstance(notice, Lead):
-            log.info("cluster: %s leads, epoch %d", self.core.node, notice.epoch)
+            log.info("%s leads, epoch %d", self.core.node, notice.epoch)
         elif isinstance(notice, Follow):
-            log.info("cluster: %s follows %s, epoch %d", self.core.node, notice.leader or "(no leader)", notice.epoch)
+            log.info("%s follows %s, epoch %d", self.core.node, notice.leader or "(no leader)", notice.epoch)
         else:
-            log.warning("cluster: %s stops confirming: %s", self.core.node, notice.reason)
+            log.warning("%s stops confirming: %s", self.core.node, notice.reason)
         self.on_notice(notice)
 
     # the keep-alive and watch tasks
@@ -234,7 +270,7 @@ class ClusterAgent:
                     await trio.sleep(RETRY_PAUSE)
                 continue
             except EtcdError as exc:
-                log.warning("cluster: lease keep-alive failed: %s", exc)
+                log.warning("lease keep-alive failed: %s", exc)
                 await trio.sleep(RETRY_PAUSE)
                 continue
             if lease == self.core.lease:
@@ -259,7 +295,7 @@ class ClusterAgent:
                 await self._send.send(_LeaderEvent(kvs[0] if kvs else None))
                 continue
             except EtcdError as exc:
-                log.warning("cluster: leader watch failed: %s", exc)
+                log.warning("leader watch failed: %s", exc)
                 await trio.sleep(RETRY_PAUSE)
                 continue
             if start == self._watch_from:  # not moved meanwhile by a new registration
