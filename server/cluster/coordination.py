@@ -106,6 +106,10 @@ Notice = Lead | Follow | StopConfirming | Fatal
 Output = Grant | Transact | Revoke | WatchFrom | Notice
 
 
+# after a transaction etcd could not answer, how long before the coordinator asks for it again
+RETRY_AFTER = 0.25
+
+
 def lease_margin(ttl: float) -> float:
     """How long before its lease could expire a leader stops confirming: a fifth of the TTL, at
     least half a second. It covers this node's own delays between checking and a confirm leaving
@@ -130,6 +134,8 @@ class Coordinator:
         self._epoch_mod = 0  # mod revision of the epoch key as last read (0: absent)
         self._in_sync_mod = 0
         self._leader_value = b""
+        self._retry: str | None = None  # a transaction etcd did not answer, asked again at _retry_at
+        self._retry_at = 0.0
 
     # keys
     @property
@@ -193,10 +199,31 @@ class Coordinator:
         out.append(Grant(self.ttl))
         return out
 
+    def next_wake(self) -> float:
+        """When ``tick`` has something to do: the confirm deadline, a transaction to retry."""
+        wake = self.confirm_deadline if self.confirming else float("inf")
+        return min(wake, self._retry_at) if self._retry else wake
+
     def tick(self, now: float) -> list[Output]:
+        out: list[Output] = []
         if self.confirming and now >= self.confirm_deadline:
             self.confirming = False
-            return [StopConfirming(f"lease not renewed for {now - self.renewed_at:.1f}s (ttl {self.ttl}s)")]
+            out.append(StopConfirming(f"lease not renewed for {now - self.renewed_at:.1f}s (ttl {self.ttl}s)"))
+        if self._retry and now >= self._retry_at:
+            purpose, self._retry = self._retry, None
+            if purpose == "campaign" and self.role is Role.FOLLOWER and self.leader is None:
+                out.extend(self._leader_seen(None, now))
+            elif purpose == "register" and self.role is Role.STARTING and self.lease:
+                out.extend(self.lease_granted(self.lease, self.ttl, self.renewed_at))
+        return out
+
+    def txn_failed(self, purpose: str, now: float) -> list[Output]:
+        """etcd did not answer a transaction: ask for it again after ``RETRY_AFTER`` (as it will be
+        then: a campaign only if there is still no leader, a registration only if still needed).
+        Without this, a campaign lost to an etcd hiccup would wait for a leader event that never
+        comes."""
+        if purpose in ("campaign", "register"):
+            self._retry, self._retry_at = purpose, now + RETRY_AFTER
         return []
 
     # transactions' answers

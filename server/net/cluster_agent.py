@@ -196,10 +196,11 @@ class ClusterAgent:
             await self._perform(self.core.tick(self.clock()))
 
     def _deadline(self) -> float:
-        """The trio deadline of the coordinator's confirm deadline (trio's clock is its own)."""
-        if not self.core.confirming:
-            return float("inf")
-        return trio.current_time() + max(0.0, self.core.confirm_deadline - self.clock())
+        """The coordinator's next wake as a trio deadline (trio's clock is its own)."""
+        wake = self.core.next_wake()
+        if wake == float("inf"):
+            return wake
+        return trio.current_time() + max(0.0, wake - self.clock())
 
     async def _perform(self, outputs: list[Output]) -> None:
         queue = list(outputs)
@@ -215,10 +216,11 @@ class ClusterAgent:
                     queue.extend(self.core.lease_lost(self.clock()))
                     continue
                 except EtcdUnavailable as exc:
-                    if self.core.role is Role.STARTING and self._nursery is None:
+                    if self._nursery is None:  # at start: the caller reports it
                         raise
                     log.warning("%s failed, etcd unavailable: %s", out.purpose, exc)
-                    continue  # the keep-alive's outcome or the next leader event tries again
+                    queue.extend(self.core.txn_failed(out.purpose, self.clock()))
+                    continue
                 queue.extend(self.core.txn_done(out.purpose, result, self.clock()))
             elif isinstance(out, Revoke):
                 await self.client.revoke(out.lease)

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from headrace.server.cluster.coordination import (
-    Coordinator, Fatal, Follow, Grant, Lead, Revoke, Role, StopConfirming, Transact, WatchFrom, lease_margin,
+    RETRY_AFTER, Coordinator, Fatal, Follow, Grant, Lead, Revoke, Role, StopConfirming, Transact, WatchFrom,
+    lease_margin,
 )
 from headrace.server.cluster.etcd_model import KeyValue, Put, TxnResult
 
@@ -139,3 +140,26 @@ def test_only_the_leader_writes_the_in_sync_set_guarded_by_its_own_record() -> N
     txn = core.in_sync_update(["n2", "n1"])
     assert txn is not None and txn.compare[0].key == core.leader_key and txn.compare[0].target == "VALUE"
     assert txn.success == (Put(core.in_sync_key, b'["n1", "n2"]'),)
+
+
+def test_a_campaign_etcd_did_not_answer_is_asked_again_while_there_is_no_leader() -> None:
+    core = Coordinator("c", "n2", TTL, "i")
+    registered(core, leader=leader_kv("n1", 1), epoch=1)
+    (campaign,) = core.leader_changed(None, 10.0)  # the leader's key went
+    assert isinstance(campaign, Transact)
+    assert core.txn_failed("campaign", 10.0) == [] and core.next_wake() == 10.0 + RETRY_AFTER
+    assert core.tick(10.0 + RETRY_AFTER - 0.01) == []
+    (again,) = core.tick(10.0 + RETRY_AFTER)
+    assert again == campaign and core.next_wake() == float("inf")
+    # a leader seen meanwhile: no retry
+    core.txn_failed("campaign", 11.0)
+    core.leader_changed(leader_kv("n3", 2), 11.1)
+    assert core.tick(12.0) == []
+
+
+def test_a_registration_etcd_did_not_answer_is_asked_again() -> None:
+    core = Coordinator("c", "n1", TTL, "i")
+    core.start(0.0)
+    (register,) = core.lease_granted(7, TTL, 0.0)
+    core.txn_failed("register", 1.0)
+    assert core.tick(1.0 + RETRY_AFTER) == [register]
