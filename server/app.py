@@ -53,7 +53,7 @@ class ClusterMember(Protocol):
     imported only when a cluster is configured: it brings httpx, which a standalone broker does
     without."""
 
-    async def run(self) -> None: ...
+    async def run(self) -> str | None: ...
 
     async def stop(self) -> None: ...
 
@@ -66,6 +66,8 @@ class App:
         # before anything in the directory is read or created: a second broker stops here
         self.lock = DataDirLock(self.data_dir)
         self.lock.acquire()
+        self.cluster_failure = ""  # why the cluster agent made the broker stop
+        self._stop_scope: trio.CancelScope | None = None  # the listeners' scope: cancelled, the broker stops
         self.storage = Storage(self.data_dir, settings)
         self.broker = Broker(
             resident_max_messages=settings.queue_max_resident_messages,
@@ -187,9 +189,12 @@ class App:
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
             if agent is not None:
-                root.start_soon(agent.run)
+                root.start_soon(self._run_cluster, agent)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:
+                    self._stop_scope = listeners.cancel_scope
+                    if self.cluster_failure:
+                        listeners.cancel_scope.cancel()
                     self._start_listeners(bound, listeners, conns)
                     self._write_ports()
                     for name, (host, port) in self.bound.items():
@@ -211,6 +216,17 @@ class App:
             root.cancel_scope.cancel()
         self.storage.close()
         log.info("stopped")
+        if self.cluster_failure:
+            raise StartupError(f"cluster: {self.cluster_failure}")
+
+    async def _run_cluster(self, agent: ClusterMember) -> None:
+        """The agent until shutdown; if it says the node must leave the cluster, the broker stops
+        as on SIGTERM and exits with that line."""
+        failure = await agent.run()
+        if failure:
+            self.cluster_failure = failure
+            if self._stop_scope is not None:
+                self._stop_scope.cancel()
 
     async def _join_cluster(self) -> ClusterMember:
         """Register with etcd before serving; one line and a non-zero exit when that cannot be done.

@@ -146,8 +146,11 @@ class ClusterAgent:
             await self.client.aclose()
             raise
 
-    async def run(self) -> None:
-        """Keep the lease, watch the leader, campaign when it is free; until ``stop``."""
+    async def run(self) -> str | None:
+        """Keep the lease, watch the leader, campaign when it is free; until ``stop`` (None), or
+        until the node must not stay in the cluster: then the one line saying why (the name was
+        taken by another node while this one was cut off, say), and the lease is given back."""
+        failure: str | None = None
         try:
             with self._run_scope:
                 async with trio.open_nursery() as nursery:
@@ -155,9 +158,13 @@ class ClusterAgent:
                     nursery.start_soon(self._keep_alive)
                     nursery.start_soon(self._watch)
                     await self._drive()
+        except* ClusterError as group:
+            failure = str(group.exceptions[0])
+            log.error("%s leaves the cluster: %s", self.core.node, failure)
         finally:
             self._nursery = None
             self._ended.set()
+        return failure
 
     async def stop(self) -> None:
         """End ``run`` (if it runs), then ``leave``: a node shutting down hands over at once."""
