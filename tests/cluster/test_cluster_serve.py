@@ -4,12 +4,15 @@ in use is refused with one line, and an unreachable etcd stops the start with on
 
 from __future__ import annotations
 
+import base64
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 
 from conftest import free_port
@@ -72,7 +75,7 @@ def serve_refused(data_dir, env: dict[str, str]) -> tuple[int, list[str]]:
     """Run ``headrace serve`` that is expected to refuse to start: its exit code and stderr lines."""
     proc = subprocess.run(
         [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0", "--data-dir", str(data_dir)],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=30,
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
     )
     return proc.returncode, proc.stderr.splitlines()
 
@@ -81,7 +84,7 @@ def test_a_second_node_with_an_existing_name_exits_1_with_one_line(etcd, cluster
     first = broker_factory(data_dir=tmp_path / "first", env=cluster_env(etcd, cluster_name, "hr1@localhost"))
     wait_for(lambda: bool(leads(first)), 10.0)
     code, lines = serve_refused(tmp_path / "second", cluster_env(etcd, cluster_name, "hr1@localhost"))
-    assert code == 1
+    assert code == 1, lines
     assert [line for line in lines if "Error" in line or "Traceback" in line] == [
         "Error: cluster: node name 'hr1@localhost' is already a member of this cluster "
         "(another running node registered it; give each node its own node_name)"]
@@ -92,6 +95,46 @@ def test_a_second_node_with_an_existing_name_exits_1_with_one_line(etcd, cluster
 def test_unreachable_etcd_at_start_exits_1_with_one_line(tmp_path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     code, lines = serve_refused(tmp_path / "x", {"HEADRACE_CLUSTER_ETCD_ENDPOINTS": dead})
-    assert code == 1
+    assert code == 1, lines
     errors = [line for line in lines if "Error" in line or "Traceback" in line]
     assert len(errors) == 1 and errors[0].startswith(f"Error: cluster: cannot reach etcd: no etcd endpoint answered ({dead}")
+
+
+def test_a_frozen_leader_stops_confirming_and_follows_when_it_wakes(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
+    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    a.signal(signal.SIGSTOP)  # past its lease: b takes over
+    try:
+        wait_for(lambda: leads(b) == [("b@localhost", 2)], TTL + 5.0)
+    finally:
+        a.signal(signal.SIGCONT)
+    wait_for(lambda: any("follows b@localhost, epoch 2" in line for line in a.lines), 10.0)
+    after_freeze = "".join(a.lines).split("leads, epoch 1", 1)[1]
+    assert "a@localhost stops confirming" in after_freeze
+    assert after_freeze.index("stops confirming") < after_freeze.index("follows b@localhost, epoch 2")
+    assert leads(a) == [("a@localhost", 1)]  # it never led again
+    for n in (a, b):
+        assert n.stop() == 0, n.log[-3000:]
+
+
+def test_a_node_whose_name_was_taken_while_it_was_frozen_exits_1_with_one_line(
+        etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    a.signal(signal.SIGSTOP)
+    try:
+        # another process (another data directory) registers the same name once a's lease is gone
+        member = base64.b64encode(f"/headrace/{cluster_name}/members/a@localhost".encode()).decode()
+        wait_for(lambda: "kvs" not in httpx.post(f"{etcd.endpoint}/v3/kv/range", json={"key": member}).json(),
+                 TTL + 5.0)
+        twin = broker_factory(data_dir=tmp_path / "twin", env=cluster_env(etcd, cluster_name, "a@localhost"))
+        wait_for(lambda: leads(twin) == [("a@localhost", 2)], TTL + 5.0)
+    finally:
+        a.signal(signal.SIGCONT)
+    assert a.wait(15) == 1
+    errors = [line for line in a.lines if line.startswith(("Error", "Traceback"))]
+    assert errors == ["Error: cluster: node name 'a@localhost' is already a member of this cluster "
+                      "(another running node registered it; give each node its own node_name)\n"]
+    assert twin.stop() == 0, twin.log[-3000:]
