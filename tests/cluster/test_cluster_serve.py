@@ -138,3 +138,23 @@ def test_a_node_whose_name_was_taken_while_it_was_frozen_exits_1_with_one_line(
     assert errors == ["Error: cluster: node name 'a@localhost' is already a member of this cluster "
                       "(another running node registered it; give each node its own node_name)\n"]
     assert twin.stop() == 0, twin.log[-3000:]
+
+
+def test_etcd_restarted_the_cluster_keeps_one_leader(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
+    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    etcd.restart()  # etcd keeps its leases across a restart and gives them a full TTL again
+    # for longer than a lease: b never leads, as a's lease is renewed, not lost
+    until = time.monotonic() + TTL + 1.0
+    while time.monotonic() < until:
+        assert leads(b) == [], b.log[-3000:]
+        time.sleep(0.05)
+    # a may have stopped confirming while etcd was away; each stop was followed by a resume of
+    # the same lease, so it leads with epoch 1 throughout
+    stops = sum("stops confirming" in line for line in a.lines)
+    assert leads(a) == [("a@localhost", 1)] * (1 + stops), a.log[-3000:]
+    for n in (a, b):
+        assert n.proc.poll() is None
+        assert n.stop() == 0, n.log[-3000:]
