@@ -4,6 +4,7 @@ from typing import Any
 
 from .base import Destination, Exchange, RouteResult
 from .binding import Binding, DestinationKind
+from .consistent_hash import HASH_PROPERTIES, ConsistentHashExchange, weight_of
 from .direct import DefaultExchange, DirectExchange, FanoutExchange
 from .errors import ArgumentError, ExchangeError, OperationNotPermitted, UnknownExchangeType
 from .headers import HeadersExchange
@@ -12,9 +13,11 @@ from .topic_trie import TopicTrie, split_words
 
 __all__ = [
     "EXCHANGE_TYPES",
+    "HASH_PROPERTIES",
     "ROUTE_CACHE_MAX",
     "ArgumentError",
     "Binding",
+    "ConsistentHashExchange",
     "DefaultExchange",
     "Destination",
     "DestinationKind",
@@ -30,6 +33,7 @@ __all__ = [
     "UnknownExchangeType",
     "make_exchange",
     "split_words",
+    "weight_of",
 ]
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {
@@ -37,6 +41,7 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     "fanout": FanoutExchange,
     "topic": TopicExchange,
     "headers": HeadersExchange,
+    "x-consistent-hash": ConsistentHashExchange,
 }
 
 

@@ -42,7 +42,8 @@ class DirectExchange(Exchange):
             if not dests:
                 del self._routes[b.routing_key]
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         return self._routes.get(routing_key, ())
 
 
@@ -65,7 +66,8 @@ class FanoutExchange(Exchange):
         else:
             self._dests.pop(key, None)
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         return self._dests
 
 
@@ -82,7 +84,8 @@ class DefaultExchange(DirectExchange):
     def unbind(self, b: Binding) -> bool:
         raise OperationNotPermitted("operation not permitted on the default exchange")
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         if self._queue_exists(routing_key):
             return ((DestinationKind.QUEUE, routing_key),)
         return ()
