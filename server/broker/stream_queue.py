@@ -156,12 +156,13 @@ class StreamQueue(Destination):
         spec = arguments.get("x-stream-offset", "next")
         start = self._start_offset(spec, now)
         sac = self._sac(arguments, name)
+        index = self._partition_index(arguments) if sac else 0  # every check before anything is kept
         if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
             start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
         reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start), name)
         self.readers[consumer.tag] = reader
         if sac and name is not None:
-            reader.group, reader.index, reader.active = name, self._partition_index(arguments), False
+            reader.group, reader.index, reader.active = name, index, False
             self.groups.setdefault(name, []).append(consumer.tag)
             self._rebalance(name)
 

@@ -126,7 +126,7 @@ def test_super_stream_group_spreads_and_rebalances(broker, http):
         m.close()
 
 
-def test_sac_needs_a_consumer_name(broker):
+def test_sac_needs_a_consumer_name_and_a_real_partition(broker, http):
     stream = unique("sac")
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
@@ -137,4 +137,13 @@ def test_sac_needs_a_consumer_name(broker):
     assert (info.value.reply_code, info.value.reply_text) == (
         406, f"PRECONDITION_FAILED - single active consumer on stream queue '{stream}' in vhost '/' needs a "
              "consumer name ('x-stream-consumer-name')")
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.basic_consume(stream, lambda *a: None, arguments={
+            "x-single-active-consumer": True, "x-stream-consumer-name": "g", "x-super-stream": "other"})
+    assert (info.value.reply_code, info.value.reply_text) == (
+        406, f"PRECONDITION_FAILED - invalid arg 'x-super-stream': stream queue '{stream}' in vhost '/' is not a "
+             "partition of super stream 'other' (NAME-<n>)")
+    assert consumers_of(http, stream) == []  # a refused consumer leaves nothing behind
     conn.close()
