@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick soak fuzz clean browser compiler clients
+.PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick soak fuzz clean browser compiler clients etcd cluster
 
 # the install builds the mirror framing's C module in place (persistence/_mirror_frame.c), so a
 # change to it installs again
@@ -74,7 +74,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	touch $@
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
-test: $(VENV)/.dev lint browser clients $(RABBITMQADMIN) $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
 # the suite checks that the install built the mirror framing's C module, so it needs a C compiler
@@ -99,6 +99,15 @@ clients:
 browser: /usr/bin/chromium
 /usr/bin/chromium:
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+
+# the cluster tests (tests/cluster) start a real etcd, Debian's etcd-server (3.4: the v3 JSON
+# gateway under /v3/); installed once, as root (CI runs as root), when it is missing
+etcd:
+	@command -v etcd >/dev/null || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server)
+
+cluster: $(VENV)/.dev etcd
+	$(PY) -m pytest tests/cluster
 
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp

@@ -89,7 +89,7 @@ def queue_stream(c: Client, name: str) -> None:
         return
     for key in ("size_on_disk", "segments", "first_offset", "first_timestamp", "last_offset", "last_timestamp"):
         console.print(f"{key}: {info[key]}", markup=False, highlight=False)
-    c.show(info["consumers"], ["consumer_tag", "name", "offset", "lag"])
+    c.show(info["consumers"], ["consumer_tag", "name", "offset", "lag", "single_active_group", "active"])
 
 
 @queue.command("declare")

@@ -90,6 +90,8 @@ class Exchange(ABC):
     TYPE: ClassVar[str]
     USES_HEADERS: ClassVar[bool] = False
     BY_ROUTE: ClassVar[bool] = False
+    # routes on a message property (set per exchange by the consistent-hash type's hash-property)
+    needs_properties: bool = False
 
     def __init__(self, name: str, *, durable: bool = False, auto_delete: bool = False, internal: bool = False,
                  arguments: Mapping[str, Any] | None = None) -> None:
@@ -210,14 +212,25 @@ class Exchange(ABC):
     def _remove(self, b: Binding) -> None: ...
 
     @abstractmethod
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]: ...
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]: ...
+
+    @property
+    def wants_properties(self) -> bool:
+        """Whether ``route`` needs the message's properties (``properties``): only when this
+        exchange routes on one (consistent hash's ``hash-property``) or may pass a message on to
+        an exchange that does, so the publishes of every other exchange decode nothing more."""
+        return self.needs_properties or bool(self._to_exchanges)
 
     # ------------------------------------------------------------------ routing
     def route(self, routing_key: str, headers: Mapping[str, Any] | None,
-              lookup: Callable[[str], Exchange | None]) -> RouteResult:
+              lookup: Callable[[str], Exchange | None],
+              properties: Mapping[str, Any] | None = None) -> RouteResult:
+        """``properties``: the message properties an exchange may route on (``correlation_id``,
+        ``message_id``, ``timestamp``), passed when ``wants_properties`` says so."""
         carbon_copies = headers is not None and ("CC" in headers or "BCC" in headers)
         if not carbon_copies and not self._to_exchanges:
-            found = self.destinations(routing_key, headers)  # fast path: one key, queues only
+            found = self.destinations(routing_key, headers, properties)  # fast path: one key, queues only
             if found:
                 return RouteResult(tuple([name for _, name in found]))
             if self.alternate is None:
@@ -226,7 +239,7 @@ class Exchange(ABC):
         if carbon_copies and headers is not None:
             keys += _extra_keys(headers)
         visited = {self.name}
-        queues = self._walk(self, keys, headers, lookup, visited)
+        queues = self._walk(self, keys, headers, lookup, visited, properties)
         if queues or self.alternate is None:
             return RouteResult(tuple(queues))
         alternate: str | None = self.alternate
@@ -235,7 +248,7 @@ class Exchange(ABC):
             ex = lookup(alternate)
             if ex is None:
                 break
-            queues = self._walk(ex, keys, headers, lookup, visited)
+            queues = self._walk(ex, keys, headers, lookup, visited, properties)
             if queues:
                 return RouteResult(tuple(queues), True)
             alternate = ex.alternate
@@ -243,13 +256,14 @@ class Exchange(ABC):
 
     @staticmethod
     def _walk(start: Exchange, keys: list[str], headers: Mapping[str, Any] | None,
-              lookup: Callable[[str], Exchange | None], visited: set[str]) -> dict[str, None]:
+              lookup: Callable[[str], Exchange | None], visited: set[str],
+              properties: Mapping[str, Any] | None) -> dict[str, None]:
         queues: dict[str, None] = {}
         stack = [start]
         while stack:
             ex = stack.pop()
             for key in keys:
-                for kind, dest in ex.destinations(key, headers):
+                for kind, dest in ex.destinations(key, headers, properties):
                     if kind is QUEUE:
                         queues[dest] = None
                     elif dest not in visited:

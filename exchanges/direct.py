@@ -40,7 +40,8 @@ class DirectExchange(Exchange):
         else:
             routes[b.routing_key] = left
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         return self._routes.get(routing_key, ())  # type: ignore[return-value]  # holds Destinations
 
 
@@ -63,7 +64,8 @@ class FanoutExchange(Exchange):
         else:
             self._dests.pop(key, None)
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         return self._dests
 
 
@@ -80,7 +82,8 @@ class DefaultExchange(DirectExchange):
     def unbind(self, b: Binding) -> bool:
         raise OperationNotPermitted("operation not permitted on the default exchange")
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         if self._queue_exists(routing_key):
             return ((DestinationKind.QUEUE, routing_key),)
         return ()

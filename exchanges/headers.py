@@ -103,7 +103,8 @@ class HeadersExchange(Exchange):
             if not filed:
                 del self._index[place]
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         headers = headers or {}
         rules = self._rules
         if len(rules) <= SCAN_MAX:

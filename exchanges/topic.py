@@ -39,7 +39,8 @@ class TopicExchange(Exchange):
             self._dests.drop(b.kind, b.destination)
         self._cache.clear()
 
-    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None) -> Collection[Destination]:
+    def destinations(self, routing_key: str, headers: Mapping[str, Any] | None,
+                     properties: Mapping[str, Any] | None = None) -> Collection[Destination]:
         cached = self._cache.get(routing_key)
         if cached is not None:
             self.cache_hits += 1

@@ -23,7 +23,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -50,6 +50,16 @@ __all__ = ["StartupError", "serve", "run"]
 log = logging.getLogger("headrace")
 
 
+class ClusterMember(Protocol):
+    """What the root needs of the cluster agent (``server/net/cluster_agent.py``), which is
+    imported only when a cluster is configured: it brings httpx, which a standalone broker does
+    without."""
+
+    async def run(self) -> str | None: ...
+
+    async def stop(self) -> None: ...
+
+
 class App:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -58,6 +68,8 @@ class App:
         # before anything in the directory is read or created: a second broker stops here
         self.lock = DataDirLock(self.data_dir)
         self.lock.acquire()
+        self.cluster_failure = ""  # why the cluster agent made the broker stop
+        self._stop_scope: trio.CancelScope | None = None  # the listeners' scope: cancelled, the broker stops
         # the shell's parts the broker calls are built first, so its ports name them (ARCHITECTURE.md,
         # "The shell's ports"); none of them needs the broker before its task runs
         self.gate = Gate()
@@ -177,6 +189,7 @@ class App:
 
     async def _serve(self, task_status: trio.TaskStatus[App]) -> None:
         s = self.settings
+        agent = await self._join_cluster() if s.cluster.etcd_endpoints else None
         bound = await self._bind()
         self.load()
         async with trio.open_nursery() as root:
@@ -185,8 +198,13 @@ class App:
             root.start_soon(self.sender.run)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             await self.storage.start(root, self.broker, self.gate)
+            if agent is not None:
+                root.start_soon(self._run_cluster, agent)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:
+                    self._stop_scope = listeners.cancel_scope
+                    if self.cluster_failure:
+                        listeners.cancel_scope.cancel()
                     self._start_listeners(bound, listeners, conns)
                     self._write_ports()
                     for name, (host, port) in self.bound.items():
@@ -203,9 +221,37 @@ class App:
                 self.http_shutdown()
             self.after_batch()  # the last connections' cleanup
             await self.storage.drain(self.broker)
+            if agent is not None:
+                await agent.stop()  # leadership handed over at once, not after the lease
             root.cancel_scope.cancel()
         self.storage.close()
         log.info("stopped")
+        if self.cluster_failure:
+            raise StartupError(f"cluster: {self.cluster_failure}")
+
+    async def _run_cluster(self, agent: ClusterMember) -> None:
+        """The agent until shutdown; if it says the node must leave the cluster, the broker stops
+        as on SIGTERM and exits with that line."""
+        failure = await agent.run()
+        if failure:
+            self.cluster_failure = failure
+            if self._stop_scope is not None:
+                self._stop_scope.cancel()
+
+    async def _join_cluster(self) -> ClusterMember:
+        """Register with etcd before serving; one line and a non-zero exit when that cannot be done.
+        Only lead / follow is reported for now (logged): confirms do not wait for followers yet."""
+        from headrace.server.net.cluster_agent import ClusterAgent, ClusterError, instance_id
+
+        s = self.settings
+        c = s.cluster
+        agent = ClusterAgent(c.etcd_endpoints, c.cluster_id, c.node_name, c.cluster_lease_ttl_s,
+                             instance_id(self.data_dir), lambda notice: None)
+        try:
+            await agent.start()
+        except ClusterError as exc:
+            raise StartupError(f"cluster: {exc}") from None
+        return agent
 
     async def _bind(self) -> dict[str, list[trio.SocketListener]]:
         """Every listening socket, bound before recovery: a port in use is one line at once, not a

@@ -221,8 +221,27 @@ class AuthSettings(_Group):
 
 
 class ClusterSettings(_Group):
-    """Empty: the broker is one node. The ``[cluster]`` table is reserved so that clustering's
-    settings get a group of their own when there is behaviour behind them, not before."""
+    """The node's name and its cluster (in progress, ARCHITECTURE.md "Cluster (in progress)"): with
+    no etcd endpoints the broker is standalone, as before, and nothing else here is read."""
+
+    node_name: str = Field("headrace@localhost", min_length=1, max_length=255)
+    cluster_etcd_endpoints: str = ""  # comma-separated etcd client URLs, e.g. http://127.0.0.1:2379
+    cluster_id: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # etcd keys: /headrace/<id>/
+    cluster_port: int = Field(25672, ge=0, le=65535)  # the replication listener (RabbitMQ's inter-node port)
+    cluster_lease_ttl_s: int = Field(5, ge=2, le=60)  # a dead leader's lease expires after this
+    cluster_min_in_sync: int | None = Field(None, ge=1)  # copies on disk before a confirm; None = a majority
+
+    @field_validator("cluster_etcd_endpoints")
+    @classmethod
+    def _endpoints_are_urls(cls, v: str) -> str:
+        for url in (u.strip() for u in v.split(",") if u.strip()):
+            if not url.startswith(("http://", "https://")) or len(url.split("//", 1)[1].strip("/")) == 0:
+                raise ValueError(f"cluster_etcd_endpoints: {url!r} is not an http(s)://host:port URL")
+        return v
+
+    @property
+    def etcd_endpoints(self) -> list[str]:
+        return [u.strip() for u in self.cluster_etcd_endpoints.split(",") if u.strip()]
 
 
 def _total_memory() -> int:

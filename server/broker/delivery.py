@@ -78,7 +78,10 @@ class Delivery(Settlement):
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
                                   delivery_mode == 2 and exchange.durable)
         exchange.published_in += 1
-        result = exchange.route(routing_key, headers, vhost.exchanges.get)
+        if exchange.wants_properties:
+            result = exchange.route(routing_key, headers, vhost.exchanges.get, _routing_properties(props_raw))
+        else:
+            result = exchange.route(routing_key, headers, vhost.exchanges.get)
         targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
                                     props_raw, headers, now)
         dedup = self.dedup if self.dedup.pending else None  # new keys, remembered once accepted
@@ -118,6 +121,10 @@ class Delivery(Settlement):
                 results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
             return
         exchange = _exchange(vhost, exchange_name, True)
+        if exchange.wants_properties:  # routed on each one's properties: one by one
+            for props_raw, body in contents:
+                results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
+            return
         targets = exchange.route(routing_key, None, vhost.exchanges.get).queues
         if not targets or self.dedup.applies(vhost.name, exchange_name, exchange.arguments, targets, vhost.queues):
             for props_raw, body in contents:  # unroutable (mirrored, counted) or screened: one by one
@@ -404,3 +411,10 @@ def _took(name: str, accepted: list[Destination], logged: list[Destination], que
     if queue is None or (cycle_guard is not None and completes_cycle(name, cycle_guard)):
         return False
     return queue in accepted or queue in logged
+
+
+def _routing_properties(props_raw: bytes) -> dict[str, Any]:
+    """The properties an exchange may route on (``exchanges.HASH_PROPERTIES``), decoded only for
+    the exchanges that ask (``Exchange.wants_properties``)."""
+    props = decode_properties(props_raw)
+    return {"correlation_id": props.correlation_id, "message_id": props.message_id, "timestamp": props.timestamp}

@@ -9,6 +9,13 @@ with the consumer's credit as the bound, so a slow consumer holds back only itse
 offsets of named consumers; like any queue it is driven only by the delivery owner, through the
 ``Destination`` protocol it shares with the classic queue (``queues/destination.py``): it is that
 queue's sibling, holding none of its ready list or spill.
+Rule 3: single active consumer (consumer arguments ``x-single-active-consumer: true`` and
+``x-stream-consumer-name: G``) is this object's too: it keeps group G's members in the order they
+came (``groups``) and only the active one reads. On a stream alone the first member is active; a
+member of a super stream's group (``x-super-stream: NAME`` on a stream ``NAME-<i>``) is active on
+partition ``i`` when it is member ``i mod members``, RabbitMQ's rule, so the partitions spread
+evenly and move when a member joins or leaves. A member that becomes active reads on right after
+the group's last acked offset, so nothing the group acked comes again.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ __all__ = ["ReadBudget", "StreamQueue", "StreamReader"]
 # convention (x-stream-automatic-offset-tracking: true, the consumer tag as the name) works too
 NAME_ARG = "x-stream-consumer-name"
 AUTO_TRACK_ARG = "x-stream-automatic-offset-tracking"
+SAC_ARG = "x-single-active-consumer"
+SUPER_ARG = "x-super-stream"  # a group member's super stream: its partition index is the name's suffix
 OFFSET_HEADER = b"x-stream-offset"
 # what stream consumers read and are delivered per turn of the event loop, over all streams: a
 # prefetch window of small messages, a few milliseconds of the loop
@@ -50,6 +59,10 @@ class StreamReader:
     consumer: Consumer[Any]
     cursor: StreamCursor
     name: str | None  # tracked offsets are kept under this name
+    group: str | None = None  # single active consumer: the group (its name) this reader is a member of
+    index: int = 0  # the stream's partition index in its super stream (0 for a stream alone)
+    active: bool = True  # reads; a waiting member of a group does not
+    resume: bool = False  # just made active: reads once the member it replaces has settled its deliveries
 
 
 @dataclass(slots=True)
@@ -64,7 +77,7 @@ class ReadBudget:
 
 class StreamQueue(Destination):
     __slots__ = ("data_dir", "end", "first", "last_timestamp_ms", "readers", "tracked", "track_pending",
-                 "_in_flight", "_turn", "_sources", "_keys")
+                 "groups", "_in_flight", "_turn", "_sources", "_keys")
 
     is_log = True
 
@@ -80,6 +93,7 @@ class StreamQueue(Destination):
         self.readers: dict[str, StreamReader] = {}
         self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
         self.track_pending = False  # tracked changed since the flusher last wrote it
+        self.groups: dict[str, list[str]] = {}  # single active consumer: group -> member tags, oldest first
         self._in_flight = 0
         self._turn = 0  # which consumer starts the next dispatch
         self._sources: dict[bytes, str] = {}  # record meta bytes -> source exchange
@@ -141,10 +155,64 @@ class StreamQueue(Destination):
             raise errors.precondition_failed(f"invalid arg '{NAME_ARG}': {name!r} is not a string")
         spec = arguments.get("x-stream-offset", "next")
         start = self._start_offset(spec, now)
-        if name is not None and name in self.tracked and spec in ("next", b"next"):
-            start = self.tracked[name] + 1  # resume after the last acked offset
-        self.readers[consumer.tag] = StreamReader(
-            consumer, StreamCursor(self.data_dir, self.vhost, self.name, start), name)
+        sac = self._sac(arguments, name)
+        index = self._partition_index(arguments) if sac else 0  # every check before anything is kept
+        if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
+            start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
+        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start), name)
+        self.readers[consumer.tag] = reader
+        if sac and name is not None:
+            reader.group, reader.index, reader.active = name, index, False
+            self.groups.setdefault(name, []).append(consumer.tag)
+            self._rebalance(name)
+
+    def _sac(self, arguments: Mapping[str, Any], name: str | None) -> bool:
+        sac = arguments.get(SAC_ARG, False)
+        if not isinstance(sac, bool):
+            raise errors.precondition_failed(f"invalid arg '{SAC_ARG}': {sac!r} is not a boolean")
+        if sac and name is None:
+            raise errors.precondition_failed(f"single active consumer on stream {self._rs()} needs a consumer "
+                                             f"name ('{NAME_ARG}')")
+        return sac
+
+    def _partition_index(self, arguments: Mapping[str, Any]) -> int:
+        """A super stream member's partition: this stream is ``NAME-<i>`` of super stream ``NAME``."""
+        super_stream = arguments.get(SUPER_ARG)
+        if super_stream is None:
+            return 0
+        if isinstance(super_stream, bytes):
+            super_stream = super_stream.decode("utf-8", "replace")
+        suffix = self.name[len(super_stream) + 1:] if isinstance(super_stream, str) else ""
+        if not self.name.startswith(f"{super_stream}-") or not suffix.isdigit():
+            raise errors.precondition_failed(f"invalid arg '{SUPER_ARG}': stream {self._rs()} is not a partition "
+                                             f"of super stream {super_stream!r} (NAME-<n>)")
+        return int(suffix)
+
+    def _rebalance(self, group: str) -> None:
+        """Make member ``index mod members`` of ``group`` the active one (``_take_over`` starts it)."""
+        members = self.groups.get(group, [])
+        for position, tag in enumerate(members):
+            reader = self.readers[tag]
+            active = position == reader.index % len(members)
+            if active and not reader.active:
+                reader.resume = True
+            reader.active = active
+
+    def _take_over(self, reader: StreamReader) -> bool:
+        """Whether a newly active member may read: not while the member it replaces still has
+        deliveries out (their acks move the group's offset; the settle dispatches again). Then it
+        reads on right after the group's last acked offset (its own start when the group has
+        none), so what the group acked is not delivered again and what it had not acked is."""
+        group = reader.group
+        for tag in self.groups.get(group or "", ()):
+            other = self.readers[tag]
+            if other is not reader and other.consumer.unacked:
+                return False
+        reader.resume = False
+        if group is not None and group in self.tracked:
+            reader.cursor.close()
+            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, self.tracked[group] + 1)
+        return True
 
     def _start_offset(self, spec: object, now: float) -> int:
         if isinstance(spec, bytes):
@@ -172,6 +240,13 @@ class StreamQueue(Destination):
         reader = self.readers.pop(tag, None)
         if reader is not None:
             reader.cursor.close()
+            if reader.group is not None:  # the group's partitions move to the members left
+                members = self.groups[reader.group]
+                members.remove(tag)
+                if members:
+                    self._rebalance(reader.group)
+                else:
+                    del self.groups[reader.group]
         return super().remove_consumer(tag)
 
     def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,
@@ -195,6 +270,8 @@ class StreamQueue(Destination):
         first = self._turn % n
         for i in range(n):
             reader = readers[(first + i) % n]
+            if not reader.active or (reader.resume and not self._take_over(reader)):
+                continue
             consumer = reader.consumer
             cursor = reader.cursor
             while cursor.offset < end and consumer.can_take():
@@ -287,7 +364,8 @@ class StreamQueue(Destination):
     def describe_consumers(self) -> list[dict[str, Any]]:
         """Each consumer's next offset and lag (messages committed it has not been sent yet)."""
         return [{"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
-                 "lag": max(self.end - reader.cursor.offset, 0)} for tag, reader in self.readers.items()]
+                 "lag": max(self.end - reader.cursor.offset, 0), "single_active_group": reader.group,
+                 "active": reader.active} for tag, reader in self.readers.items()]
 
     def log_info(self) -> dict[str, Any]:
         """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""

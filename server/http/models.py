@@ -21,7 +21,8 @@ from headrace.server.broker.delivery import parse_expiration
 from .routes import HTTPError
 
 __all__ = ["BindingBody", "ExchangeBody", "Flag", "GetBody", "MirrorBody", "PermissionBody", "PropertiesBody",
-           "PublishBody", "QueueBody", "RoutingKey", "SettleBody", "UserBody", "from_json_value", "parse_flag",
+           "PublishBody", "QueueBody", "RoutingKey", "SettleBody", "SuperStreamBody", "UserBody", "from_json_value",
+           "parse_flag",
            "validation_reason"]
 
 
@@ -162,3 +163,8 @@ class SettleBody(BaseModel):
     delivery_ids: list[int]
     action: str = "ack"  # ack | nack | reject
     requeue: bool = True
+
+
+class SuperStreamBody(BaseModel):
+    partitions: int = 3  # rabbitmq-streams add_super_stream's default; under 1 is the broker's 406
+    arguments: dict[str, Any] = Field(default_factory=dict)  # each partition stream's x-arguments

@@ -405,7 +405,8 @@ def test_http_cli_and_metrics_show_stream_offsets_and_lag(broker_factory):
     stream = info["stream"]
     assert stream["first_offset"] == 0 and stream["last_offset"] == 39 and stream["size_on_disk"] > 4000
     assert stream["first_timestamp"] <= stream["last_timestamp"]
-    assert stream["consumers"] == [{"consumer_tag": "reader-1", "name": None, "offset": 35, "lag": 5}]
+    assert stream["consumers"] == [{"consumer_tag": "reader-1", "name": None, "offset": 35, "lag": 5,
+                                    "single_active_group": None, "active": True}]
     with urllib.request.urlopen(proc.http_url + "/metrics", timeout=10) as resp:
         metrics = resp.read().decode()
     assert f'headrace_stream_consumer_lag{{vhost="/",queue="{name}",consumer="reader-1"}} 5' in metrics

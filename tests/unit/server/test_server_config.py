@@ -50,3 +50,17 @@ def test_saturation_and_socket_bounds_are_checked():
     assert (defaults.network.amqp_rcvbuf, defaults.network.amqp_mss) == (16384, 7300)
     assert defaults.network.amqp_rcvbuf_long_link_rtt == 0.002  # a LAN's round trip is well under it
     assert (defaults.network.saturation_ready, defaults.network.saturation_resume_ready) == (100, 30)
+
+
+def test_cluster_settings_default_to_standalone(monkeypatch) -> None:
+    s = load_settings()
+    assert s.cluster.etcd_endpoints == [] and s.cluster.node_name == "headrace@localhost"
+    monkeypatch.setenv("HEADRACE_CLUSTER_ETCD_ENDPOINTS", "http://127.0.0.1:2379, http://10.0.0.2:2379")
+    monkeypatch.setenv("HEADRACE_NODE_NAME", "hr1@localhost")
+    s = load_settings()
+    assert s.cluster.etcd_endpoints == ["http://127.0.0.1:2379", "http://10.0.0.2:2379"] and s.cluster.node_name == "hr1@localhost"
+
+
+def test_cluster_endpoints_must_be_urls() -> None:
+    with pytest.raises(ValueError, match="'127.0.0.1:2379' is not an http"):
+        load_settings(cluster_etcd_endpoints="127.0.0.1:2379")

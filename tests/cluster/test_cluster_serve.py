@@ -1,0 +1,160 @@
+"""``headrace serve`` processes in a cluster with the module's real etcd: one leads, a kill -9
+of the leader makes another lead with a higher epoch within a few seconds, a node name already
+in use is refused with one line, and an unreachable etcd stops the start with one line."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from conftest import free_port
+
+TTL = 2
+LEADS = re.compile(r"headrace\.cluster: (\S+) leads, epoch (\d+)")
+
+
+def cluster_env(etcd, cluster_name: str, node: str) -> dict[str, str]:
+    return {"HEADRACE_CLUSTER_ETCD_ENDPOINTS": etcd.endpoint, "HEADRACE_CLUSTER_ID": cluster_name,
+            "HEADRACE_NODE_NAME": node, "HEADRACE_CLUSTER_LEASE_TTL_S": str(TTL)}
+
+
+def leads(proc) -> list[tuple[str, int]]:
+    return [(m.group(1), int(m.group(2))) for line in list(proc.lines) if (m := LEADS.search(line))]
+
+
+def wait_for(check, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout}s")
+
+
+def test_kill_9_of_the_leader_elects_another_with_a_higher_epoch(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    nodes = [broker_factory(data_dir=tmp_path / f"n{i}", env=cluster_env(etcd, cluster_name, f"hr{i}@localhost"))
+             for i in (1, 2, 3)]
+    wait_for(lambda: sum(bool(leads(n)) for n in nodes) == 1, 10.0)
+    (leader,) = [n for n in nodes if leads(n)]
+    assert leads(leader) == [(f"hr{nodes.index(leader) + 1}@localhost", 1)]
+    others = [n for n in nodes if n is not leader]
+    wait_for(lambda: all(any("follows" in line for line in n.lines) for n in others), 10.0)
+    leader.kill()
+    took = wait_for(lambda: any(leads(n) for n in others), TTL + 5.0)
+    assert took < TTL + 3.0
+    (new,) = [n for n in others if leads(n)]
+    assert leads(new)[0][1] == 2
+    # the remaining one follows the new leader
+    (rest,) = [n for n in others if n is not new]
+    name = leads(new)[0][0]
+    wait_for(lambda: any(f"follows {name}, epoch 2" in line for line in rest.lines), 5.0)
+    for n in others:
+        assert n.stop() == 0, n.log[-3000:]
+
+
+def test_graceful_stop_of_the_leader_hands_over_at_once(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
+    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    assert a.stop() == 0, a.log[-3000:]
+    took = wait_for(lambda: leads(b) == [("b@localhost", 2)], 5.0)
+    assert took < TTL  # the lease was revoked, not waited out
+    assert b.stop() == 0
+
+
+def serve_refused(data_dir, env: dict[str, str]) -> tuple[int, list[str]]:
+    """Run ``headrace serve`` that is expected to refuse to start: its exit code and stderr lines."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0", "--data-dir", str(data_dir)],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+    )
+    return proc.returncode, proc.stderr.splitlines()
+
+
+def test_a_second_node_with_an_existing_name_exits_1_with_one_line(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    first = broker_factory(data_dir=tmp_path / "first", env=cluster_env(etcd, cluster_name, "hr1@localhost"))
+    wait_for(lambda: bool(leads(first)), 10.0)
+    code, lines = serve_refused(tmp_path / "second", cluster_env(etcd, cluster_name, "hr1@localhost"))
+    assert code == 1, lines
+    assert [line for line in lines if "Error" in line or "Traceback" in line] == [
+        "Error: cluster: node name 'hr1@localhost' is already a member of this cluster "
+        "(another running node registered it; give each node its own node_name)"]
+    assert leads(first) == [("hr1@localhost", 1)]  # untouched
+    assert first.stop() == 0
+
+
+def test_unreachable_etcd_at_start_exits_1_with_one_line(tmp_path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    code, lines = serve_refused(tmp_path / "x", {"HEADRACE_CLUSTER_ETCD_ENDPOINTS": dead})
+    assert code == 1, lines
+    errors = [line for line in lines if "Error" in line or "Traceback" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: cluster: cannot reach etcd: no etcd endpoint answered ({dead}")
+
+
+def test_a_frozen_leader_stops_confirming_and_follows_when_it_wakes(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
+    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    a.signal(signal.SIGSTOP)  # past its lease: b takes over
+    try:
+        wait_for(lambda: leads(b) == [("b@localhost", 2)], TTL + 5.0)
+    finally:
+        a.signal(signal.SIGCONT)
+    wait_for(lambda: any("follows b@localhost, epoch 2" in line for line in a.lines), 10.0)
+    after_freeze = "".join(a.lines).split("leads, epoch 1", 1)[1]
+    assert "a@localhost stops confirming" in after_freeze
+    assert after_freeze.index("stops confirming") < after_freeze.index("follows b@localhost, epoch 2")
+    assert leads(a) == [("a@localhost", 1)]  # it never led again
+    for n in (a, b):
+        assert n.stop() == 0, n.log[-3000:]
+
+
+def test_a_node_whose_name_was_taken_while_it_was_frozen_exits_1_with_one_line(
+        etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    a.signal(signal.SIGSTOP)
+    try:
+        # another process (another data directory) registers the same name once a's lease is gone
+        member = base64.b64encode(f"/headrace/{cluster_name}/members/a@localhost".encode()).decode()
+        wait_for(lambda: "kvs" not in httpx.post(f"{etcd.endpoint}/v3/kv/range", json={"key": member}).json(),
+                 TTL + 5.0)
+        twin = broker_factory(data_dir=tmp_path / "twin", env=cluster_env(etcd, cluster_name, "a@localhost"))
+        wait_for(lambda: leads(twin) == [("a@localhost", 2)], TTL + 5.0)
+    finally:
+        a.signal(signal.SIGCONT)
+    assert a.wait(15) == 1
+    errors = [line for line in a.lines if line.startswith(("Error", "Traceback"))]
+    assert errors == ["Error: cluster: node name 'a@localhost' is already a member of this cluster "
+                      "(another running node registered it; give each node its own node_name)\n"]
+    assert twin.stop() == 0, twin.log[-3000:]
+
+
+def test_etcd_restarted_the_cluster_keeps_one_leader(etcd, cluster_name, broker_factory, tmp_path) -> None:
+    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
+    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
+    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    etcd.restart()  # etcd keeps its leases across a restart and gives them a full TTL again
+    # for longer than a lease: b never leads, as a's lease is renewed, not lost
+    until = time.monotonic() + TTL + 1.0
+    while time.monotonic() < until:
+        assert leads(b) == [], b.log[-3000:]
+        time.sleep(0.05)
+    # a may have stopped confirming while etcd was away; each stop was followed by a resume of
+    # the same lease, so it leads with epoch 1 throughout
+    stops = sum("stops confirming" in line for line in a.lines)
+    assert leads(a) == [("a@localhost", 1)] * (1 + stops), a.log[-3000:]
+    for n in (a, b):
+        assert n.proc.poll() is None
+        assert n.stop() == 0, n.log[-3000:]
