@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -86,3 +87,21 @@ def raw_open(port: int, heartbeat: int = 0, user: str = "guest", password: str =
     sock.sendall(encode_method_frame(0, m.ConnectionOpen("/")))
     sock.recv(65536)  # open-ok
     return sock
+
+
+def connection_close_of(sock: socket.socket) -> tuple[int, str]:
+    """(reply code, reply text) of the server's connection.close on a hand-driven socket; answers
+    close-ok and waits for the server to hang up."""
+    marker = b"\x00\x0a\x00\x32"  # connection.close
+    sock.settimeout(10)
+    data = b""
+    while marker not in data or len(data) < data.find(marker) + 7 or \
+            len(data) < data.find(marker) + 7 + data[data.find(marker) + 6]:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    i = data.find(marker)
+    code, size = struct.unpack_from(">HB", data, i + 4)
+    sock.sendall(encode_method_frame(0, m.ConnectionCloseOk()))
+    recv_until_closed(sock)
+    return code, data[i + 7:i + 7 + size].decode()

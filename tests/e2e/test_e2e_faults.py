@@ -16,7 +16,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import raw_open, recv_until_closed, wait_until
+from e2e_support import connection_close_of, raw_open, recv_until_closed, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
@@ -29,24 +29,6 @@ PUBLISH = OPEN + encode_method_frame(1, m.BasicPublish(exchange="", routing_key=
 
 def header(class_id: int = 60, size: int = 1, weight: int = 0, props: bytes = b"\x00\x00") -> bytes:
     return encode_frame(2, 1, struct.pack(">HHQ", class_id, weight, size) + props)
-
-
-def close_reply(sock: socket.socket) -> tuple[int, str]:
-    """The server's connection.close (reply code and text); answers close-ok and waits for the hang-up."""
-    marker = b"\x00\x0a\x00\x32"
-    sock.settimeout(10)
-    data = b""
-    while marker not in data or len(data) < data.find(marker) + 7 or \
-            len(data) < data.find(marker) + 7 + data[data.find(marker) + 6]:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    i = data.find(marker)
-    code = struct.unpack_from(">H", data, i + 4)[0]
-    text = data[i + 7:i + 7 + data[i + 6]].decode()
-    sock.sendall(encode_method_frame(0, m.ConnectionCloseOk()))
-    recv_until_closed(sock)
-    return code, text
 
 
 # one case per frame class, each answered as RabbitMQ 3.10's reader and command assembler answer it
@@ -80,7 +62,7 @@ def test_malformed_frame_closes_its_connection_with_rabbitmqs_code_and_the_broke
     bystander = pika.BlockingConnection(pika.URLParameters(broker.url))
     sock = raw_open(broker.amqp_port)
     sock.sendall(frames)
-    got, text = close_reply(sock)
+    got, text = connection_close_of(sock)
     assert (got, text.split(" - ")[0]) == (code, {501: "FRAME_ERROR", 503: "COMMAND_INVALID",
                                                    505: "UNEXPECTED_FRAME"}[code]), text
     ch = bystander.channel()  # the other connection, and new ones, are served

@@ -12,7 +12,7 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import raw_open, recv_until_closed, unique, wait_until
+from e2e_support import connection_close_of, raw_open, recv_until_closed, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 
@@ -133,23 +133,6 @@ def test_definitions_with_names_amqp_cannot_carry_are_400_and_apply_nothing(http
 # ---------------------------------------------------------------------------------------- AMQP
 
 
-def close_of(sock: socket.socket) -> tuple[int, str]:
-    """(reply code, reply text) of the server's connection.close; answers close-ok, waits for the end."""
-    marker = b"\x00\x0a\x00\x32"
-    sock.settimeout(10)
-    data = b""
-    while marker not in data or len(data) < data.find(marker) + 7 or \
-            len(data) < data.find(marker) + 7 + data[data.find(marker) + 6]:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    i = data.find(marker)
-    code, size = struct.unpack_from(">HB", data, i + 4)
-    sock.sendall(encode_method_frame(0, m.ConnectionCloseOk()))
-    recv_until_closed(sock)
-    return code, data[i + 7:i + 7 + size].decode()
-
-
 def amqplain_open(port: int, login: bytes, password: bytes) -> socket.socket:
     """A hand-driven AMQPLAIN login (the mechanism whose LOGIN is a field-table long string, so it
     may hold any bytes); returns the socket after start-ok."""
@@ -172,10 +155,10 @@ def test_amqplain_login_with_invalid_utf8_is_refused_not_read_as_the_u_fffd_user
     assert b"\x00\x0a\x00\x1e" in sock.recv(65536)  # connection.tune
     sock.close()
     sock = amqplain_open(broker.amqp_port, user.encode().replace(b"\xef\xbf\xbd", b"\xff"), b"pw")
-    code, text = close_of(sock)
+    code, text = connection_close_of(sock)
     assert (code, text.split(" - ")[0]) == (403, "ACCESS_REFUSED"), text
     sock = amqplain_open(broker.amqp_port, user.encode(), b"p\xff")  # nor a password
-    assert close_of(sock)[0] == 403
+    assert connection_close_of(sock)[0] == 403
 
 
 def open_channel(port: int) -> socket.socket:
@@ -194,7 +177,7 @@ def test_amqp_short_strings_that_are_not_utf8_close_the_connection_with_a_clear_
     if isinstance(method, m.BasicPublish):
         frames += encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 1) + b"\x00\x00") + encode_frame(3, 1, b"x")
     sock.sendall(frames)
-    code, text = close_of(sock)
+    code, text = connection_close_of(sock)
     assert code == 502, text
     assert text.startswith(f"SYNTAX_ERROR - {method.NAME}: ") and "is not valid UTF-8" in text, text
 
