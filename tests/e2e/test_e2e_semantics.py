@@ -483,3 +483,23 @@ def test_celery_worker_with_more_eta_tasks_than_prefetch_still_runs_new_tasks(br
         for i in range(6):  # prefetch is 4 (multiplier 4 x concurrency 1)
             app.send_task("e2e.add", (i, i), countdown=3600)
         assert app.send_task("e2e.add", (20, 22)).get(timeout=30) == 42
+
+
+def test_a_single_active_consumer_cancelled_hands_over_at_once(conn):
+    """The active consumer of an x-single-active-consumer queue cancels while it holds a delivery
+    unacked: the waiting one becomes active and is given what is ready at once, as in RabbitMQ,
+    not at the queue's next publish or ack."""
+    a, b = conn.channel(), conn.channel()
+    q = a.queue_declare(unique("sac"), exclusive=True, arguments={"x-single-active-consumer": True}).method.queue
+    a.basic_qos(prefetch_count=1)
+    b.basic_qos(prefetch_count=1)
+    got_a: list[bytes] = []
+    got_b: list[bytes] = []
+    a.basic_consume(q, lambda ch, m, p, body: got_a.append(body), consumer_tag="first")
+    b.basic_consume(q, lambda ch, m, p, body: got_b.append(body), consumer_tag="second")
+    for i in range(3):
+        a.basic_publish("", q, f"m{i}".encode())
+    assert wait_until(lambda: got_a == [b"m0"], conn)
+    assert not got_b  # waiting
+    a.basic_cancel("first")  # m0 stays unacked on its channel; m1 and m2 are ready
+    assert wait_until(lambda: got_b == [b"m1"], conn, timeout=3)
