@@ -16,9 +16,12 @@ the consumer's own sink (``ConsumerSink.deliver``), which encodes it without cal
 Rule 4: time. ``Delivery`` owns ``deadlines`` (``deadlines.py``): every call that may move a queue's
 next TTL expiry or x-expires deadline, or hold a delayed message, re-arms it there, and ``tick``
 handles only the keys that are due, so the clock sleeps until the earliest one instead of polling.
-The queue side (dispatch, settle, get, dead-lettering, arming a queue's deadline) and the state it
-shares with this one are in ``settlement.py``, the base class of ``Delivery``: same owner, same
-object, split by code path.
+Rule 5: what happens once a message is in a queue (dispatch, settle, get, dead letters, arming a
+queue's deadline, the stream read budget) is done by this owner's ``Settlement`` (settlement.py),
+a collaborator it makes and which republishes dead letters through ``publish``. ``Delivery`` owns
+the rest of the state: the message ids, the batch of queues a read published into, the dedup
+windows, the saturation tracker and the deadline heap; ``settle``, ``get``, ``consumer_ready``,
+``arm`` and ``stream_continue`` are the settlement's own methods, handed out as this owner's.
 """
 
 from __future__ import annotations
@@ -27,18 +30,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from headrace.exchanges import Exchange
-from headrace.persistence.store_ops import Delay, DropQueue, Publish, PurgeQueue, Undelay
+from headrace.persistence.store_ops import Delay, DropQueue, Publish, Undelay
 from headrace.persistence.stream_log import StreamAppend
-from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message, Queue, QueueArgs, QueueEntry
-from headrace.queues.backing import PropsInfo, RecoveredRow
+from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
 from .dead_letters import completes_cycle
-from .deadlines import Timer
+from .deadlines import Deadlines, Timer
 from .dedup import Dedup
-from .outbox import mirror_row
-from .reply_to import REPLY_PREFIX
+from .outbox import MirrorOutbox, StoreOutbox, mirror_row
+from .ports import ShellPorts
+from .reply_to import REPLY_PREFIX, ReplyRegistry
+from .saturation import Saturation
 from .settlement import ROUTED, UNROUTED, PublishResult, Settle, Settlement
 from .stream_queue import StreamQueue
 from .vhost_view import VHostView
@@ -46,8 +50,44 @@ from .vhost_view import VHostView
 __all__ = ["Delivery", "PublishResult", "Settle", "parse_expiration"]
 
 
-class Delivery(Settlement):
-    """The delivery owner (module docstring); its queue side is ``Settlement`` (settlement.py)."""
+class Delivery:
+    """The delivery owner (module docstring); its queue side is its ``Settlement`` (settlement.py)."""
+
+    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry, ports: ShellPorts) -> None:
+        self.store = store
+        self.mirror = mirror
+        self.replies = replies
+        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
+        # consumer-backed queues behind their publishers (saturation.py)
+        self.saturation = Saturation(ports.saturation_released, ports.wake_clock)
+        self.deadlines = Deadlines(ports.wake_clock)
+        # the queues a batch of publishes went into (``begin_batch``), each dispatched once when it
+        # ends instead of after every publish; None outside a batch
+        self._batch: dict[Destination, VHostView] | None = None
+        self._next_id = 1  # message ids: strictly increasing, also the store's record keys
+        self.settlement = settlement = Settlement(store, self.deadlines, self.saturation, ports, self.publish)
+        # the settlement's calls, handed out as this owner's (bound once: no extra call per use)
+        self.settle = settlement.settle
+        self.get = settlement.get
+        self.consumer_ready = settlement.consumer_ready
+        self.arm = settlement.arm
+        self.stream_continue = settlement.stream_continue
+        self.purge = settlement.purge
+        self.page_in = settlement.page_in
+        self.apply_args = settlement.apply_args
+        self.recover = settlement.recover
+        self.recover_spilled = settlement.recover_spilled
+        self._dispatch = settlement.dispatch
+        self._settled = settlement.settled
+
+    # ------------------------------------------------------------------ ids
+    def next_message_id(self) -> int:
+        mid = self._next_id
+        self._next_id = mid + 1
+        return mid
+
+    def set_next_message_id(self, value: int) -> None:
+        self._next_id = max(self._next_id, value)
 
     # ------------------------------------------------------------------ publish
     def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
@@ -291,14 +331,6 @@ class Delivery(Settlement):
             self._dispatch(vhost, queue, now)
 
     # ------------------------------------------------------------------ whole queues
-    def purge(self, queue: Destination) -> int:
-        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued).
-        It takes a ticket: purge-ok waits for its fsync, or a crash would bring the messages back."""
-        count = queue.purge()
-        if self.store.enabled and queue.durable:
-            self.store.add_ticketed(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
-        return count
-
     def queue_deleted(self, queue: Destination) -> None:
         """The queue is gone from its vhost: drop its contents (one DropQueue record covers every
         message it held) and tell its consumers' sinks."""
@@ -309,34 +341,6 @@ class Delivery(Settlement):
             self.store.add(DropQueue(queue.vhost, queue.name))
         for consumer in consumers:
             consumer.sink.consumer_cancelled(consumer)
-
-    def page_in(self, vhost: VHostView, queue: Queue, entries: list[QueueEntry], generation: int, now: float) -> None:
-        """Spilled entries read back by the pager join the ready list (unless a purge or delete
-        came first), then the queue's consumers get them."""
-        left: list[Left] = []
-        queue.page_in(entries, generation, left)
-        if left:
-            self._settled(vhost, queue, left, now)
-        if not queue.deleted:
-            self._dispatch(vhost, queue, now)
-
-    def apply_args(self, vhost: VHostView, queue: Destination, args: QueueArgs, now: float) -> None:
-        """A policy changed the queue's effective arguments: what a lower limit drops now is
-        dead-lettered and acknowledged like any other drop."""
-        left: list[Left] = []
-        queue.apply_args(args, left)
-        if left:
-            self._settled(vhost, queue, left, now)
-        self.arm(vhost, queue)
-
-    def recover(self, queue: Queue, message: Message, *, redelivered: bool, delivery_count: int) -> None:
-        """Rebuild a queue from the store at start, in original order."""
-        queue.add_recovered(message, redelivered=redelivered, delivery_count=delivery_count)
-
-    def recover_spilled(self, queue: Queue, rows: Iterable[RecoveredRow], props_info: PropsInfo) -> int:
-        """The rest of a queue's recovered messages, past its resident window, straight to its
-        spill; returns how many."""
-        return queue.add_recovered_spilled(rows, props_info)
 
     # ------------------------------------------------------------------ time
     def arm_all(self, vhost: VHostView) -> None:

@@ -1,34 +1,33 @@
-"""The queue side of the delivery owner: dispatch, settlement, dead-lettering and deadlines.
+"""What happens to a message once it is in a queue: dispatch, settlement, basic.get, dead letters.
 
-``Settlement`` is the base class of ``delivery.Delivery`` and holds the state the owner keeps for
-a message once it is in a queue: the store and mirror outboxes it writes to, the deadline table,
-the stream read budget, the deduplication windows and the message ids. It is one object with
-``Delivery`` (Delivery's rules hold here: see ``delivery.py``); the split is by code path, not by
-owner: this module is what happens to a message after it is enqueued (dispatch to consumers,
-ack/requeue/reject, basic.get, dead-lettering and the store Ack that follows), ``delivery.py`` how it
-gets there (publish, delayed hold) and the whole-queue operations. The calls stay direct methods on
-one class, so the publish/deliver/ack paths gain no indirection; only dead-lettering's republish
-goes up, through the abstract ``publish`` that ``Delivery`` implements.
+Rule 1: ``Settlement`` is the delivery owner's collaborator for the queue side (``delivery.py``
+holds the publish side, consumers coming and going, queue deletion and time, and makes one of
+these): dispatch, settle, get, purge, page-in, a policy's new arguments, recovery. It owns the
+stream read budget and the streams that budget cut short (``stream_continue`` reads them on); it
+writes the store's Deliver and Ack records and a stream's offset request, arms a queue's deadline
+in the owner's ``Deadlines`` and tells ``Saturation`` when a queue drained, through their methods.
+Rule 2: a dead letter goes back through the publish path it was given (``republish``, the owner's
+``Delivery.publish``) before the store's Ack of the original, so a crash between the two loses
+nothing. It is the only call that goes back to the publish side.
+Rule 3: queues are asked through ``Destination`` (queues/destination.py), never by type.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
-from headrace.persistence.store_ops import Ack, Deliver
+from headrace.persistence.store_ops import Ack, Deliver, PurgeQueue
 from headrace.persistence.stream_log import StreamTrack
-from headrace.queues import Destination, Left, QueueEntry
+from headrace.queues import Destination, Left, Message, Queue, QueueArgs, QueueEntry
+from headrace.queues.backing import PropsInfo, RecoveredRow
 
 from .dead_letters import dead_letter_message
 from .deadlines import Deadlines
-from .dedup import Dedup
-from .outbox import MirrorOutbox, StoreOutbox
+from .outbox import StoreOutbox
 from .ports import ShellPorts
-from .reply_to import ReplyRegistry
 from .saturation import Saturation
 from .stream_queue import ReadBudget
 from .vhost_view import VHostView
@@ -58,19 +57,24 @@ class Settle(Enum):
     REJECT = "reject"  # nack/reject without requeue: dead-lettered where the queue says so
 
 
-class Settlement(ABC):
-    def __init__(self, store: StoreOutbox, mirror: MirrorOutbox, replies: ReplyRegistry, ports: ShellPorts) -> None:
+class Republish(Protocol):
+    """The publish path a dead letter goes back through (``Delivery.publish``)."""
+
+    def __call__(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
+                 now: float, headers: dict[str, Any] | None = None, check_internal: bool = True,
+                 cycle_guard: Sequence[Any] | None = None, delayed: bool = True) -> PublishResult: ...
+
+
+class Settlement:
+    __slots__ = ("store", "deadlines", "saturation", "republish", "stream_budget", "stream_backlog",
+                 "on_stream_backlog")
+
+    def __init__(self, store: StoreOutbox, deadlines: Deadlines, saturation: Saturation, ports: ShellPorts,
+                 republish: Republish) -> None:
         self.store = store
-        self.mirror = mirror
-        self.replies = replies
-        self.dedup = Dedup()  # publish deduplication windows, journaled by the shell
-        # consumer-backed queues behind their publishers (saturation.py)
-        self.saturation = Saturation(ports.saturation_released, ports.wake_clock)
-        # the queues a batch of publishes went into (``begin_batch``), each dispatched once when it
-        # ends instead of after every publish; None outside a batch
-        self._batch: dict[Destination, VHostView] | None = None
-        self._next_id = 1  # message ids: strictly increasing, also the store's record keys
-        self.deadlines = Deadlines(ports.wake_clock)
+        self.deadlines = deadlines
+        self.saturation = saturation
+        self.republish = republish
         # what stream reads may take in this turn of the event loop (refilled by ``stream_continue``),
         # and the streams it cut short: ``on_stream_backlog`` wakes the shell, which calls
         # ``stream_continue`` once every other runnable task has had its turn
@@ -78,24 +82,9 @@ class Settlement(ABC):
         self.stream_backlog: dict[tuple[str, str], None] = {}
         self.on_stream_backlog = ports.wake_stream_pump
 
-    # ------------------------------------------------------------------ ids
-    def next_message_id(self) -> int:
-        mid = self._next_id
-        self._next_id = mid + 1
-        return mid
-
-    def set_next_message_id(self, value: int) -> None:
-        self._next_id = max(self._next_id, value)
-
-    @abstractmethod
-    def publish(self, vhost: VHostView, exchange_name: str, routing_key: str, props_raw: bytes, body: bytes,
-                now: float, headers: dict[str, Any] | None = None, check_internal: bool = True,
-                cycle_guard: Sequence[Any] | None = None, delayed: bool = True) -> PublishResult:
-        """Route and enqueue (``Delivery.publish``): a dead letter is republished through it, with
-        its ``x-death`` history as ``cycle_guard`` when it died for an automatic reason."""
-
     # ------------------------------------------------------------------ dispatch and settle
-    def _dispatch(self, vhost: VHostView, queue: Destination, now: float) -> None:
+    def dispatch(self, vhost: VHostView, queue: Destination, now: float) -> None:
+        """Hand what the queue has ready to its consumers with credit; what left it follows."""
         store = self.store
         left: list[Left] | None = [] if _wants_left(queue, store) else None
         if queue.durable and store.enabled:
@@ -107,7 +96,7 @@ class Settlement(ABC):
         else:
             queue.dispatch(now, left, None, self.stream_budget)
         if left:
-            self._settled(vhost, queue, left, now)
+            self.settled(vhost, queue, left, now)
         if queue.backlogged:  # a log stopped at the turn's read budget: read on after other work
             self.stream_backlog[(vhost.name, queue.name)] = None
             self.on_stream_backlog()
@@ -125,9 +114,9 @@ class Settlement(ABC):
                 continue
             queue = vhost.queues.get(qname)
             if queue is not None and not queue.deleted:
-                self._dispatch(vhost, queue, now)
+                self.dispatch(vhost, queue, now)
 
-    def _settled(self, vhost: VHostView, queue: Destination, left: list[Left], now: float) -> None:
+    def settled(self, vhost: VHostView, queue: Destination, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's
         dead-letter exchange first, then the store's Ack of the original follows."""
         dlx = queue.args.dead_letter_exchange
@@ -139,8 +128,8 @@ class Settlement(ABC):
             try:
                 if dlx is not None and item.reason is not None:
                     letter = dead_letter_message(item, queue, now)
-                    self.publish(vhost, dlx, letter.routing_key, letter.props_raw, message.body, now,
-                                 check_internal=False, cycle_guard=letter.deaths)
+                    self.republish(vhost, dlx, letter.routing_key, letter.props_raw, message.body, now,
+                                   check_internal=False, cycle_guard=letter.deaths)
             finally:
                 if record and item.held and message.persistent:
                     self.store.add(Ack(message.id, queue.vhost, queue.name))
@@ -150,7 +139,7 @@ class Settlement(ABC):
         saturation = self.saturation
         for queue in queues:
             if not queue.deleted:
-                self._dispatch(vhost, queue, now)
+                self.dispatch(vhost, queue, now)
                 if saturation.saturated or saturation.stalled:
                     saturation.drained(queue)
 
@@ -176,7 +165,7 @@ class Settlement(ABC):
                 queue.reject(entry, left)
         for queue, left in touched.items():
             if left:
-                self._settled(vhost, queue, left, now)
+                self.settled(vhost, queue, left, now)
             elif queue.settle_request():
                 self.store.add(StreamTrack(queue.vhost, queue.name))  # the flusher writes the offsets
         self.consumer_ready(vhost, touched.keys() | set(ready), now)
@@ -189,9 +178,46 @@ class Settlement(ABC):
         if entry is not None and not no_ack and entry.message.persistent and queue.durable and store.enabled:
             store.add(Deliver(entry.message.id, queue.vhost, queue.name))
         if left:
-            self._settled(vhost, queue, left, now)
+            self.settled(vhost, queue, left, now)
         self.arm(vhost, queue)
         return entry
+
+    # ------------------------------------------------------------------ whole queues
+    def purge(self, queue: Destination) -> int:
+        """One PurgeQueue record for a purge, sparing the unacked messages (they may be requeued).
+        It takes a ticket: purge-ok waits for its fsync, or a crash would bring the messages back."""
+        count = queue.purge()
+        if self.store.enabled and queue.durable:
+            self.store.add_ticketed(PurgeQueue(queue.vhost, queue.name, tuple(queue.unacked_message_ids())))
+        return count
+
+    def page_in(self, vhost: VHostView, queue: Queue, entries: list[QueueEntry], generation: int, now: float) -> None:
+        """Spilled entries read back by the pager join the ready list (unless a purge or delete
+        came first), then the queue's consumers get them."""
+        left: list[Left] = []
+        queue.page_in(entries, generation, left)
+        if left:
+            self.settled(vhost, queue, left, now)
+        if not queue.deleted:
+            self.dispatch(vhost, queue, now)
+
+    def apply_args(self, vhost: VHostView, queue: Destination, args: QueueArgs, now: float) -> None:
+        """A policy changed the queue's effective arguments: what a lower limit drops now is
+        dead-lettered and acknowledged like any other drop."""
+        left: list[Left] = []
+        queue.apply_args(args, left)
+        if left:
+            self.settled(vhost, queue, left, now)
+        self.arm(vhost, queue)
+
+    def recover(self, queue: Queue, message: Message, *, redelivered: bool, delivery_count: int) -> None:
+        """Rebuild a queue from the store at start, in original order."""
+        queue.add_recovered(message, redelivered=redelivered, delivery_count=delivery_count)
+
+    def recover_spilled(self, queue: Queue, rows: Iterable[RecoveredRow], props_info: PropsInfo) -> int:
+        """The rest of a queue's recovered messages, past its resident window, straight to its
+        spill; returns how many."""
+        return queue.add_recovered_spilled(rows, props_info)
 
     # ------------------------------------------------------------------ time
     def arm(self, vhost: VHostView, queue: Destination) -> None:

@@ -30,7 +30,7 @@ class StreamPump:
     async def run(self, broker: Broker) -> None:
         delivery = broker.delivery  # built with ``wake`` as its ``ShellPorts.wake_stream_pump``
         while True:
-            while delivery.stream_backlog:  # (also what dispatches noted before this task started)
+            while delivery.settlement.stream_backlog:  # (also what dispatches noted before this task started)
                 await trio.sleep(0)  # everything already runnable goes first
                 delivery.stream_continue(broker.vhosts, time.time())
             await self._kick.wait()
