@@ -14,8 +14,10 @@ __all__ = ["cli", "main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(headrace.__version__, prog_name="headrace")
-def cli() -> None:
+def cli(**global_opts: object) -> None:
     """headrace: an AMQP 0-9-1 message broker with an HTTP API and a Spark bridge."""
+    # the management commands' options given before the subcommand (``client.global_options``)
+    click.get_current_context().meta["headrace.global"] = global_opts
 
 
 @cli.command()
