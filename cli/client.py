@@ -168,8 +168,10 @@ def add_connection_options(command: click.Command) -> None:
         own = {"url": url, "user": user, "password": password, "vhost": vhost}
         file = _cli_config()
         defaults = {"url": "http://127.0.0.1:15672", "user": "guest", "password": "guest", "vhost": "/"}
-        value = {k: own[k] if own[k] is not None else outer.get(k) if outer.get(k) is not None
-                 else file.get(k, defaults[k]) for k in own}
+        value: dict[str, str] = {}
+        for k, given in own.items():
+            before = outer.get(k)
+            value[k] = given if given is not None else str(before) if before is not None else file.get(k, defaults[k])
         vhost_given = vhost is not None or outer.get("vhost") is not None or "vhost" in file
         json_flag = as_json or outer.get("as_json")
         chosen = fmt or ("json" if json_flag else None) or outer.get("fmt") or "table"
