@@ -133,10 +133,11 @@ def global_options(group: click.Group) -> None:
     """The connection options also before the subcommand (``headrace --url U queue list``), as
     rabbitmqctl takes them; a flag after the subcommand wins over the same flag before it."""
     group.params.extend([
-        click.Option(["--url"], envvar="HEADRACE_URL", help="HTTP API of the broker [http://127.0.0.1:15672]."),
-        click.Option(["--user"], envvar="HEADRACE_USER", help="[guest]"),
-        click.Option(["--password"], envvar="HEADRACE_PASSWORD"),
-        click.Option(["--vhost"], envvar="HEADRACE_VHOST", help="[/]"),
+        click.Option(["--url"], envvar="HEADRACE_URL",
+                     help="HTTP API of the broker (HEADRACE_URL) [http://127.0.0.1:15672]."),
+        click.Option(["--user"], envvar="HEADRACE_USER", help="User (HEADRACE_USER) [guest]."),
+        click.Option(["--password"], envvar="HEADRACE_PASSWORD", help="Password (HEADRACE_PASSWORD) [guest]."),
+        click.Option(["--vhost"], envvar="HEADRACE_VHOST", help="Vhost (HEADRACE_VHOST) [/]; queue list: all."),
         click.Option(["--json", "as_json"], is_flag=True, help="Same as --format json."),
         click.Option(["--format", "fmt"], type=click.Choice(FORMATS), help="Output of listings [table]."),
     ])
