@@ -24,8 +24,23 @@ def definitions() -> None:
 @click.argument("path", type=click.File("w"), default="-")
 @pass_client
 def definitions_export(c: Client, path: Any) -> None:
-    json.dump(c.call("GET", "/api/definitions"), path, indent=2)
+    """Write the definitions to PATH (stdout with -) and say what was written: the path and the
+    count of each kind (on stderr when the JSON itself goes to stdout)."""
+    doc = c.call("GET", "/api/definitions")
+    json.dump(doc, path, indent=2)
     path.write("\n")
+    path.flush()
+    counts = {kind: len(doc.get(kind) or []) for kind in _DEFINITION_KINDS}
+    where = "stdout" if path.name == "<stdout>" else path.name
+    summary = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
+    if c.as_json and where != "stdout":
+        click.echo(json.dumps({"action": "exported", "path": where, **counts}))
+    else:
+        click.echo(f"exported definitions to {where}: {summary}", err=where == "stdout")
+
+
+_DEFINITION_KINDS = ("users", "vhosts", "permissions", "topic_permissions", "queues", "exchanges", "bindings",
+                     "policies", "parameters", "global_parameters")
 
 
 @definitions.command("import")
@@ -48,18 +63,30 @@ def connections() -> None:
 @connections.command("list")
 @pass_client
 def connections_list(c: Client) -> None:
-    c.show(c.call("GET", "/api/connections"), ["id", "user", "vhost", "peer_host", "peer_port", "channels"])
+    c.show(c.call("GET", "/api/connections"), ["name", "user_provided_name", "user", "vhost", "channels", "id"])
 
 
 @connections.command("close")
-@click.argument("connection_id")
+@click.argument("connection")
 @click.option("--reason", default="Closed via the headrace CLI")
 @pass_client
-def connections_close(c: Client, connection_id: str, reason: str) -> None:
-    r = c.http.request("DELETE", f"/api/connections/{quote(connection_id, safe='')}", headers={"x-reason": reason})
+def connections_close(c: Client, connection: str, reason: str) -> None:
+    """Close CONNECTION: its name as `connections list` shows it (`127.0.0.1:39884 -> 127.0.0.1:5672`,
+    as rabbitmqctl close_connection takes it), the name its client gave, or its id."""
+    conns = c.call("GET", "/api/connections") or []
+    found = [x for x in conns if connection in (x.get("name"), str(x.get("id")))]
+    if not found:
+        found = [x for x in conns if x.get("user_provided_name") == connection]
+    if len(found) > 1:
+        fail(f"{len(found)} connections are named '{connection}': close one by its name "
+             f"({', '.join(str(x['name']) for x in found)})", 1)
+    if not found:
+        fail(f"no connection '{connection}' (see `headrace connections list`)", 1)
+    name = str(found[0]["name"])
+    r = c.http.request("DELETE", f"/api/connections/{quote(name, safe='')}", headers={"x-reason": reason})
     if r.status_code >= 400:
         fail(f"{reason_of(r)} (HTTP {r.status_code})", 1)
-    c.done(f"connection {connection_id} closed", "closed", connection=connection_id)
+    c.done(f"connection {name} closed", "closed", connection=name)
 
 
 @click.group()
@@ -77,10 +104,18 @@ def user_list(c: Client) -> None:
 @click.argument("name")
 @click.option("--new-password", prompt=True, hide_input=True, confirmation_prompt=True)
 @click.option("--tags", default="", help="Comma-separated: administrator, management, monitoring, policymaker.")
+@click.option("--update", is_flag=True, help="Change the password and tags of an existing user.")
 @pass_client
-def user_add(c: Client, name: str, new_password: str, tags: str) -> None:
+def user_add(c: Client, name: str, new_password: str, tags: str, update: bool) -> None:
+    """Add a user; an existing one is refused (rabbitmqctl add_user's habit) unless --update."""
+    exists = any(u["name"] == name for u in c.call("GET", "/api/users"))
+    if exists and not update:
+        fail(f"user '{name}' already exists (--update changes its password and tags)", 1)
     c.call("PUT", f"/api/users/{quote(name, safe='')}", {"password": new_password, "tags": tags})
-    c.done(f"user {name} added", "added", user=name)
+    if exists:
+        c.done(f"user {name} updated", "updated", user=name)
+    else:
+        c.done(f"user {name} added", "added", user=name)
 
 
 @user.command("passwd")
@@ -156,11 +191,22 @@ def permissions_list(c: Client) -> None:
 
 @permissions.command("set")
 @click.argument("user_name", metavar="USER")
-@click.option("--configure", default=".*", show_default=True)
-@click.option("--write", default=".*", show_default=True)
-@click.option("--read", default=".*", show_default=True)
+@click.argument("patterns", nargs=-1, metavar="[CONF WRITE READ]")
+@click.option("--configure", help="[.*]")
+@click.option("--write", help="[.*]")
+@click.option("--read", help="[.*]")
 @pass_client
-def permissions_set(c: Client, user_name: str, configure: str, write: str, read: str) -> None:
+def permissions_set(c: Client, user_name: str, patterns: tuple[str, ...], configure: str | None, write: str | None,
+                    read: str | None) -> None:
+    """Set USER's permissions on the vhost: positionally as rabbitmqctl set_permissions takes them
+    (`permissions set alice '^alice-' '.*' '.*'`), or with --configure/--write/--read (each .* if left out)."""
+    if patterns:
+        if len(patterns) != 3:
+            raise click.UsageError(f"expected CONF WRITE READ (3 patterns), got {len(patterns)}")
+        if configure is not None or write is not None or read is not None:
+            raise click.UsageError("give the patterns positionally or with --configure/--write/--read, not both")
+        configure, write, read = patterns
+    configure, write, read = (".*" if p is None else p for p in (configure, write, read))
     c.call("PUT", f"/api/permissions/{c.v}/{quote(user_name, safe='')}",
            {"configure": configure, "write": write, "read": read})
     c.done(f"permissions of {user_name} on {c.vhost} set", "set", user=user_name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from .admin_commands import connections, definitions, mirror, permissions, user, vhost
-from .client import Client, add_connection_options, fail, pass_client
+from .client import Client, add_connection_options, fail, global_options, pass_client
 from .message_commands import consume, get, publish
 from .policy_commands import policy
 from .stream_commands import stream
@@ -23,6 +23,7 @@ __all__ = ["Client", "fail", "pass_client", "register"]
 
 
 def register(cli: click.Group) -> None:
+    global_options(cli)
     for command in (overview, exchange, queue, bind, unbind, publish, get, consume, definitions, connections, user,
                     vhost, permissions, mirror, policy, stream):
         add_connection_options(command)

@@ -3,6 +3,7 @@ over its HTTP API (see ``commands``) or run Spark jobs (``spark_commands``, opti
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -14,8 +15,10 @@ __all__ = ["cli", "main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(headrace.__version__, prog_name="headrace")
-def cli() -> None:
+def cli(**global_opts: object) -> None:
     """headrace: an AMQP 0-9-1 message broker with an HTTP API and a Spark bridge."""
+    # the management commands' options given before the subcommand (``client.global_options``)
+    click.get_current_context().meta["headrace.global"] = global_opts
 
 
 @cli.command()
@@ -36,8 +39,10 @@ def serve(config_file: Path | None, **flags: object) -> None:
 
     from headrace.persistence.definitions import DefinitionsError
     from headrace.server.app import StartupError, run
-    from headrace.server.config import load_settings
+    from headrace.server.config import load_settings, unknown_env
 
+    for name in unknown_env(os.environ):  # a typo would otherwise be ignored without a word
+        click.echo(f"Warning: {name} is not a headrace setting or variable; ignored", err=True)
     try:
         settings = load_settings(config_file, **flags)
     except (ValidationError, FileNotFoundError, ValueError) as exc:

@@ -71,8 +71,11 @@ def queue() -> None:
 @queue.command("list")
 @pass_client
 def queue_list(c: Client) -> None:
-    c.show(c.call("GET", f"/api/queues/{c.v}"),
-           ["name", "type", "durable", "messages_ready", "messages_unacknowledged", "consumers", "spilled"])
+    """Queues of every vhost the user can see (rabbitmqctl list_queues per vhost, all at once here);
+    --vhost (or HEADRACE_VHOST) keeps one vhost's."""
+    path = f"/api/queues/{c.v}" if c.vhost_given else "/api/queues"
+    c.show(c.call("GET", path),
+           ["vhost", "name", "type", "durable", "messages_ready", "messages_unacknowledged", "consumers", "spilled"])
 
 
 @queue.command("stream")
@@ -96,11 +99,19 @@ def queue_stream(c: Client, name: str) -> None:
 @click.argument("name")
 @click.option("--durable/--transient", default=True, show_default=True)
 @click.option("--auto-delete", is_flag=True)
+@click.option("--type", "type_", type=click.Choice(["classic", "quorum", "stream"]),
+              help="Queue type (x-queue-type) [classic].")
 @click.option("--argument", "-a", multiple=True, help="x-argument as key=value (JSON values allowed).")
 @pass_client
-def queue_declare(c: Client, name: str, durable: bool, auto_delete: bool, argument: tuple[str, ...]) -> None:
+def queue_declare(c: Client, name: str, durable: bool, auto_delete: bool, type_: str | None,
+                  argument: tuple[str, ...]) -> None:
+    arguments = kv_pairs(argument)
+    if type_ is not None:
+        if arguments.get("x-queue-type", type_) != type_:
+            raise click.UsageError(f"--type {type_} and -a x-queue-type={arguments['x-queue-type']} disagree")
+        arguments["x-queue-type"] = type_
     c.call("PUT", f"/api/queues/{c.v}/{quote(name, safe='')}",
-           {"durable": durable, "auto_delete": auto_delete, "arguments": kv_pairs(argument)})
+           {"durable": durable, "auto_delete": auto_delete, "arguments": arguments})
     c.done(f"queue {name} declared", "declared", queue=name)
 
 

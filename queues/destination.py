@@ -100,6 +100,9 @@ class Destination(ABC):
     def spilled_count(self) -> int:
         return 0
 
+    def spilled_bytes(self) -> int:
+        return 0
+
     def head(self) -> QueueEntry | None:
         """The next resident entry to go out, where the type keeps one."""
         return None

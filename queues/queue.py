@@ -88,6 +88,10 @@ class Queue(Destination):
     def spilled_count(self) -> int:
         return self._backlog.spill.count
 
+    def spilled_bytes(self) -> int:
+        """Body bytes of the ready messages kept on disk (RabbitMQ's ``message_bytes_paged_out``)."""
+        return self._backlog.spill.bytes
+
     def head(self) -> QueueEntry | None:
         """The next resident entry to go out (None when empty or when only spilled ones are left)."""
         return self._backlog.ready.peek()

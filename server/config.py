@@ -40,7 +40,7 @@ from .config_groups import (
     StorageSettings,
 )
 
-__all__ = ["GROUPS", "REMOVED", "Settings", "SettingsError", "load_settings"]
+__all__ = ["GROUPS", "OTHER_ENV", "REMOVED", "Settings", "SettingsError", "load_settings", "unknown_env"]
 
 ENV_PREFIX = "HEADRACE_"
 
@@ -51,6 +51,13 @@ REMOVED: dict[str, str] = {
     "amqp_held_rcvbuf": "a held connection's receive buffer is never shrunk (measured: the shrink drops data "
                         "in flight and leaves clients with larger send buffers)",
 }
+
+# HEADRACE_* variables that are not broker settings but are read by other parts: the config file's
+# name, the management CLI's client (cli/client.py), the pure-Python switch of persistence/mirror_frame.py
+# and the test suite's fuzz size. ``unknown_env`` warns about any other.
+OTHER_ENV = frozenset({"HEADRACE_CONFIG", "HEADRACE_CONFIG_FILE_INTERNAL", "HEADRACE_URL", "HEADRACE_USER",
+                       "HEADRACE_PASSWORD", "HEADRACE_VHOST", "HEADRACE_CLI_CONFIG", "HEADRACE_PURE_PYTHON",
+                       "HEADRACE_FUZZ_EXAMPLES"})
 
 
 class SettingsError(ValueError):
@@ -158,19 +165,38 @@ def _flat_env_model() -> type[BaseSettings]:
     return flat
 
 
-def _one_line(exc: ValidationError) -> str:
+def unknown_env(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """The ``HEADRACE_*`` names in ``environ`` that nothing reads (a typo such as
+    ``HEADRACE_AMQP_PROT``): pydantic-settings ignores them silently, so ``headrace serve`` warns."""
+    known = set(OTHER_ENV) | {ENV_PREFIX + name.upper() for name in (*GROUPS, *REMOVED, *Settings.model_fields)}
+    known |= {f"{ENV_PREFIX}{group.upper()}__{name.upper()}" for name, group in GROUPS.items()}
+    return sorted(name for name in environ if name.upper().startswith(ENV_PREFIX) and name.upper() not in known)
+
+
+def _in_env(loc: tuple[str, ...]) -> bool:
+    """Whether a setting at ``loc`` (``("network", "amqp_port")``) came from the environment."""
+    names = {ENV_PREFIX + "__".join(loc).upper(), ENV_PREFIX + loc[-1].upper()}
+    return any(name in os.environ for name in names)
+
+
+def _one_line(exc: ValidationError, path: Path | None = None, flags: frozenset[str] = frozenset()) -> str:
     """A pydantic error list as one line that names each setting as it is set (its flat name and
-    environment variable), not by pydantic's location in the groups."""
+    environment variable, or the TOML file and the key), not by pydantic's location in the groups."""
     parts = []
     for err in exc.errors(include_url=False):
         loc = tuple(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        setting = (loc[1] if len(loc) == 2 and GROUPS.get(loc[1]) == loc[0] else
+                   loc[0] if len(loc) == 1 and loc[0] in Settings.model_fields and loc[0] not in GROUPS.values()
+                   else None)
+        from_file = path is not None and bool(loc) and not _in_env(loc) and (setting or loc[-1]) not in flags
+        if from_file and (setting is not None or err["type"] == "extra_forbidden"):
+            what = "not a setting" if err["type"] == "extra_forbidden" else f"{msg}, got {err['input']!r}"
+            parts.append(f"{path}: {setting or '.'.join(loc)}: {what}")
+        elif err["type"] == "extra_forbidden":
             parts.append(f"{'.'.join(loc)}: not a setting")
-        elif len(loc) == 2 and GROUPS.get(loc[1]) == loc[0]:
-            parts.append(f"{loc[1]} (HEADRACE_{loc[1].upper()}): {msg}, got {err['input']!r}")
-        elif len(loc) == 1 and loc[0] in Settings.model_fields and loc[0] not in GROUPS.values():
-            parts.append(f"{loc[0]} (HEADRACE_{loc[0].upper()}): {msg}, got {err['input']!r}")
+        elif setting is not None:
+            parts.append(f"{setting} (HEADRACE_{setting.upper()}): {msg}, got {err['input']!r}")
         else:  # a group's own check, whose message names its settings, or an item of a list
             parts.append(f"{'.'.join(loc[1:]) + ': ' if len(loc) > 1 else ''}{msg}")
     return "; ".join(parts)
@@ -189,7 +215,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             os.environ["HEADRACE_CONFIG_FILE_INTERNAL"] = str(path)
         return Settings(**clean)
     except ValidationError as exc:
-        raise SettingsError(_one_line(exc)) from None
+        raise SettingsError(_one_line(exc, path, frozenset(clean))) from None
     finally:
         if old is None:
             os.environ.pop("HEADRACE_CONFIG_FILE_INTERNAL", None)

@@ -15,52 +15,25 @@ The management port's own ``/metrics`` (``metrics.py``, ``headrace_*``) is uncha
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Callable
 
-from headrace.queues import Destination, QueueStats
+from headrace.queues import QueueStats
 from headrace.server.broker.totals import add_stats, node_totals
 
 from .metrics import escape_label
-from .node_facts import NODE_NAME, RABBITMQ_API_VERSION, cluster_name
+from .node_facts import RABBITMQ_API_VERSION, cluster_name
+from .prometheus_detailed import routes as detailed_routes
+from .prometheus_families import CHURN_FAMILIES, CONTENT_TYPE, QUEUE_FAMILIES, family_lines, identity_labels
 from .routes import Context, Request, Response, Router, Routes
 
 __all__ = ["render_rabbitmq", "router"]
 
 routes = Routes()
 
-CONTENT_TYPE = "text/plain; version=0.0.4"
 PROTOCOL = '{protocol="amqp091"}'
 # RabbitMQ's queue type modules, the ``queue_type`` label of the global counters
 QUEUE_TYPE_LABELS = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
                      "stream": "rabbit_stream_queue"}
-
-# (family, help, value of one queue): the queue families, summed node-wide or one sample a queue
-QUEUE_FAMILIES: tuple[tuple[str, str, Callable[[Destination], float]], ...] = (
-    ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: q.messages_ready),
-    ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
-     lambda q: q.messages_unacked),
-    ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth",
-     lambda q: q.messages_ready + q.messages_unacked),
-    ("rabbitmq_queue_consumers", "Consumers on a queue", lambda q: q.consumer_count),
-    ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages",
-     lambda q: q.message_bytes_ready + q.message_bytes_unacked),
-    ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages", lambda q: q.message_bytes_ready),
-    ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages",
-     lambda q: q.message_bytes_unacked),
-    ("rabbitmq_queue_messages_ram", "Ready and unacknowledged messages stored in memory",
-     lambda q: q.messages_ready + q.messages_unacked - q.spilled_count()),
-    ("rabbitmq_queue_messages_paged_out", "Messages paged out to disk", lambda q: q.spilled_count()),
-    ("rabbitmq_queue_process_memory_bytes", "Memory in bytes used by the Erlang queue process",
-     lambda q: q.memory),
-)
-
-
-def _cluster_id(name: str) -> str:
-    """A stable stand-in for RabbitMQ's random cluster id: derived from the cluster name."""
-    digest = base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest()[:16]).decode().rstrip("=")
-    return f"rabbitmq-cluster-id-{digest}"
 
 
 def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
@@ -69,10 +42,7 @@ def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# TYPE {name} {kind}")  # in the plugin's order: TYPE, then HELP
-        lines.append(f"# HELP {name} {help_text}")
-        for labels, value in samples:
-            lines.append(f"{name}{labels} {value}")
+        family_lines(lines, name, kind, help_text, samples)
 
     def one(name: str, kind: str, help_text: str, value: float, labels: str = "") -> None:
         family(name, kind, help_text, [(labels, value)])
@@ -86,9 +56,7 @@ def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
         f'{{rabbitmq_version="{RABBITMQ_API_VERSION}",prometheus_plugin_version="{RABBITMQ_API_VERSION}",'
         f'prometheus_client_version="none",erlang_version="none",product="headrace",'
         f'product_version="{escape_label(ctx.version)}"}}')
-    one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1,
-        f'{{rabbitmq_node="{NODE_NAME}",rabbitmq_cluster="{escape_label(cluster)}",'
-        f'rabbitmq_cluster_permanent_id="{_cluster_id(cluster)}"}}')
+    one("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info", 1, identity_labels(cluster))
 
     # node: alarms, memory, disk, descriptors
     one("rabbitmq_alarms_file_descriptor_limit", "untyped",
@@ -112,14 +80,7 @@ def render_rabbitmq(ctx: Context, *, per_object: bool = False) -> str:
     consumers = sum(q.consumer_count for q in queues)
     one("rabbitmq_consumers", "gauge", "Consumers currently connected", consumers)
     one("rabbitmq_queues", "gauge", "Queues available", len(queues))
-    for name, event, help_text in (
-            ("rabbitmq_connections_opened_total", "connection_created", "Total number of connections opened"),
-            ("rabbitmq_connections_closed_total", "connection_closed", "Total number of connections closed or terminated"),
-            ("rabbitmq_channels_opened_total", "channel_created", "Total number of channels opened"),
-            ("rabbitmq_channels_closed_total", "channel_closed", "Total number of channels closed"),
-            ("rabbitmq_queues_declared_total", "queue_declared", "Total number of queues declared"),
-            ("rabbitmq_queues_created_total", "queue_created", "Total number of queues created"),
-            ("rabbitmq_queues_deleted_total", "queue_deleted", "Total number of queues deleted")):
+    for name, event, help_text in CHURN_FAMILIES:
         one(name, "counter", help_text, churn.get(event, 0))
 
     # queues: summed, or one sample each
@@ -231,4 +192,4 @@ def metrics_per_object(ctx: Context, req: Request) -> Response:
     return Response(200, render_rabbitmq(ctx, per_object=True).encode(), content_type=CONTENT_TYPE)
 
 
-router = Router([routes])
+router = Router([routes, detailed_routes])

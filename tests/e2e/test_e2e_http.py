@@ -91,7 +91,7 @@ def test_persistent_http_publish_answers_after_fsync(broker, http):
     assert r.status_code == 200 and r.json() == {"routed": True}
     assert http.get(f"/api/queues/%2F/{q}").json()["messages_ready"] == 1
     metrics = httpx.get(broker.http_url + "/metrics").text
-    synced = [line for line in metrics.splitlines() if line.startswith("headrace_store_synced_ticket ")]
+    synced = [line for line in metrics.splitlines() if line.startswith("headrace_store_synced_total ")]
     assert synced and int(synced[0].split()[1]) >= 1  # the answer came after the fsync of that ticket
     http.delete(f"/api/queues/%2F/{q}")
 

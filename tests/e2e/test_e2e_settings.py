@@ -62,3 +62,25 @@ def test_a_bad_value_is_one_line_naming_the_variable(tmp_path):
     assert "frame_max (HEADRACE_FRAME_MAX): Input should be greater than or equal to 4096" in lines[0]
     assert "heartbeat (HEADRACE_HEARTBEAT): Input should be greater than or equal to 0" in lines[0]
     assert not (tmp_path / "data").exists()
+
+
+def test_a_bad_value_in_the_toml_file_names_the_file_and_the_key(tmp_path):
+    config = tmp_path / "headrace.toml"
+    config.write_text('heartbeat = "abc"\n')
+    result = _serve(tmp_path, {"HEADRACE_CONFIG": str(config)})
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(f"Error: invalid settings: {config}: heartbeat: Input should be a valid "
+                                            "integer"), result.stderr
+    assert "\n" not in result.stderr.strip()
+    config.write_text("[network]\nnot_a_knob = 1\n")
+    result = _serve(tmp_path, {"HEADRACE_CONFIG": str(config)})
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"Error: invalid settings: {config}: network.not_a_knob: not a setting"
+
+
+def test_an_unknown_headrace_variable_is_warned_about_at_start(broker_factory):
+    env = {"HEADRACE_AMQP_PROT": "5673",  # a typo, ignored otherwise
+           "HEADRACE_URL": "http://127.0.0.1:1", "HEADRACE_USER": "x", "HEADRACE_CLI_CONFIG": "/nowhere"}  # the CLI's
+    proc = broker_factory(env=env)
+    warnings = [line.strip() for line in proc.log.splitlines() if line.startswith("Warning:")]
+    assert warnings == ["Warning: HEADRACE_AMQP_PROT is not a headrace setting or variable; ignored"]

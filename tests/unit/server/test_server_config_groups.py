@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.server.config import GROUPS, REMOVED, Settings, SettingsError, load_settings
+from headrace.server.config import GROUPS, REMOVED, Settings, SettingsError, load_settings, unknown_env
 
 GROUP_NAMES = ("network", "http", "storage", "spark", "limits", "auth", "cluster")
 
@@ -121,3 +121,20 @@ def test_unrelated_headrace_variables_are_not_settings(monkeypatch):
     monkeypatch.setenv("HEADRACE_URL", "http://elsewhere")  # the CLI client's, not the broker's
     monkeypatch.setenv("HEADRACE_FUZZ_EXAMPLES", "10")
     assert Settings().network.amqp_port == 5672
+
+
+def test_unknown_env_names_only_what_nothing_reads():
+    env = {"HEADRACE_AMQP_PROT": "1", "HEADRACE_AMQP_PORT": "1", "HEADRACE_NETWORK__HEARTBEAT": "1",
+           "HEADRACE_URL": "u", "HEADRACE_VHOST": "/", "HEADRACE_CLI_CONFIG": "c", "HEADRACE_CONFIG": "c",
+           "HEADRACE_NETWORK__BOGUS": "1", "PATH": "/bin"}
+    assert unknown_env(env) == ["HEADRACE_AMQP_PROT", "HEADRACE_NETWORK__BOGUS"]
+
+
+def test_a_bad_value_from_the_file_names_the_file_unless_the_environment_set_it(tmp_path, monkeypatch):
+    toml = tmp_path / "headrace.toml"
+    toml.write_text('channel_max = "many"\n')
+    with pytest.raises(SettingsError, match=f"^{toml}: channel_max: Input should be a valid integer"):
+        load_settings(toml)
+    monkeypatch.setenv("HEADRACE_CHANNEL_MAX", "lots")  # the environment's value is the one refused
+    with pytest.raises(SettingsError, match=r"^channel_max \(HEADRACE_CHANNEL_MAX\): .*got 'lots'"):
+        load_settings(toml)
