@@ -191,10 +191,20 @@ class MirrorLog:
                 data, index, done, offset, size, since, stamp = frame_messages(items, slow_row, *state)
             self._write(data, index, size, since, offset, stamp)
             if filters is not None and done > begin:
-                path = self.directory / f"{self._base:020d}{SEGMENT_SUFFIX}"
-                with _append_only(path.with_suffix(FILTER_SUFFIX)) as side:
-                    _write_all(side, chunk_entry(first_offset, offset, start, size, filters[begin:done]))
+                self._write_chunk(chunk_entry(first_offset, offset, start, size, filters[begin:done]))
         return first, self.next_offset - 1
+
+    def _write_chunk(self, entry: bytes) -> None:
+        """A chunk's filter entry to the segment's side file, after its records. On a failed write
+        (a full disk) the side file goes: a torn entry would shift every later one, while chunks
+        without an entry are only read whole (``stream_filter``), and the records stand."""
+        side = (self.directory / f"{self._base:020d}{SEGMENT_SUFFIX}").with_suffix(FILTER_SUFFIX)
+        try:
+            with _append_only(side) as f:
+                _write_all(f, entry)
+        except OSError as exc:
+            log.warning("stream %s/%s: chunk filters of %s dropped (%s)", self.vhost, self.exchange, side.name, exc)
+            side.unlink(missing_ok=True)
 
     @property
     def stamp_ms(self) -> int:

@@ -23,7 +23,7 @@ from typing import BinaryIO
 from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, seek_position
 from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
-from .stream_filter import Chunk, StreamFilter, read_chunks
+from .stream_filter import FILTER_SUFFIX, Chunk, StreamFilter, read_chunks
 
 __all__ = [
     "OFFSETS_FILE",
@@ -99,7 +99,7 @@ def remove_stream(data_dir: Path, vhost: str, queue: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class StreamStats:
-    size: int  # bytes of segments and indexes on disk
+    size: int  # bytes of segments, indexes and chunk filters on disk
     segments: int
     first_offset: int | None
     first_timestamp_ms: int | None
@@ -110,10 +110,11 @@ def stream_stats(data_dir: Path, vhost: str, queue: str) -> StreamStats:
     size = 0
     for seg in segs:
         size += seg.size
-        try:
-            size += seg.path.with_suffix(INDEX_SUFFIX).stat().st_size
-        except OSError:
-            pass
+        for suffix in (INDEX_SUFFIX, FILTER_SUFFIX):
+            try:
+                size += seg.path.with_suffix(suffix).stat().st_size
+            except OSError:
+                pass
     first_ts = None
     if segs:
         entries = index_entries(segs[0].path)
