@@ -34,17 +34,62 @@ def _text(value: object) -> bytes | None:
     return None
 
 
+# the size of a field-table value of each type after its type byte; None: a 4-byte length and that many
+_FIXED = {ord(k): n for k, n in (("t", 1), ("b", 1), ("B", 1), ("s", 2), ("u", 2), ("U", 2), ("I", 4), ("i", 4),
+                                 ("f", 4), ("l", 8), ("L", 8), ("d", 8), ("T", 8), ("D", 5), ("V", 0))}
+_SIZED = frozenset(map(ord, "SxAF"))
+_STRING = ord("S")
+
+
 def filter_value(props: bytes) -> bytes | None:
     """The message's ``x-stream-filter-value`` (UTF-8 bytes); None when it has none, or not a
-    string (such a message is unfiltered, as in RabbitMQ). A byte search first: most messages
-    carry no header of that name and are not decoded at all."""
+    string (such a message is unfiltered, as in RabbitMQ). This runs for every record a filtered
+    consumer reads: a byte search first (most messages carry no such header), then a walk over
+    the headers table's keys that skips the values by their sizes, no decoding (decoding the whole
+    properties costs ~15 us a record); anything unusual goes to the full decoder."""
     if _VALUE_BYTES not in props:
         return None
+    try:
+        return _walk(props)
+    except (IndexError, KeyError):
+        return _decoded(props)
+
+
+def _walk(props: bytes) -> bytes | None:
+    flags = props[0] << 8 | props[1]
+    pos, word = 2, flags
+    while word & 1:
+        word = props[pos] << 8 | props[pos + 1]
+        pos += 2
+    if not flags & (1 << 13):  # no headers
+        return None
+    for bit in (15, 14):  # content-type, content-encoding
+        if flags & (1 << bit):
+            pos += 1 + props[pos]
+    end = pos + 4 + int.from_bytes(props[pos:pos + 4], "big")
+    pos += 4
+    while pos < end:
+        n = props[pos]
+        key = props[pos + 1:pos + 1 + n]
+        kind = props[pos + 1 + n]
+        pos += 2 + n
+        if kind in _SIZED:
+            size = 4 + int.from_bytes(props[pos:pos + 4], "big")
+        else:
+            size = _FIXED[kind]
+        if key == _VALUE_BYTES:
+            return props[pos + 4:pos + size] if kind == _STRING else None
+        pos += size
+    return None
+
+
+def _decoded(props: bytes) -> bytes | None:
     try:
         headers = decode_properties(props).headers
     except FrameSyntaxError:
         return None
-    return _text(headers.get(VALUE_HEADER)) if headers else None
+    value = headers.get(VALUE_HEADER) if headers else None
+    return value.encode("utf-8") if isinstance(value, str) else None
 
 
 def consumer_filter(arguments: Mapping[str, Any], where: str) -> StreamFilter | None:

@@ -22,6 +22,24 @@ def test_filter_value_of_stored_properties():
     assert filter_value(props()) is None
     assert filter_value(b"") is None
     assert filter_value(props(**{"x-stream-filter-value": 5})) is None  # not a string: unfiltered
+    assert filter_value(props(**{"x-stream-filter-value": b"raw"})) is None  # a byte array is not a string
+
+
+def test_filter_value_walk_agrees_with_the_decoder():
+    """The walk over the header keys skips every value type the codec writes, before and after."""
+    import datetime
+    from decimal import Decimal
+
+    others = {"a": 1, "big": 2**40, "f": 1.5, "t": True, "n": None, "s": "x-stream-filter-value",
+              "tab": {"x-stream-filter-value": "inner"}, "arr": ["x", 2], "dec": Decimal("1.25"),
+              "ts": datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc), "raw": b"\x15x-stream-filter-value"}
+    for before in (True, False):
+        headers = {**others, "x-stream-filter-value": "eu"} if not before else {"x-stream-filter-value": "eu", **others}
+        for content_type in (None, "text/plain"):
+            raw = encode_properties(BasicProperties(content_type=content_type, content_encoding="gzip",
+                                                    headers=headers, message_id="m"))
+            assert filter_value(raw) == b"eu"
+    assert filter_value(encode_properties(BasicProperties(headers=others))) is None
 
 
 def test_consumer_filter_arguments():
