@@ -231,7 +231,8 @@ class StreamCursor:
             self.offset = max(self.offset, chunk.next)
             i += 1
         limit = self._pos + want
-        for chunk in chunks[i + 1:]:
+        for j in range(i + 1, len(chunks)):  # by index: a segment may hold many small chunks
+            chunk = chunks[j]
             if chunk.start >= limit:
                 break
             if chunk.next <= end and skips(chunk):
