@@ -1,0 +1,104 @@
+"""Stream filtering: a filtered read against an unfiltered read of the same stream, in-process,
+through the broker's own read path (``StreamCursor.read`` with a ``StreamFilter``, then the exact
+per-record check ``stream_filtering.filter_value`` the stream queue makes on every record read).
+
+The stream has ``--messages`` records of ``--body`` bytes with ``--values`` distinct
+``x-stream-filter-value`` headers, written by ``MirrorLog.append_rows`` in groups of ``--group``
+records (one group is one chunk, as one flusher group is in the broker). ``--layout runs`` gives
+each group one value (group g the value 37 g mod values) (a publisher batching by key, the case chunk filters are for); ``mixed``
+draws each record's value at random (every chunk holds every value: nothing can be skipped, only
+the exact check runs). The filter wants one value: 1/values of the stream.
+
+The unfiltered read does only the cursor reads (no per-record work): the filtered one is held to
+the cheapest reading of everything. Both with the segments in the page cache (just written).
+
+    .venv/bin/python benchmarks/bench_stream_filter.py [--messages 1000000] [--group 1000]
+        [--values 100] [--layout runs|mixed] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from headrace.persistence.mirror_log import MirrorLog
+from headrace.persistence.mirror_records import MirrorRow, encode_meta
+from headrace.persistence.stream_filter import StreamFilter
+from headrace.persistence.stream_log import StreamCursor, stream_root
+from headrace.server.amqp.properties import BasicProperties, encode_properties
+from headrace.server.broker.stream_filtering import filter_value
+
+
+def build(data: Path, n: int, group: int, values: int, layout: str, body: int) -> None:
+    rng = random.Random(1)
+    props = [encode_properties(BasicProperties(headers={"x-stream-filter-value": f"v{v}"})) for v in range(values)]
+    log = MirrorLog(stream_root(data), "/", "s", segment_max_bytes=64 << 20)
+    log.recover()
+    payload = b"x" * body
+    meta = encode_meta(None, None, None, "")
+    ts = int(time.time() * 1000)
+    for start in range(0, n, group):
+        count = min(group, n - start)
+        if layout == "runs":  # each value in every values-th group: exactly 1/values of the stream
+            picks = [(start // group * 37) % values] * count
+        else:
+            picks = [rng.randrange(values) for _ in range(count)]
+        rows: list[MirrorRow] = [(ts, "rk", props[v], payload, meta) for v in picks]
+        log.append_rows(rows, [b"v%d" % v for v in picks])
+    log.flush()
+    log.close()
+
+
+def read(data: Path, n: int, wanted: StreamFilter | None) -> tuple[float, int, int]:
+    """Seconds to read the whole stream, records read, records matched."""
+    cursor = StreamCursor(data, "/", "s", 0, wanted)
+    read_count = matched = 0
+    t0 = time.perf_counter()
+    while batch := cursor.read(n, 10_000, 256 << 10):
+        read_count += batch.count
+        if wanted is not None:
+            bounds, raw = batch.scan.bounds, batch.data
+            for r in range(batch.skip, batch.skip + batch.count):
+                matched += wanted.matches(filter_value(raw[bounds[5 * r + 3]:bounds[5 * r + 4]]))
+        else:
+            matched += batch.count
+    elapsed = time.perf_counter() - t0
+    cursor.close()
+    return elapsed, read_count, matched
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--group", type=int, default=1000)
+    ap.add_argument("--values", type=int, default=100)
+    ap.add_argument("--layout", choices=("runs", "mixed"), default="runs")
+    ap.add_argument("--body", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-stream-filter-") as tmp:
+        data = Path(tmp)
+        t0 = time.perf_counter()
+        build(data, args.messages, args.group, args.values, args.layout, args.body)
+        print(f"wrote {args.messages} records ({args.layout}, groups of {args.group}, {args.values} values) "
+              f"in {time.perf_counter() - t0:.1f} s")
+        wanted = StreamFilter(frozenset({b"v7"}))
+        plain, filtered = [], []
+        for _ in range(args.rounds):
+            s, count, _ = read(data, args.messages, None)
+            assert count == args.messages
+            plain.append(s)
+            s, count, matched = read(data, args.messages, wanted)
+            filtered.append(s)
+        p, f = statistics.median(plain), statistics.median(filtered)
+        print(f"unfiltered: {p:.3f} s ({args.messages / p / 1e6:.2f} M records/s)")
+        print(f"filtered (1 value of {args.values}): {f:.3f} s, read {count} records, matched {matched}")
+        print(f"speed-up: {p / f:.1f}x (medians of {args.rounds})")
+
+
+if __name__ == "__main__":
+    main()
