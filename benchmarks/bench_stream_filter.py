@@ -13,7 +13,12 @@ The unfiltered read does only the cursor reads (no per-record work): the filtere
 the cheapest reading of everything. Both with the segments in the page cache (just written).
 
     .venv/bin/python benchmarks/bench_stream_filter.py [--messages 1000000] [--group 1000]
-        [--values 100] [--layout runs|mixed] [--rounds 3]
+        [--values 100] [--layout runs|mixed] [--rounds 3] [--broker]
+
+``--broker`` measures through a real broker instead: the stream is declared, the broker stopped,
+the same records written into its log, the broker started on it; then one pika consumer (prefetch
+1000, multiple acks every 500) reads it from ``first`` unfiltered, and one with ``x-stream-filter``
+reads the 1%, each timed from ``basic.consume`` to its last delivery.
 """
 
 from __future__ import annotations
@@ -21,9 +26,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+import pika
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run import Headrace  # noqa: E402
 
 from headrace.persistence.mirror_log import MirrorLog
 from headrace.persistence.mirror_records import MirrorRow, encode_meta
@@ -33,10 +44,10 @@ from headrace.server.amqp.properties import BasicProperties, encode_properties
 from headrace.server.broker.stream_filtering import filter_value
 
 
-def build(data: Path, n: int, group: int, values: int, layout: str, body: int) -> None:
+def build(data: Path, n: int, group: int, values: int, layout: str, body: int, queue: str = "s") -> None:
     rng = random.Random(1)
     props = [encode_properties(BasicProperties(headers={"x-stream-filter-value": f"v{v}"})) for v in range(values)]
-    log = MirrorLog(stream_root(data), "/", "s", segment_max_bytes=64 << 20)
+    log = MirrorLog(stream_root(data), "/", queue, segment_max_bytes=64 << 20)
     log.recover()
     payload = b"x" * body
     meta = encode_meta(None, None, None, "")
@@ -71,6 +82,52 @@ def read(data: Path, n: int, wanted: StreamFilter | None) -> tuple[float, int, i
     return elapsed, read_count, matched
 
 
+def consume(port: int, queue: str, n: int, args: dict[str, object]) -> float:
+    """Seconds from ``basic.consume`` to the ``n``-th delivery."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1000)
+    got = 0
+
+    def on_message(chan: object, method: pika.spec.Basic.Deliver, props: object, body: bytes) -> None:
+        nonlocal got
+        got += 1
+        if got % 500 == 0 or got == n:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+        if got == n:
+            ch.stop_consuming()
+
+    t0 = time.perf_counter()
+    ch.basic_consume(queue, on_message, arguments={"x-stream-offset": "first", **args})
+    ch.start_consuming()
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def broker_run(args: argparse.Namespace) -> None:
+    queue = "bench-filter"
+    with tempfile.TemporaryDirectory(prefix="bench-stream-filter-") as tmp:
+        server = Headrace(Path(tmp))
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+        conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
+        conn.close()
+        server.stop()
+        build(Path(tmp) / "headrace", args.messages, args.group, args.values, args.layout, args.body, queue)
+        server = Headrace(Path(tmp))
+        try:
+            plain, filtered = [], []
+            for _ in range(args.rounds):
+                plain.append(consume(server.port, queue, args.messages, {}))
+                filtered.append(consume(server.port, queue, args.messages // args.values, {"x-stream-filter": "v7"}))
+        finally:
+            server.stop()
+        p, f = statistics.median(plain), statistics.median(filtered)
+        print(f"broker, unfiltered consumer: {p:.2f} s ({args.messages / p:,.0f} msg/s)")
+        print(f"broker, filtered consumer (1 value of {args.values}): {f:.3f} s")
+        print(f"speed-up: {p / f:.1f}x (medians of {args.rounds})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -79,7 +136,11 @@ def main() -> None:
     ap.add_argument("--layout", choices=("runs", "mixed"), default="runs")
     ap.add_argument("--body", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--broker", action="store_true")
     args = ap.parse_args()
+    if args.broker:
+        broker_run(args)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-stream-filter-") as tmp:
         data = Path(tmp)
         t0 = time.perf_counter()
