@@ -92,6 +92,7 @@ class MirrorLog:
         self.next_offset = 0
         self._file: BinaryIO | None = None
         self._index: BinaryIO | None = None
+        self._side: BinaryIO | None = None  # the active segment's chunk filters (streams), opened at first use
         self._size = 0
         self._since_index = 0
         self._base = 0
@@ -198,13 +199,26 @@ class MirrorLog:
         """A chunk's filter entry to the segment's side file, after its records. On a failed write
         (a full disk) the side file goes: a torn entry would shift every later one, while chunks
         without an entry are only read whole (``stream_filter``), and the records stand."""
-        side = (self.directory / f"{self._base:020d}{SEGMENT_SUFFIX}").with_suffix(FILTER_SUFFIX)
         try:
-            with _append_only(side) as f:
-                _write_all(f, entry)
+            if self._side is None:
+                self._side = _append_only(self._side_path())
+            _write_all(self._side, entry)
         except OSError as exc:
+            side = self._side_path()
             log.warning("stream %s/%s: chunk filters of %s dropped (%s)", self.vhost, self.exchange, side.name, exc)
+            self._close_side()
             side.unlink(missing_ok=True)
+
+    def _side_path(self) -> Path:
+        return self.directory / f"{self._base:020d}{FILTER_SUFFIX}"
+
+    def _close_side(self) -> None:
+        side, self._side = self._side, None
+        if side is not None:
+            try:
+                side.close()
+            except OSError:
+                pass
 
     @property
     def stamp_ms(self) -> int:
@@ -250,6 +264,7 @@ class MirrorLog:
 
     def close(self) -> None:
         """Sync and close; the files are closed even when the sync fails (which is raised)."""
+        self._close_side()
         if self._file is not None:
             file, index = self._file, self._index
             self._file = self._index = None
