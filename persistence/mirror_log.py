@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, TypeVar, cast
 
 from .mirror_frame import LogMessage, frame_messages, frame_rows
 from .records import iter_records
+from .stream_filter import FILTER_SUFFIX, chunk_entry, truncate_chunks
 from .mirror_reader import (
     ReadRange,
     SpanScan,
@@ -91,6 +92,7 @@ class MirrorLog:
         self.next_offset = 0
         self._file: BinaryIO | None = None
         self._index: BinaryIO | None = None
+        self._side: BinaryIO | None = None  # the active segment's chunk filters (streams), opened at first use
         self._size = 0
         self._since_index = 0
         self._base = 0
@@ -122,6 +124,7 @@ class MirrorLog:
                 f.truncate(valid_end)
                 os.fsync(f.fileno())
             self._truncate_index(last.path.with_suffix(INDEX_SUFFIX), valid_end)
+            truncate_chunks(last.path, valid_end)
         self.next_offset = next_offset
         self._file = _append_only(last.path)
         self._index = _append_only(last.path.with_suffix(INDEX_SUFFIX))
@@ -154,20 +157,25 @@ class MirrorLog:
         """``append_rows`` of the records' rows."""
         return self.append_rows([row_of(rec) for rec in records])
 
-    def append_rows(self, rows: Sequence[MirrorRow]) -> tuple[int, int]:
+    def append_rows(self, rows: Sequence[MirrorRow], filters: Sequence[bytes | None] | None = None) -> tuple[int, int]:
         """Appends in one write per segment touched; returns the first and last offsets given.
         The index gets an entry every ``index_interval_bytes``; timestamps are clamped to never
         go back (``stamp_ms`` is the last one written). ``mirror_frame.frame_rows`` builds the
         bytes: this runs for every mirrored or streamed publish, in the writer's thread but under
-        the GIL, so its cost per record is the mirror's share of the broker's CPU."""
-        return self._append(rows, None)
+        the GIL, so its cost per record is the mirror's share of the broker's CPU.
+
+        ``filters`` (a stream's records: each one's ``x-stream-filter-value`` or None) makes each
+        write into a segment one chunk, whose Bloom filter entry goes to the segment's side file
+        right after its records (``stream_filter``)."""
+        return self._append(rows, None, filters)
 
     def append_messages(self, messages: Sequence[M], slow_row: Callable[[M], MirrorRow]) -> tuple[int, int]:
         """``append_rows`` of the broker's messages, framed straight from them (``frame_messages``);
         ``slow_row`` makes the row of one with headers, a content type or a message id."""
         return self._append(messages, slow_row)
 
-    def _append(self, items: Sequence[Any], slow_row: Callable[[Any], MirrorRow] | None) -> tuple[int, int]:
+    def _append(self, items: Sequence[Any], slow_row: Callable[[Any], MirrorRow] | None,
+                filters: Sequence[bytes | None] | None = None) -> tuple[int, int]:
         if self._file is None:
             self.recover()
         first = self.next_offset
@@ -175,6 +183,7 @@ class MirrorLog:
         while done < count:
             if self._size >= self.segment_max_bytes:
                 self._open(self.next_offset)
+            begin, first_offset, start = done, self.next_offset, self._size
             state = (done, self.next_offset, self._size, self._since_index, self._stamp, self.segment_max_bytes,
                      self.index_interval_bytes)
             if slow_row is None:
@@ -182,7 +191,34 @@ class MirrorLog:
             else:
                 data, index, done, offset, size, since, stamp = frame_messages(items, slow_row, *state)
             self._write(data, index, size, since, offset, stamp)
+            if filters is not None and done > begin:
+                self._write_chunk(chunk_entry(first_offset, offset, start, size, filters[begin:done]))
         return first, self.next_offset - 1
+
+    def _write_chunk(self, entry: bytes) -> None:
+        """A chunk's filter entry to the segment's side file, after its records. On a failed write
+        (a full disk) the side file goes: a torn entry would shift every later one, while chunks
+        without an entry are only read whole (``stream_filter``), and the records stand."""
+        try:
+            if self._side is None:
+                self._side = _append_only(self._side_path())
+            _write_all(self._side, entry)
+        except OSError as exc:
+            side = self._side_path()
+            log.warning("stream %s/%s: chunk filters of %s dropped (%s)", self.vhost, self.exchange, side.name, exc)
+            self._close_side()
+            side.unlink(missing_ok=True)
+
+    def _side_path(self) -> Path:
+        return self.directory / f"{self._base:020d}{FILTER_SUFFIX}"
+
+    def _close_side(self) -> None:
+        side, self._side = self._side, None
+        if side is not None:
+            try:
+                side.close()
+            except OSError:
+                pass
 
     @property
     def stamp_ms(self) -> int:
@@ -220,6 +256,7 @@ class MirrorLog:
                 break
             seg.path.unlink(missing_ok=True)
             seg.path.with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
+            seg.path.with_suffix(FILTER_SUFFIX).unlink(missing_ok=True)
             self._last_ts.pop(seg.path, None)
             total -= seg.size
             dropped += 1
@@ -227,6 +264,7 @@ class MirrorLog:
 
     def close(self) -> None:
         """Sync and close; the files are closed even when the sync fails (which is raised)."""
+        self._close_side()
         if self._file is not None:
             file, index = self._file, self._index
             self._file = self._index = None

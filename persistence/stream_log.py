@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -23,6 +23,7 @@ from typing import BinaryIO
 from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, seek_position
 from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
+from .stream_filter import FILTER_SUFFIX, Chunk, StreamFilter, read_chunks
 
 __all__ = [
     "OFFSETS_FILE",
@@ -98,7 +99,7 @@ def remove_stream(data_dir: Path, vhost: str, queue: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class StreamStats:
-    size: int  # bytes of segments and indexes on disk
+    size: int  # bytes of segments, indexes and chunk filters on disk
     segments: int
     first_offset: int | None
     first_timestamp_ms: int | None
@@ -109,10 +110,11 @@ def stream_stats(data_dir: Path, vhost: str, queue: str) -> StreamStats:
     size = 0
     for seg in segs:
         size += seg.size
-        try:
-            size += seg.path.with_suffix(INDEX_SUFFIX).stat().st_size
-        except OSError:
-            pass
+        for suffix in (INDEX_SUFFIX, FILTER_SUFFIX):
+            try:
+                size += seg.path.with_suffix(suffix).stat().st_size
+            except OSError:
+                pass
     first_ts = None
     if segs:
         entries = index_entries(segs[0].path)
@@ -162,15 +164,24 @@ class StreamCursor:
 
     Each ``read`` is one ``pread`` of at most ``max_bytes`` (sized from the records seen so far to
     what the consumer's credit can take) and one bulk scan of it: what a wake-up costs is bounded
-    and does not depend on the stream's length or where in it the consumer is."""
+    and does not depend on the stream's length or where in it the consumer is.
 
-    __slots__ = ("root", "vhost", "queue", "offset", "_fd", "_path", "_pos", "_avg")
+    With a ``filter`` (a filtered consumer), whole chunks whose Bloom filter rules out every wanted
+    value are stepped over on their side-file entry alone, and a read stops before the next such
+    chunk; the records read still need the exact check (``StreamFilter.matches``) by the caller."""
 
-    def __init__(self, data_dir: Path, vhost: str, queue: str, offset: int) -> None:
+    __slots__ = ("root", "vhost", "queue", "offset", "filter", "_fd", "_path", "_pos", "_avg", "_chunks",
+                 "_starts")
+
+    def __init__(self, data_dir: Path, vhost: str, queue: str, offset: int,
+                 filter: StreamFilter | None = None) -> None:
         self.root = stream_root(data_dir)
         self.vhost = vhost
         self.queue = queue
         self.offset = offset
+        self.filter = filter
+        self._chunks: list[Chunk] = []  # the open segment's chunks, as far as read (filtered only)
+        self._starts: list[int] = []
         self._fd: int | None = None
         self._path: Path | None = None
         self._pos = 0
@@ -196,7 +207,37 @@ class StreamCursor:
             return False
         self._path = seg.path
         self._pos = seek_position(seg.path, self.offset, None)
+        self._chunks, self._starts = [], []
         return True
+
+    def _filtered_span(self, end: int, want: int) -> int:
+        """Step over the chunks from ``_pos`` that the filter rules out (only those wholly below
+        the committed end), then how much to read: ``want``, cut before the next such chunk."""
+        assert self.filter is not None and self._path is not None
+        chunks, starts = self._chunks, self._starts
+        if not chunks or self._pos >= chunks[-1].end:
+            more = read_chunks(self._path, len(chunks))
+            chunks += more
+            starts += [c.start for c in more]
+        i = bisect_right(starts, self._pos) - 1
+        if i < 0:
+            return want
+        skips = self.filter.skips
+        while i < len(chunks) and chunks[i].start <= self._pos < chunks[i].end:
+            chunk = chunks[i]
+            if chunk.next > end or not skips(chunk):
+                break
+            self._pos = chunk.end
+            self.offset = max(self.offset, chunk.next)
+            i += 1
+        limit = self._pos + want
+        for j in range(i + 1, len(chunks)):  # by index: a segment may hold many small chunks
+            chunk = chunks[j]
+            if chunk.start >= limit:
+                break
+            if chunk.next <= end and skips(chunk):
+                return max(chunk.start - self._pos, 0)
+        return want
 
     def read(self, end: int, max_records: int, max_bytes: int = READ_CHUNK) -> StreamBatch | None:
         """Up to ``max_records`` records from ``offset`` below ``end`` (the committed end), read
@@ -207,7 +248,10 @@ class StreamCursor:
             if self._fd is None and not self._locate():
                 return None
             assert self._fd is not None
-            data = os.pread(self._fd, want, self._pos)
+            span = self._filtered_span(end, want) if self.filter is not None else want
+            if self.offset >= end:
+                return None
+            data = os.pread(self._fd, span, self._pos) if span else b""
             if len(data) >= HEADER_SIZE:
                 length = HEADER.unpack_from(data, 0)[0]
                 if HEADER_SIZE + length > len(data) and length <= MAX_RECORD_SIZE:

@@ -21,7 +21,7 @@ the group's last acked offset, so nothing the group acked comes again.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from headrace.server.amqp.spec import ReplyCode
 
 from . import errors
 from .queue_types import parse_interval_ms
+from .stream_filtering import consumer_filter, filter_value
 
 __all__ = ["ReadBudget", "StreamQueue", "StreamReader"]
 
@@ -155,11 +156,12 @@ class StreamQueue(Destination):
             raise errors.precondition_failed(f"invalid arg '{NAME_ARG}': {name!r} is not a string")
         spec = arguments.get("x-stream-offset", "next")
         start = self._start_offset(spec, now)
+        wanted = consumer_filter(arguments, self._rs())
         sac = self._sac(arguments, name)
         index = self._partition_index(arguments) if sac else 0  # every check before anything is kept
         if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
             start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
-        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start), name)
+        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name)
         self.readers[consumer.tag] = reader
         if sac and name is not None:
             reader.group, reader.index, reader.active = name, index, False
@@ -210,8 +212,9 @@ class StreamQueue(Destination):
                 return False
         reader.resume = False
         if group is not None and group in self.tracked:
+            wanted = reader.cursor.filter
             reader.cursor.close()
-            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, self.tracked[group] + 1)
+            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, self.tracked[group] + 1, wanted)
         return True
 
     def _start_offset(self, spec: object, now: float) -> int:
@@ -285,27 +288,32 @@ class StreamQueue(Destination):
                     break
                 budget.bytes -= batch.size
                 budget.records -= batch.count
-                count += batch.count
-                self._hand(reader, batch, now)
+                count += self._hand(reader, batch, now)
         self._turn = first + 1
         self.stats.delivered += count
         return count
 
-    def _hand(self, reader: StreamReader, batch: StreamBatch, now: float) -> None:
+    def _hand(self, reader: StreamReader, batch: StreamBatch, now: float) -> int:
         """One delivery per record of the batch, built straight from the read bytes: the offset
         header is spliced into the stored properties, the source exchange and routing key come
-        from small caches (a stream's records mostly share them)."""
+        from small caches (a stream's records mostly share them). A filtered consumer gets only
+        the records its filter matches (the chunk filter is probabilistic): the others are not
+        delivered and take no credit, as in RabbitMQ. Returns the deliveries made."""
         data, scan = batch.data, batch.scan
         bounds, offsets, stamps = scan.bounds, scan.offsets, scan.timestamps
         consumer = reader.consumer
         deliver = consumer.sink.deliver
-        consumer.unacked += batch.count
-        self._in_flight += batch.count
+        records: Sequence[int] = range(batch.skip, batch.skip + batch.count)
+        wanted = reader.cursor.filter
+        if wanted is not None:
+            records = [r for r in records if wanted.matches(filter_value(data[bounds[5 * r + 3]:bounds[5 * r + 4]]))]
+        consumer.unacked += len(records)
+        self._in_flight += len(records)
         sources, keys = self._sources, self._keys
         if len(sources) > NAME_CACHE or len(keys) > NAME_CACHE:
             sources.clear()
             keys.clear()
-        for r in range(batch.skip, batch.skip + batch.count):
+        for r in records:
             b = 5 * r
             rk_at, meta_at, props_at, body_at = bounds[b + 1], bounds[b + 2], bounds[b + 3], bounds[b + 4]
             raw_key = data[rk_at:meta_at]
@@ -320,6 +328,7 @@ class StreamQueue(Destination):
             message = Message(0, source, key, with_int_header(data[props_at:body_at], OFFSET_HEADER, offset),
                               data[body_at:bounds[b + 5]], True, 0, None, None, stamps[r] / 1000)
             deliver(consumer, self, QueueEntry(offset, message, False, 0, None, reader), now)
+        return len(records)
 
     # ------------------------------------------------------------------ settle: credit only
     def _release(self, entry: QueueEntry) -> bool:

@@ -30,6 +30,7 @@ import trio
 from headrace.server.broker import Broker
 from headrace.server.broker.policies import stream_arguments
 from headrace.server.broker.queue_types import parse_interval_ms
+from headrace.server.broker.stream_filtering import filter_value
 from headrace.server.broker.stream_queue import StreamQueue
 
 __all__ = ["STREAM_OPS", "StreamWriter", "Written"]
@@ -130,7 +131,7 @@ class StreamWriter:
         written: list[Written] = []
         for key, records in appends.items():
             log_ = self._log(key, settings.get(key))
-            log_.append_rows(records)
+            log_.append_rows(records, [filter_value(row[2]) for row in records])
             log_.flush(fsync=self.fsync)
             log_.enforce_retention(log_.stamp_ms)
             segs = list_segments(log_.root, *key)
