@@ -105,7 +105,9 @@ def node_json(facts: NodeFacts, *, now: float, mem_used: int, disk_free: int, al
         "mem_used": mem_used, "mem_limit": facts.mem_limit, "mem_alarm": "memory" in alarms,
         "mem_calculation_strategy": "rss",
         "disk_free": disk_free, "disk_free_limit": facts.disk_free_limit, "disk_free_alarm": "disk" in alarms,
-        "proc_used": 1, "proc_total": 1, "run_queue": 0, "processors": facts.processors,
+        # no Erlang processes here: one of Erlang's default 1048576, so the UI's bar reads as the
+        # near-empty table it is rather than a full one
+        "proc_used": 1, "proc_total": 1048576, "run_queue": 0, "processors": facts.processors,
         "rates_mode": "basic", "net_ticktime": 60, "partitions": [], "cluster_links": [],
         "exchange_types": EXCHANGE_TYPES,
         "auth_mechanisms": [{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism",
