@@ -30,7 +30,10 @@ __all__ = ["DEFAULT_EXCHANGE", "binding_json", "channel_json", "connection_basic
 
 DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
 # Erlang's scheduler work and garbage collection: no such thing here
-NO_REDUCTIONS: dict[str, Any] = {"reductions": 0, "reductions_details": {"rate": 0.0}, "garbage_collection": {}}
+# no Erlang reductions here: zero, and no samples to draw (RabbitMQ's UI charts every *_details it
+# finds and needs a samples list in each)
+NO_REDUCTIONS: dict[str, Any] = {"reductions": 0, "reductions_details": {"rate": 0.0, "samples": []},
+                                 "garbage_collection": {}}
 TIMESTAMP_FLAG = 1 << 6  # the timestamp property's bit, in the low byte of the first flag word
 
 

@@ -1,0 +1,127 @@
+"""RabbitMQ 3.10's own management UI, served as static files with ``/api/*`` forwarded to a real
+broker (``rabbitmq_ui.py``), driven in the test Chromium as a user drives it: login, every page with
+no JavaScript error in the browser log, a chart, queue publish and get, definitions download and
+upload, and the user and vhost forms. Each effect is checked through the API as well."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_support import unique
+from rabbitmq_ui import WWW, UIServer
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(not WWW.is_dir(), reason="make build/rabbitmqadmin/rabbitmqadmin unpacks the UI")]
+NODE = "headrace@localhost"
+PAGES = {"": "Overview", "connections": "Connections", "channels": "Channels", "exchanges": "Exchanges",
+         "queues": "Queues", "users": "Users", "vhosts": "Virtual Hosts", "policies": "Policies",
+         f"nodes/{NODE}": "Node"}
+
+
+def wait(driver: WebDriver, cond, timeout: float = 10.0):
+    return WebDriverWait(driver, timeout, poll_frequency=0.05,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(cond)
+
+
+def js_errors(driver: WebDriver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def submit(driver: WebDriver, action: str, values: dict[str, str]) -> None:
+    """Fill the form whose action is ``action`` and submit it, as the user would."""
+    form = driver.find_element(By.CSS_SELECTOR, f'form[action="{action}"]')
+    for name, value in values.items():
+        field = form.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    form.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
+
+
+@pytest.fixture(scope="module")
+def ui(broker):
+    with UIServer(broker.http_url) as server:
+        yield server
+
+
+@pytest.fixture
+def page(browser, ui):
+    browser.get(ui.url + "/")
+    browser.delete_all_cookies()
+    browser.execute_script("localStorage.clear()")
+    browser.get(ui.url + "/")
+    wait(browser, lambda d: d.find_element(By.NAME, "username").is_displayed())
+    submit(browser, "#/login", {"username": "guest", "password": "guest"})
+    wait(browser, lambda d: "Overview" in d.find_element(By.CSS_SELECTOR, "#main h1").text)
+    browser.get_log("browser")  # start each test with an empty log
+    browser.execute_script("window.confirm = function() { return true; }")
+    return browser
+
+
+def go(driver: WebDriver, base: str, route: str, title: str) -> None:
+    driver.get(f"{base}/#/{route}")
+    wait(driver, lambda d: title in d.find_element(By.CSS_SELECTOR, "#main h1").text)
+
+
+def test_every_page_renders_without_javascript_errors_and_with_charts(page, ui, broker):
+    for route, title in PAGES.items():
+        go(page, ui.url, route, title)
+        if route == "":
+            wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#main div.chart canvas"))
+        assert js_errors(page) == [], route
+
+
+def test_queue_publish_and_get_through_the_forms(page, ui, broker):
+    q = unique("uiq")
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.put(f"/api/queues/%2F/{q}", json={}).status_code == 201
+        go(page, ui.url, f"queues/%2F/{q}", q)
+        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+        submit(page, "#/exchanges/publish", {"payload": "hello from the UI"})
+        wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").json()["messages"] == 1)
+        page.execute_script("window.confirm = function() { return true; }")
+        submit(page, "#/queues/get", {})
+        wait(page, lambda d: "hello from the UI" in d.find_element(By.CSS_SELECTOR, "pre.msg-payload").text)
+    assert js_errors(page) == []
+
+
+def test_definitions_download_and_upload(page, ui, broker, tmp_path: Path):
+    q = unique("uploaded")
+    go(page, ui.url, "", "Overview")
+    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+    link = f"{ui.url}/api/definitions?download=defs.json&auth=" + page.execute_script(
+        "return get_cookie_value('auth')")
+    page.find_element(By.ID, "download-definitions")  # the button the link comes from
+    r = httpx.get(link, timeout=10)  # what the browser's download fetches (headless Chromium saves no file)
+    assert r.status_code == 200 and "queues" in r.json()
+    doc = {"queues": [{"name": q, "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}]}
+    upload = tmp_path / "defs.json"
+    upload.write_text(json.dumps(doc))
+    page.execute_script("window.confirm = function() { return true; }")
+    form = page.find_element(By.XPATH, "//input[@name='file']/ancestor::form")
+    form.find_element(By.NAME, "file").send_keys(str(upload))
+    form.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
+        wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").status_code == 200)
+    assert js_errors(page) == []
+
+
+def test_user_and_vhost_forms(page, ui, broker):
+    user, vhost = unique("uiuser"), unique("uivhost")
+    go(page, ui.url, "users", "Users")
+    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+    submit(page, "#/users-add", {"username": user, "password": "pw", "password_confirm": "pw", "tags": "management"})
+    go(page, ui.url, "vhosts", "Virtual Hosts")
+    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+    submit(page, "#/vhosts", {"name": vhost})
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
+        wait(page, lambda d: http.get(f"/api/users/{user}").status_code == 200)
+        assert http.get(f"/api/users/{user}").json()["tags"] in (["management"], "management")
+        wait(page, lambda d: http.get(f"/api/vhosts/{vhost}").status_code == 200)
+    assert js_errors(page) == []
