@@ -16,7 +16,7 @@ from headrace.server.broker.node import NODE_NAME
 from .rates import CHURN
 
 __all__ = ["EXCHANGE_TYPES", "FEATURE_FLAGS", "FLAG_DOCS", "FLAG_PROVIDERS", "NODE_NAME", "RABBITMQ_API_VERSION", "Listener", "NodeFacts",
-           "churn_counts", "cluster_name", "contexts_json", "listeners_json", "node_json"]
+           "churn_counts", "cluster_name", "store_io_counts", "contexts_json", "listeners_json", "node_json"]
 
 RABBITMQ_API_VERSION = "3.10.0"  # the RabbitMQ release whose management API this one follows
 # protocol names as RabbitMQ lists its listeners
@@ -68,6 +68,24 @@ class NodeFacts:
     disk_free_limit: int = 0
     cert_not_after: float | None = None  # the TLS certificate's expiry, if TLS is configured
     data_dir: str = ""
+
+
+# RabbitMQ's node I/O and persistence keys from the message store's counts (``MessageStore.io_counts``)
+STORE_IO_KEYS = (("io_write_count", "writes"), ("io_write_bytes", "write_bytes"), ("io_sync_count", "syncs"),
+                 ("msg_store_write_count", "message_writes"), ("msg_store_read_count", "message_reads"),
+                 ("queue_index_journal_write_count", "index_writes"))
+# keys with no real figure here, always 0: the store reads through memory maps (no read(2) nor
+# seeks), keeps its files open (no reopen), has no on-disk queue index to read or write in bulk,
+# and does not time its calls (a clock read per write on the store path)
+STORE_IO_ZERO = ("io_read_count", "io_read_bytes", "io_seek_count", "io_reopen_count", "queue_index_read_count",
+                 "queue_index_write_count", "io_file_handle_open_attempt_count", "io_read_avg_time",
+                 "io_write_avg_time", "io_seek_avg_time", "io_sync_avg_time", "io_file_handle_open_attempt_avg_time")
+
+
+def store_io_counts(counts: dict[str, int]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """RabbitMQ's names and the figures for them (``STORE_IO_KEYS``, then ``STORE_IO_ZERO``)."""
+    names = tuple(name for name, _ in STORE_IO_KEYS) + STORE_IO_ZERO
+    return names, tuple(counts.get(ours, 0) for _, ours in STORE_IO_KEYS) + (0,) * len(STORE_IO_ZERO)
 
 
 def cluster_name(global_parameters: dict[str, Any]) -> str:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 from headrace.queues.queue import ENTRY_OVERHEAD
 
 from .listing import page, rated
-from .node_facts import FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json
+from .node_facts import (FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json,
+                         store_io_counts)
 from .rates import CHURN
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
@@ -37,6 +38,8 @@ def node_of(ctx: Context) -> dict[str, Any]:
     gauges = ("mem_used", "fd_used", "sockets_used", "proc_used", "disk_free")
     out.update(rated(ctx, ("node-gauges",), b, gauges, tuple(out[g] for g in gauges), signed=True))
     out.update(rated(ctx, ("churn",), b.counters, CHURN, churn_counts(b.counters)))
+    names, counts = store_io_counts(ctx.store_io())
+    out.update(rated(ctx, ("node-io",), b, names, counts))
     return out
 
 

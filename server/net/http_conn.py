@@ -97,6 +97,12 @@ class HTTPServer:
         storage = getattr(self.app, "storage", None)
         return storage.store.disk_bytes() if storage is not None else 0
 
+    def store_io(self) -> dict[str, int]:
+        """The message store's I/O counts (``MessageStore.io_counts``: ints the flusher's thread
+        keeps; reading them needs no lock)."""
+        storage = getattr(self.app, "storage", None)
+        return storage.store.io_counts() if storage is not None else {}
+
     def user_deleted(self, name: str) -> None:
         """A deleted user's consume streams end, as their AMQP connections are closed (320): the
         broker's ``ShellPorts.user_deleted``, through the app, which forwards it to the management

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import httpx
 import pika
@@ -101,3 +102,31 @@ def test_ui_buttons_endpoints(broker, http):
 def test_node_process_bar_is_not_full(http):
     node = http.get("/api/nodes").json()[0]
     assert node["proc_total"] > node["proc_used"]
+
+
+def test_node_io_and_persistence_statistics_come_from_the_message_store(broker, http):
+    """The node page's "Persistence" and "I/O statistics": real counts of the store's writes, fsyncs
+    and records, rising as persistent messages are published and acknowledged."""
+    before = http.get(f"/api/nodes/{NODE}").json()
+    q = unique("persisted")
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.amqp_port)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(q, durable=True)
+        for _ in range(5):
+            ch.basic_publish("", q, b"x" * 100, pika.BasicProperties(delivery_mode=2))
+        for _ in range(5):
+            method, _, _ = ch.basic_get(q)
+            ch.basic_ack(method.delivery_tag)
+    deadline = time.monotonic() + 5
+    while True:  # the acks are written by the flusher after the get's answer: poll for them
+        after = http.get(f"/api/nodes/{NODE}").json()
+        if after["queue_index_journal_write_count"] - before["queue_index_journal_write_count"] >= 5:
+            break
+        assert time.monotonic() < deadline, after
+    assert after["msg_store_write_count"] - before["msg_store_write_count"] >= 5
+    assert after["io_write_count"] > before["io_write_count"]
+    assert after["io_write_bytes"] - before["io_write_bytes"] >= 500
+    assert after["io_sync_count"] > before["io_sync_count"]
+    for key in ("io_read_count", "io_seek_count", "queue_index_read_count", "io_sync_avg_time"):
+        assert after[key] == 0 and "rate" in after[key + "_details"]
