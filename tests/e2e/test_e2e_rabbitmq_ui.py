@@ -20,8 +20,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(not WWW.is_dir(), reason="make build/rabbitmqadmin/rabbitmqadmin unpacks the UI")]
+pytestmark = pytest.mark.timeout(120)
 NODE = "headrace@localhost"
 PAGES = {"": "Overview", "connections": "Connections", "channels": "Channels", "exchanges": "Exchanges",
          "queues": "Queues", "users": "Users", "vhosts": "Virtual Hosts", "policies": "Policies",
@@ -52,6 +51,7 @@ def submit(driver: WebDriver, action: str, values: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def ui(broker):
+    assert (WWW / "index.html").exists(), "make test unpacks the UI from Debian's rabbitmq-server package"
     with UIServer(broker.http_url) as server:
         yield server
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 
 import httpx
 import pika
 import pytest
-from e2e_support import unique
+from e2e_support import unique, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,6 +81,14 @@ def test_idle_since_only_for_an_idle_queue_and_channel(broker, http):
         assert channels and all("idle_since" not in c for c in channels)
 
 
+def test_idle_since_appears_once_a_queue_is_left_alone(broker, http):
+    q = unique("idle")
+    assert http.put(f"/api/queues/%2F/{q}", json={}).status_code == 201
+    assert "idle_since" not in http.get(f"/api/queues/%2F/{q}").json()  # just declared
+    assert wait_until(lambda: "idle_since" in http.get(f"/api/queues/%2F/{q}").json(), timeout=10)
+    assert http.get(f"/api/queues/%2F/{q}").json()["idle_since"].endswith("+00:00")
+
+
 def test_ui_buttons_endpoints(broker, http):
     q = unique("actions")
     assert http.put(f"/api/queues/%2F/{q}", json={}).status_code == 201
@@ -118,12 +125,12 @@ def test_node_io_and_persistence_statistics_come_from_the_message_store(broker, 
         for _ in range(5):
             method, _, _ = ch.basic_get(q)
             ch.basic_ack(method.delivery_tag)
-    deadline = time.monotonic() + 5
-    while True:  # the acks are written by the flusher after the get's answer: poll for them
-        after = http.get(f"/api/nodes/{NODE}").json()
-        if after["queue_index_journal_write_count"] - before["queue_index_journal_write_count"] >= 5:
-            break
-        assert time.monotonic() < deadline, after
+
+    def acks_written() -> bool:  # by the flusher, after the get's answer
+        return (http.get(f"/api/nodes/{NODE}").json()["queue_index_journal_write_count"]
+                - before["queue_index_journal_write_count"] >= 5)
+    assert wait_until(acks_written)
+    after = http.get(f"/api/nodes/{NODE}").json()
     assert after["msg_store_write_count"] - before["msg_store_write_count"] >= 5
     assert after["io_write_count"] > before["io_write_count"]
     assert after["io_write_bytes"] - before["io_write_bytes"] >= 500
