@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 import pika
 import pytest
-from e2e_support import unique
+from e2e_support import unique, wait_until
 from rabbitmq_ui import WWW, UIServer
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -160,4 +160,45 @@ def test_user_and_vhost_forms(page, ui, broker):
         wait(page, lambda d: http.get(f"/api/users/{user}").status_code == 200)
         assert http.get(f"/api/users/{user}").json()["tags"] in (["management"], "management")
         wait(page, lambda d: http.get(f"/api/vhosts/{vhost}").status_code == 200)
+    assert js_errors(page) == []
+
+
+def click_button(driver: WebDriver, label: str) -> None:
+    driver.find_element(By.XPATH, f"//input[@type='submit' and @value='{label}']").click()
+
+
+def test_queue_exchange_and_connection_actions(page, ui, broker):
+    """Add a queue and an exchange through their forms, purge and delete the queue, close a
+    connection from its page: each button's effect seen through the API."""
+    q, x = unique("uiadd"), unique("uix")
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
+        go(page, ui.url, "queues", "Queues")
+        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+        submit(page, "#/queues", {"name": q})
+        wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").status_code == 200)
+        go(page, ui.url, "exchanges", "Exchanges")
+        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+        submit(page, "#/exchanges", {"name": x})
+        wait(page, lambda d: http.get(f"/api/exchanges/%2F/{x}").status_code == 200)
+        assert http.post("/api/exchanges/%2F/amq.default/publish", json={
+            "routing_key": q, "payload": "p", "payload_encoding": "string", "properties": {}}).json()["routed"]
+        go(page, ui.url, f"queues/%2F/{q}", f"Queue {q}")
+        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+        click_button(page, "Purge Messages")
+        wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").json()["messages"] == 0)
+        click_button(page, "Delete Queue")
+        wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").status_code == 404)
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.amqp_port))
+        try:
+            assert wait_until(lambda: len(http.get("/api/connections").json()) == 1)
+            name = http.get("/api/connections").json()[0]["name"]
+            go(page, ui.url, f"connections/{quote(name, safe='')}", "Connection")
+            page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
+            click_button(page, "Force Close")
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker):  # the client is told (320)
+                wait_until(lambda: False, conn, timeout=5)
+            assert wait_until(lambda: http.get("/api/connections").json() == [])
+        finally:
+            if conn.is_open:
+                conn.close()
     assert js_errors(page) == []
