@@ -32,6 +32,8 @@ from headrace.server.http.routes import HTTPError, Request, Response, Router, er
 
 __all__ = ["HTTPServer"]
 
+DEFINITIONS_PATH = "/api/definitions"  # where the ``auth`` query parameter is read (``_credentials``)
+
 log = logging.getLogger("headrace.http")
 
 READ_SIZE = 64 * 1024
@@ -251,11 +253,13 @@ class HTTPServer:
 
     @staticmethod
     def _credentials(request: Request) -> str | None:
-        """The Authorization header, or RabbitMQ's ``auth`` query parameter: its UI's definitions
-        download is a plain link and its upload a form, so they carry the login's base64
-        ``user:password`` there (percent-encoded once more, as the UI's cookie keeps it)."""
+        """The Authorization header, or on the definitions paths only RabbitMQ's ``auth`` query
+        parameter: its UI's definitions download is a plain link and its upload a form, so they
+        carry the login's base64 ``user:password`` there (percent-encoded once more, as the UI's
+        cookie keeps it). RabbitMQ reads it on those paths only, and so does headrace: credentials
+        in a URL end up in proxies' logs."""
         header = request.headers.get("authorization")
-        if header is None and (auth := request.arg("auth")):
+        if header is None and request.path.startswith(DEFINITIONS_PATH) and (auth := request.arg("auth")):
             header = "Basic " + unquote(auth).replace(" ", "+")  # a "+" a form decoding made a space
         return header
 

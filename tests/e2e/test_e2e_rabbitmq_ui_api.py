@@ -52,6 +52,8 @@ def test_definitions_download_authenticates_by_the_auth_parameter(broker):
         assert "queues" in r.json()
         wrong = base64.b64encode(b"guest:nope").decode()
         assert anonymous.get("/api/definitions", params={"auth": wrong}).status_code == 401
+        # read on the definitions paths only, as RabbitMQ reads it
+        assert anonymous.get("/api/overview", params={"auth": auth}).status_code == 401
 
 
 def test_definitions_upload_as_multipart_form(broker, http):
