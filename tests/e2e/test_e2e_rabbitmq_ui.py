@@ -15,7 +15,12 @@ import pika
 import pytest
 from e2e_support import unique, wait_until
 from rabbitmq_ui import WWW, UIServer
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    ElementNotInteractableException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -29,24 +34,42 @@ PAGES = {"": "Overview", "connections": "Connections", "channels": "Channels", "
          "cluster-name": "Cluster name"}
 
 
+# the UI re-renders its page on each refresh and slides its sections open: an element found may be
+# gone, or not yet clickable, by the time it is used; the step is then tried again
+RETRY = (NoSuchElementException, StaleElementReferenceException, ElementNotInteractableException,
+         ElementClickInterceptedException)
+# open every collapsed section of the page, as a user clicks its title ("Add a new queue", ...); only
+# closed ones, since a click toggles
+SHOW_SECTIONS = ("document.querySelectorAll('#main div.section-hidden:not(.section-visible) > h2,"
+                 " #main div.section.section-invisible > h2').forEach(h => h.click())")
+
+
 def wait(driver: WebDriver, cond, timeout: float = 10.0, message: str = ""):
-    return WebDriverWait(driver, timeout, poll_frequency=0.05,
-                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(
-                             cond, message)
+    return WebDriverWait(driver, timeout, poll_frequency=0.05, ignored_exceptions=RETRY).until(cond, message)
 
 
 def js_errors(driver: WebDriver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def submit(driver: WebDriver, action: str, values: dict[str, str]) -> None:
-    """Fill the form whose action is ``action`` and submit it, as the user would."""
-    form = driver.find_element(By.CSS_SELECTOR, f'form[action="{action}"]')
-    for name, value in values.items():
-        field = form.find_element(By.NAME, name)
-        field.clear()
-        field.send_keys(value)
-    form.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
+def submit(driver: WebDriver, action: str, values: dict[str, str], before=None) -> None:
+    """Open the form whose action is ``action``, fill it (``before(form)`` first, if given) and
+    submit it, as the user would; all again if a refresh re-rendered it meanwhile."""
+    def attempt(d: WebDriver) -> bool:
+        form = d.find_element(By.CSS_SELECTOR, f'form[action="{action}"]')
+        button = form.find_element(By.CSS_SELECTOR, 'input[type="submit"]')
+        if not button.is_displayed():
+            d.execute_script(SHOW_SECTIONS)
+            return False
+        if before is not None:
+            before(form)
+        for name, value in values.items():
+            field = form.find_element(By.NAME, name)
+            field.clear()
+            field.send_keys(value)
+        button.click()
+        return True
+    wait(driver, attempt)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +126,6 @@ def test_queue_publish_and_get_through_the_forms(page, ui, broker):
     with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
         assert http.put(f"/api/queues/%2F/{q}", json={}).status_code == 201
         go(page, ui.url, f"queues/%2F/{q}", q)
-        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
         submit(page, "#/exchanges/publish", {"payload": "hello from the UI"})
         wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").json()["messages"] == 1)
         page.execute_script("window.confirm = function() { return true; }")
@@ -113,21 +135,32 @@ def test_queue_publish_and_get_through_the_forms(page, ui, broker):
 
 
 def test_definitions_download_and_upload(page, ui, broker, tmp_path: Path):
+    """The overview's "Download broker definitions" saves the file (the link carries the login in
+    its ``auth`` parameter), and "Upload broker definitions" imports one (a multipart form)."""
     q = unique("uploaded")
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    page.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     go(page, ui.url, "", "Overview")
-    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
-    link = f"{ui.url}/api/definitions?download=defs.json&auth=" + page.execute_script(
-        "return get_cookie_value('auth')")
-    page.find_element(By.ID, "download-definitions")  # the button the link comes from
-    r = httpx.get(link, timeout=10)  # what the browser's download fetches (headless Chromium saves no file)
-    assert r.status_code == 200 and "queues" in r.json()
+    click_button_id(page, "download-definitions")
+
+    def saved() -> list[Path]:
+        return [p for p in downloads.iterdir() if p.suffix == ".json"]
+    wait(page, lambda d: saved())
+    assert "queues" in json.loads(saved()[0].read_text())
     doc = {"queues": [{"name": q, "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}]}
     upload = tmp_path / "defs.json"
     upload.write_text(json.dumps(doc))
-    page.execute_script("window.confirm = function() { return true; }")
-    form = page.find_element(By.XPATH, "//input[@name='file']/ancestor::form")
-    form.find_element(By.NAME, "file").send_keys(str(upload))
-    form.find_element(By.CSS_SELECTOR, 'input[type="submit"]').click()
+
+    def choose_file(d: WebDriver) -> bool:
+        field = d.find_element(By.CSS_SELECTOR, 'input[type="file"][name="file"]')
+        if not field.is_displayed():
+            d.execute_script(SHOW_SECTIONS)
+            return False
+        field.send_keys(str(upload))
+        d.find_element(By.CSS_SELECTOR, 'input[value="Upload broker definitions"]').click()
+        return True
+    wait(page, choose_file)
     with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
         wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").status_code == 200)
     assert js_errors(page) == []
@@ -136,11 +169,13 @@ def test_definitions_download_and_upload(page, ui, broker, tmp_path: Path):
 def test_policy_form(page, ui, broker):
     name = unique("uipolicy")
     go(page, ui.url, "policies", "Policies")
-    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
-    form = page.find_element(By.CSS_SELECTOR, 'form[action="#/policies"][method="put"]')
-    form.find_element(By.CSS_SELECTOR, 'span.argument-link[key="max-length"]').click()
-    form.find_element(By.CSS_SELECTOR, '#definition .mf input[name$="_mfvalue"]').send_keys("10")
-    submit(page, "#/policies", {"name": name, "pattern": "^ui-policy-"})
+
+    def max_length_10(form) -> None:  # the "Max length" shortcut fills the key, the user the value
+        form.find_element(By.CSS_SELECTOR, 'span.argument-link[key="max-length"]').click()
+        value = form.find_element(By.CSS_SELECTOR, '#definition .mf input[name$="_mfvalue"]')
+        value.clear()
+        value.send_keys("10")
+    submit(page, "#/policies", {"name": name, "pattern": "^ui-policy-"}, before=max_length_10)
     with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
         wait(page, lambda d: http.get(f"/api/policies/%2F/{name}").status_code == 200)
         policy = http.get(f"/api/policies/%2F/{name}").json()
@@ -151,10 +186,8 @@ def test_policy_form(page, ui, broker):
 def test_user_and_vhost_forms(page, ui, broker):
     user, vhost = unique("uiuser"), unique("uivhost")
     go(page, ui.url, "users", "Users")
-    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
     submit(page, "#/users-add", {"username": user, "password": "pw", "password_confirm": "pw", "tags": "management"})
     go(page, ui.url, "vhosts", "Virtual Hosts")
-    page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
     submit(page, "#/vhosts", {"name": vhost})
     with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
         wait(page, lambda d: http.get(f"/api/users/{user}").status_code == 200)
@@ -163,8 +196,28 @@ def test_user_and_vhost_forms(page, ui, broker):
     assert js_errors(page) == []
 
 
+def click_button_id(driver: WebDriver, element_id: str) -> None:
+    """Click the element with that id, its section opened first."""
+    def attempt(d: WebDriver) -> bool:
+        button = d.find_element(By.ID, element_id)
+        if not button.is_displayed():
+            d.execute_script(SHOW_SECTIONS)
+            return False
+        button.click()
+        return True
+    wait(driver, attempt)
+
+
 def click_button(driver: WebDriver, label: str) -> None:
-    driver.find_element(By.XPATH, f"//input[@type='submit' and @value='{label}']").click()
+    """Click the button labelled ``label``, its section opened first."""
+    def attempt(d: WebDriver) -> bool:
+        button = d.find_element(By.XPATH, f"//input[@type='submit' and @value='{label}']")
+        if not button.is_displayed():
+            d.execute_script(SHOW_SECTIONS)
+            return False
+        button.click()
+        return True
+    wait(driver, attempt)
 
 
 def test_queue_exchange_and_connection_actions(page, ui, broker):
@@ -173,17 +226,14 @@ def test_queue_exchange_and_connection_actions(page, ui, broker):
     q, x = unique("uiadd"), unique("uix")
     with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
         go(page, ui.url, "queues", "Queues")
-        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
         submit(page, "#/queues", {"name": q})
         wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").status_code == 200)
         go(page, ui.url, "exchanges", "Exchanges")
-        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
         submit(page, "#/exchanges", {"name": x})
         wait(page, lambda d: http.get(f"/api/exchanges/%2F/{x}").status_code == 200)
         assert http.post("/api/exchanges/%2F/amq.default/publish", json={
             "routing_key": q, "payload": "p", "payload_encoding": "string", "properties": {}}).json()["routed"]
         go(page, ui.url, f"queues/%2F/{q}", f"Queue {q}")
-        page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
         click_button(page, "Purge Messages")
         wait(page, lambda d: http.get(f"/api/queues/%2F/{q}").json()["messages"] == 0)
         click_button(page, "Delete Queue")
@@ -193,7 +243,6 @@ def test_queue_exchange_and_connection_actions(page, ui, broker):
             assert wait_until(lambda: len(http.get("/api/connections").json()) == 1)
             name = http.get("/api/connections").json()[0]["name"]
             go(page, ui.url, f"connections/{quote(name, safe='')}", "Connection")
-            page.execute_script("document.querySelectorAll('div.section-hidden h2').forEach(h => h.click())")
             click_button(page, "Force Close")
             with pytest.raises(pika.exceptions.ConnectionClosedByBroker):  # the client is told (320)
                 wait_until(lambda: False, conn, timeout=5)
