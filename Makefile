@@ -66,6 +66,11 @@ $(RABBITMQADMIN):
 	cd build/rabbitmqadmin && (apt-get download -q rabbitmq-server 2>/dev/null || \
 		(apt-get update -q && apt-get download -q rabbitmq-server)) && dpkg-deb -x rabbitmq-server_*.deb deb
 	cp build/rabbitmqadmin/deb/usr/bin/rabbitmqadmin $@
+# ... and, from the same package, RabbitMQ's management UI (static files) for
+# tests/e2e/test_e2e_rabbitmq_ui.py, which serves them with /api/* forwarded to the broker
+RABBITMQ_UI := build/rabbitmqadmin/deb/usr/lib/rabbitmq/lib/rabbitmq_server-3.10.8/plugins/rabbitmq_management-3.10.8/priv/www/index.html
+$(RABBITMQ_UI): $(RABBITMQADMIN)
+	@test -f $@ || (echo "$@ missing: the rabbitmq-server package is not 3.10.8 (tests/e2e/rabbitmq_ui.py names it)"; false)
 
 # the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
 NODE_DIR := tests/node
@@ -74,7 +79,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	touch $@
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
-test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
 # the suite checks that the install built the mirror framing's C module, so it needs a C compiler
@@ -112,7 +117,7 @@ cluster: $(VENV)/.dev etcd
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(NODE_DIR)/node_modules/.installed
+e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(RABBITMQ_UI) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev

@@ -104,6 +104,7 @@ class MessageStore:
         self._delayed = DelayedIndex()
         self._segments: StoreSegments | None = None  # opened by recover()
         self._reader: RecoveredReader | None = None  # until the first write after recover()
+        self._read_before = 0  # messages the closed recovery reader read back
         # ``StoreSegments.append`` once open: (segment seq, offset, bytes) of the record appended
         self._append: Callable[[int, Sequence[bytes]], tuple[int, int, int]] = _not_open
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -145,6 +146,7 @@ class MessageStore:
             raise StoreNotOpenError("call recover() first; the store may also be closed")
         if self._reader is not None:
             self._reader.close()  # recovery's reads are over: the index's positions move now
+            self._read_before += self._reader.loaded
             self._reader = None
         handlers = self._handlers
         for op in ops:
@@ -241,6 +243,20 @@ class MessageStore:
 
     def disk_bytes(self) -> int:
         return self._segments.disk_bytes() if self._segments is not None else 0
+
+    def io_counts(self) -> dict[str, int]:
+        """What the store did since it opened (``StoreIO``), by meaning: write calls and their bytes,
+        fsyncs, message records written and read back, and the per-queue position records
+        (acks, deliveries, drops, purges: what RabbitMQ's queue index journal holds)."""
+        segments = self._segments
+        if segments is None:
+            return {}
+        io, records = segments.io, segments.io.records
+        reader = self._reader
+        return {"writes": io.writes, "write_bytes": io.write_bytes, "syncs": io.syncs,
+                "message_writes": records.get(REC_PUBLISH, 0),
+                "message_reads": self._read_before + (reader.loaded if reader is not None else 0),
+                "index_writes": sum(records.get(k, 0) for k in (REC_ACK, REC_DELIVER, REC_DROP_QUEUE, REC_PURGE))}
 
     def live_bytes(self) -> int:
         return self._index.live_bytes() + self._delayed.live_bytes()

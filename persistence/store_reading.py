@@ -29,12 +29,13 @@ __all__ = ["RecoveredReader"]
 class RecoveredReader:
     """The recovered queues of one store, read from its segments as they are iterated."""
 
-    __slots__ = ("_index", "_maps", "_path_of")
+    __slots__ = ("_index", "_maps", "_path_of", "loaded")
 
     def __init__(self, index: StoreIndex, path_of: Callable[[int], Path]) -> None:
         self._index = index
         self._path_of = path_of
         self._maps: dict[int, mmap.mmap] = {}  # segments mapped to load recovered messages
+        self.loaded = 0  # messages read back (the store's I/O statistics)
 
     def queues(self) -> dict[QKey, RecoveredQueue]:
         """Each queue's live messages in publish order, read when iterated."""
@@ -44,6 +45,7 @@ class RecoveredReader:
     def load(self, at: int, slot: int) -> RecoveredMessage:
         """A recovered message's fields, read from its mapped segment."""
         mid, seq, offset, size, count = self._index.entry(at, slot)
+        self.loaded += 1
         view = self._maps.get(seq) or self._map(seq)
         ts, exchange, routing_key, props, body = decode_publish_at(
             view, offset + HEADER_SIZE, offset + size)
@@ -65,6 +67,7 @@ class RecoveredReader:
             e_at = off + vlen
             if e_at + elen + rlen + plen > end:
                 raise ValueError("field runs past the end of the record")
+            self.loaded += 1
             yield mid, count, ts, view[e_at:end], elen, rlen, plen
 
     def _map(self, seq: int) -> mmap.mmap:

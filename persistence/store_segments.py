@@ -9,6 +9,10 @@ appended only at the end of the current segment, and segments are deleted only f
 (why that is safe is in ``message_store``'s docstring).
 
 What is live in a segment is not known here: the indexes count that (``store_index.py``).
+
+``StoreIO`` counts what the segments did to their files (writes, bytes, fsyncs, records by kind)
+for the management API's I/O and persistence statistics: plain ints the flusher's thread bumps and
+the HTTP API reads as they stand (an int read needs no lock), no clock read on the write path.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .fsync import FsyncMode, fsync_dir
 from .segments import WRITE_BUFFER_BYTES, SegmentWriter
 
-__all__ = ["Segment", "StoreSegments"]
+__all__ = ["Segment", "StoreIO", "StoreSegments"]
 
 log = logging.getLogger("headrace.persistence.message_store")
 
@@ -34,10 +38,20 @@ class Segment:
     size: int  # bytes in the file (plus buffered bytes for the current segment)
 
 
+@dataclass(slots=True)
+class StoreIO:
+    """Since the store opened: write(2)/pwritev calls that wrote records and their bytes, fsyncs
+    (a segment's or the directory's), records appended by kind (``store_ops.REC_*``)."""
+    writes: int = 0
+    write_bytes: int = 0
+    syncs: int = 0
+    records: dict[int, int] = field(default_factory=dict)
+
+
 class StoreSegments:
     """The segments of one store directory, opened after recovery read them (or empty)."""
 
-    __slots__ = ("failing", "mode", "_current", "_dir", "_dir_dirty", "_disk_bytes", "_max",
+    __slots__ = ("failing", "io", "mode", "_current", "_dir", "_dir_dirty", "_disk_bytes", "_max",
                  "_segments", "_writer")
 
     def __init__(self, directory: Path, found: Sequence[Segment], *, max_bytes: int,
@@ -52,6 +66,7 @@ class StoreSegments:
         self._dir_dirty = False  # a segment was created since the last directory sync
         # the last write error while records are still pending (disk full): None once written
         self.failing: OSError | None = None
+        self.io = StoreIO()
         self._writer: SegmentWriter | None
         if found:
             last = found[-1]
@@ -72,6 +87,8 @@ class StoreSegments:
             w = self._roll()
         off = w.size
         n = w.append(kind, parts)
+        records = self.io.records
+        records[kind] = records.get(kind, 0) + 1
         if w.pending >= WRITE_BUFFER_BYTES and self.failing is None:
             try:
                 self.flush()
@@ -85,6 +102,7 @@ class StoreSegments:
         """Hand the pending records to the OS; raises (and keeps them pending) on a write error."""
         w = self._writer
         assert w is not None
+        pending = w.pending
         try:
             w.flush()
         except OSError as exc:
@@ -93,6 +111,9 @@ class StoreSegments:
                           w.path, exc.strerror or exc, w.pending)
             self.failing = exc
             raise
+        if pending:
+            self.io.writes += 1
+            self.io.write_bytes += pending
         if self.failing is not None:
             log.warning("message store: pending records written, the disk takes writes again")
             self.failing = None
@@ -107,8 +128,10 @@ class StoreSegments:
         if self.mode is not FsyncMode.OFF:
             try:
                 w.fsync()
+                self.io.syncs += 1
                 if self._dir_dirty:
                     fsync_dir(self._dir)
+                    self.io.syncs += 1
             except OSError as exc:
                 self.failing = exc
                 raise
@@ -123,6 +146,7 @@ class StoreSegments:
             self.flush()
             if self.mode is not FsyncMode.OFF:
                 old.fsync()  # the next sync() only covers the new segment
+                self.io.syncs += 1
             new = SegmentWriter(self._dir, old.seq + 1)
         except OSError as exc:
             self.failing = exc
@@ -157,6 +181,7 @@ class StoreSegments:
             pass
         if self.mode is not FsyncMode.OFF:
             fsync_dir(self._dir)  # deletions must land in order: head first
+            self.io.syncs += 1
         del self._segments[seg.seq]
         self._disk_bytes -= seg.size
         return seg.size

@@ -31,5 +31,7 @@ def page(req: Request, items: list[Any], expand: Callable[[Any], Any] | None = N
 def rated(ctx: Context, key: Key, owner: object, names: tuple[str, ...], counts: tuple[int, ...], *,
           signed: bool = False) -> dict[str, Any]:
     """Counters (or gauges, ``signed``) with their rates, in RabbitMQ's shape: ``publish`` and
-    ``publish_details: {"rate"}`` (``rates.py``)."""
-    return with_rates(names, counts, ctx.rates.sample(key, owner, counts, ctx.now, signed=signed))
+    ``publish_details: {"rate"}`` (``rates.py``), and their samples when the request asked for
+    history (``ctx.want_samples``, as RabbitMQ's UI does for its charts)."""
+    rates = ctx.rates.sample(key, owner, counts, ctx.now, signed=signed)
+    return with_rates(names, counts, rates, ctx.rates.history(key) if ctx.want_samples else None)

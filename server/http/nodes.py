@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 from headrace.queues.queue import ENTRY_OVERHEAD
 
 from .listing import page, rated
-from .node_facts import FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json
+from .node_facts import (FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json,
+                         store_io_counts)
 from .rates import CHURN
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
@@ -37,6 +38,8 @@ def node_of(ctx: Context) -> dict[str, Any]:
     gauges = ("mem_used", "fd_used", "sockets_used", "proc_used", "disk_free")
     out.update(rated(ctx, ("node-gauges",), b, gauges, tuple(out[g] for g in gauges), signed=True))
     out.update(rated(ctx, ("churn",), b.counters, CHURN, churn_counts(b.counters)))
+    names, counts = store_io_counts(ctx.store_io())
+    out.update(rated(ctx, ("node-io",), b, names, counts))
     return out
 
 
@@ -99,7 +102,9 @@ def put_cluster_name(ctx: Context, req: Request) -> Response:
 
 @routes.get("/api/extensions")
 def extensions(ctx: Context, req: Request) -> Response:
-    return json_response(200, [])  # no management plugin extensions (RabbitMQ lists their JS files)
+    """RabbitMQ's UI loads each listed script after login and only then draws its pages: its own
+    ``dispatcher.js`` is the first extension RabbitMQ lists, so without it the UI stays blank."""
+    return json_response(200, [{"javascript": "dispatcher.js"}])
 
 
 @routes.get("/api/feature-flags")
@@ -109,6 +114,24 @@ def feature_flags(ctx: Context, req: Request) -> Response:
                                 "provided_by": FLAG_PROVIDERS.get(name, "rabbit"), "state": "enabled",
                                 "min_version": since}
                                for name, desc, since in FEATURE_FLAGS])
+
+
+@routes.put("/api/feature-flags/{flag}/enable", admin=True)
+def enable_feature_flag(ctx: Context, req: Request, flag: str) -> Response:
+    """Every flag of this version is enabled already (one node): enabling a known one is a no-op."""
+    if flag not in {name for name, _, _ in FEATURE_FLAGS}:
+        raise HTTPError(400, "bad_request", f"unsupported feature flag '{flag}'")
+    return Response(204)
+
+
+@routes.delete("/api/reset", admin=True)
+@routes.delete("/api/reset/{name}", admin=True)
+def reset_stats(ctx: Context, req: Request, name: str | None = None) -> Response:
+    """RabbitMQ's statistics reset: the rates start afresh (the counters are the objects' own)."""
+    if name is not None and name != NODE_NAME:
+        raise HTTPError(404, "not_found", f"node '{name}' not found")
+    ctx.rates.reset()
+    return Response(204)
 
 
 @routes.get("/api/auth", auth=False)

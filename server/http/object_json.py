@@ -30,7 +30,10 @@ __all__ = ["DEFAULT_EXCHANGE", "binding_json", "channel_json", "connection_basic
 
 DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
 # Erlang's scheduler work and garbage collection: no such thing here
-NO_REDUCTIONS: dict[str, Any] = {"reductions": 0, "reductions_details": {"rate": 0.0}, "garbage_collection": {}}
+# no Erlang reductions here: zero, and no samples to draw (RabbitMQ's UI charts every *_details it
+# finds and needs a samples list in each)
+NO_REDUCTIONS: dict[str, Any] = {"reductions": 0, "reductions_details": {"rate": 0.0, "samples": []},
+                                 "garbage_collection": {}}
 TIMESTAMP_FLAG = 1 << 6  # the timestamp property's bit, in the low byte of the first flag word
 
 
@@ -93,6 +96,16 @@ def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
     }
 
 
+IDLE_AFTER = 5.0  # seconds without activity before a queue or channel reads as idle
+
+
+def idle_since(last_used: float, now: float) -> dict[str, str]:
+    """RabbitMQ sends ``idle_since`` only for an idle queue or channel (its process hibernated after
+    a while without work), and its UI shows "idle" whenever the key is there: so only after
+    ``IDLE_AFTER`` seconds without activity."""
+    return {"idle_since": rabbit_time(last_used)} if now - last_used >= IDLE_AFTER else {}
+
+
 def _channel_name(s: Any, ch: Any) -> str:
     return f"{connection_name(s)} ({ch.id})"  # as RabbitMQ: the connection's name, then the number
 
@@ -112,7 +125,7 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
         "messages_unacknowledged": len(ch.unacked) + ch.txn.taken, "messages_unconfirmed": len(ch.pending_confirms),
         "messages_uncommitted": len(ch.txn.publishes), "acks_uncommitted": len(ch.txn.settlements),
         "message_stats": rated(ctx, ("channel", s.id, ch.id), ch, VHOST_STATS, ch.stats.counts(ch.next_tag - 1)),
-        "idle_since": rabbit_time(s.now or ctx.now), "pending_raft_commands": 0,
+        **idle_since(s.now or ctx.now, ctx.now), "pending_raft_commands": 0,
         "user_who_performed_action": s.user.name, **NO_REDUCTIONS,
     }
     if detailed:
@@ -180,7 +193,7 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Destination) -> dict[str, An
         "backing_queue_status": {"mode": "default", "len": ready, "q1": 0, "q2": 0, "q3": 0, "q4": ready,
                                  "delta": ["delta", "undefined", q.spilled_count(), 0, "undefined"],
                                  "version": 1},
-        "recoverable_slaves": None, "idle_since": rabbit_time(q.last_used), **NO_REDUCTIONS,
+        "recoverable_slaves": None, **idle_since(q.last_used, ctx.now), **NO_REDUCTIONS,
     }
     return out
 

@@ -119,3 +119,15 @@ def purge_queue(ctx: Context, req: Request, vhost: VHost, name: str) -> Response
     if ctx.broker.store_ticket > before:
         response.wait_ticket = ctx.broker.store_ticket  # answered once the purge is fsynced
     return response
+
+
+@routes.post("/api/queues/{vhost}/{name}/actions", perms=[("configure", "name")])
+def queue_action(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    """RabbitMQ's ``sync`` / ``cancel_sync`` of a mirrored classic queue. One node has no mirrors
+    to bring up to date, so both are done at once (204), as RabbitMQ answers for an unmirrored queue."""
+    vhost.get_queue(name)
+    body = req.json()
+    action = body.get("action") if isinstance(body, dict) else None
+    if action not in ("sync", "cancel_sync"):
+        raise HTTPError(400, "bad_request", f"Unknown action: {action!r}; expected sync or cancel_sync")
+    return Response(204)

@@ -11,6 +11,11 @@ A key names what was sampled: its first element is the kind (``"queue"``, ``"exc
 that are gone. Counters only go up (a drop means the object was replaced: no traffic); gauges such
 as a queue's depth are sampled ``signed`` and their rate may be negative, as RabbitMQ's
 ``messages_details``.
+
+RabbitMQ's UI asks for history (``lengths_age``/``msg_rates_age``... in the query) and draws its
+charts from ``samples`` in each ``*_details``. Until the server keeps a real history, a request
+that asks gets the samples this tracker has: the previous sample of the object and the one just
+taken (``history``), newest first as RabbitMQ gives them, with their ``avg`` and ``avg_rate``.
 """
 
 from __future__ import annotations
@@ -44,12 +49,21 @@ def queue_counts(s: Any) -> tuple[int, ...]:
             s.get_empty)
 
 
-def with_rates(names: Sequence[str], counts: Sequence[int], rates: Sequence[float]) -> dict[str, Any]:
-    """``{name: count, name_details: {"rate": r}}`` for each name, RabbitMQ's shape."""
+def with_rates(names: Sequence[str], counts: Sequence[int], rates: Sequence[float],
+               history: Sequence[tuple[float, tuple[int, ...]]] | None = None) -> dict[str, Any]:
+    """``{name: count, name_details: {"rate": r}}`` for each name, RabbitMQ's shape; with ``history``
+    (newest first) each details also has RabbitMQ's ``samples``, ``avg`` and ``avg_rate``."""
     out: dict[str, Any] = {}
-    for name, count, rate in zip(names, counts, rates, strict=True):
+    for i, (name, count, rate) in enumerate(zip(names, counts, rates, strict=True)):
         out[name] = count
-        out[name + "_details"] = {"rate": rate}
+        details: dict[str, Any] = {"rate": rate}
+        if history is not None:
+            points = [(at, values[i]) for at, values in history if len(values) > i]
+            details["samples"] = [{"sample": value, "timestamp": int(at * 1000)} for at, value in points]
+            details["avg"] = round(sum(v for _, v in points) / len(points), 3) if points else 0.0
+            span = points[0][0] - points[-1][0] if points else 0.0
+            details["avg_rate"] = round((points[0][1] - points[-1][1]) / span, 3) if span > 0 else 0.0
+        out[name + "_details"] = details
     return out
 
 
@@ -59,6 +73,8 @@ class _Sample:
     at: float
     counts: tuple[int, ...]
     rates: list[float] = field(default_factory=list)
+    prev_at: float | None = None  # the sample before (``history``)
+    prev_counts: tuple[int, ...] = ()
 
 
 class RateTracker:
@@ -80,8 +96,23 @@ class RateTracker:
             for i, (old, new) in enumerate(zip(last.counts, counts, strict=True)):
                 change = new - old if signed else max(0, new - old)  # a counter that went down: no traffic
                 rates[i] = keep * rates[i] + (1 - keep) * change / dt
+            last.prev_at, last.prev_counts = last.at, last.counts
             last.at, last.counts = now, counts
         return tuple(round(rate, 3) for rate in last.rates)
+
+    def history(self, key: Key) -> list[tuple[float, tuple[int, ...]]]:
+        """The samples kept of ``key``, newest first: (time, counts)."""
+        last = self._samples.get(key)
+        if last is None:
+            return []
+        out = [(last.at, last.counts)]
+        if last.prev_at is not None:
+            out.append((last.prev_at, last.prev_counts))
+        return out
+
+    def reset(self) -> None:
+        """Forget every sample (``DELETE /api/reset``): rates start afresh from the next request."""
+        self._samples.clear()
 
     def forget(self, kind: str, keep: set[Key]) -> None:
         """Drop the samples of ``kind`` whose objects are no longer there (not in ``keep``)."""

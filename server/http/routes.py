@@ -54,7 +54,7 @@ from .node_facts import NodeFacts
 from .rates import RateTracker
 
 __all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Routes", "json_response",
-           "user_of"]
+           "user_of", "wants_samples"]
 
 log = logging.getLogger("headrace.http")
 
@@ -80,8 +80,11 @@ class Context(Protocol):
     http_consumers: dict[str, Any]
     rates: RateTracker
     metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
+    want_samples: bool  # the request asks for history (``wants_samples``): rates carry ``samples``
 
     def store_bytes(self) -> int: ...
+
+    def store_io(self) -> dict[str, int]: ...
 
     def node_facts(self) -> NodeFacts: ...
 
@@ -138,6 +141,15 @@ def json_response(status: int, payload: Any, headers: list[tuple[str, str]] | No
 
 def error_response(exc: HTTPError) -> Response:
     return json_response(exc.status, {"error": exc.error, "reason": exc.reason}, exc.headers)
+
+
+# the query parameters by which RabbitMQ's UI asks for the history of lengths, rates, node stats
+HISTORY_PARAMS = ("lengths_age", "msg_rates_age", "data_rates_age", "node_stats_age")
+
+
+def wants_samples(req: Request) -> bool:
+    """True when the request asks for history (any ``*_age``): its ``*_details`` then carry samples."""
+    return any(name in req.query for name in HISTORY_PARAMS)
 
 
 def user_of(req: Request) -> User:

@@ -106,3 +106,11 @@ def delete_vhost(ctx: Context, req: Request, name: str) -> Response:
     if not ctx.broker.delete_vhost(name):
         raise HTTPError(404, "not_found", f"vhost '{name}' not found")
     return Response(204)
+
+
+@routes.post("/api/vhosts/{name}/start/{node}", admin=True, vhost="name")
+def start_vhost(ctx: Context, req: Request, name: VHost, node: str) -> Response:
+    """RabbitMQ restarts a vhost that failed on a node; a headrace vhost runs while it exists."""
+    if node != NODE_NAME:
+        raise HTTPError(404, "not_found", f"node '{node}' not found")
+    return Response(204)

@@ -16,6 +16,7 @@ import resource
 import ssl
 import time
 from typing import Any
+from urllib.parse import unquote
 
 import h11
 import trio
@@ -27,9 +28,11 @@ from headrace.server.http import router
 from headrace.server.http.node_facts import Listener, NodeFacts
 from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, Router, error_response, json_response, \
-    parse_target
+    parse_target, wants_samples
 
 __all__ = ["HTTPServer"]
+
+DEFINITIONS_PATH = "/api/definitions"  # where the ``auth`` query parameter is read (``_credentials``)
 
 log = logging.getLogger("headrace.http")
 
@@ -58,6 +61,7 @@ class HTTPServer:
         # each connection's wait for its next request: shutdown ends the ones with nothing read yet
         self._reading: dict[trio.CancelScope, h11.Connection] = {}
         self.now = 0.0  # the time of the request being answered (handlers take it from here)
+        self.want_samples = False  # that request asks for rate history (``routes.wants_samples``)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
         self.rates = RateTracker()  # message rates of the management API, sampled per request
         self.started_at = time.time()
@@ -94,6 +98,12 @@ class HTTPServer:
         """Message store size on disk (an int the flusher keeps; reading it needs no lock)."""
         storage = getattr(self.app, "storage", None)
         return storage.store.disk_bytes() if storage is not None else 0
+
+    def store_io(self) -> dict[str, int]:
+        """The message store's I/O counts (``MessageStore.io_counts``: ints the flusher's thread
+        keeps; reading them needs no lock)."""
+        storage = getattr(self.app, "storage", None)
+        return storage.store.io_counts() if storage is not None else {}
 
     def user_deleted(self, name: str) -> None:
         """A deleted user's consume streams end, as their AMQP connections are closed (320): the
@@ -223,9 +233,10 @@ class HTTPServer:
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.now = time.time()
+        self.want_samples = wants_samples(request)
         if not self.router.is_public(request.path):
             try:
-                user = self._authenticate(request.headers.get("authorization"), peer_host)
+                user = self._authenticate(self._credentials(request), peer_host)
             except LoginThrottled as exc:
                 # a throttled login was never checked: 401 would tell the client the password is wrong
                 wait = max(1, math.ceil(exc.retry_after))
@@ -239,6 +250,18 @@ class HTTPServer:
         response = self.router.dispatch(self, request)
         response.definitions_ticket = self.app.after_batch()
         return response
+
+    @staticmethod
+    def _credentials(request: Request) -> str | None:
+        """The Authorization header, or on the definitions paths only RabbitMQ's ``auth`` query
+        parameter: its UI's definitions download is a plain link and its upload a form, so they
+        carry the login's base64 ``user:password`` there (percent-encoded once more, as the UI's
+        cookie keeps it). RabbitMQ reads it on those paths only, and so does headrace: credentials
+        in a URL end up in proxies' logs."""
+        header = request.headers.get("authorization")
+        if header is None and request.path.startswith(DEFINITIONS_PATH) and (auth := request.arg("auth")):
+            header = "Basic " + unquote(auth).replace(" ", "+")  # a "+" a form decoding made a space
+        return header
 
     def _authenticate(self, header: str | None, peer_host: str | None) -> Any:
         """Basic auth; a user of ``loopback_users`` (guest) is refused from a non-loopback peer, as

@@ -42,6 +42,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
                 "--disable-dev-shm-usage", "--window-size=1280,900",
                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # JavaScript errors, for the tests
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     driver.set_page_load_timeout(15)
     driver.set_script_timeout(10)

@@ -32,7 +32,9 @@ LEFT_OUT = {
     "/api/nodes/{node}": VM_INTERNALS,
     "/api/overview": ("message_stats.disk_reads", "message_stats.disk_writes"),
 }
-NO_EXTENSIONS = "/api/extensions"
+# RabbitMQ sends idle_since only for an idle queue or channel (idle when it was recorded): our
+# objects here were just used
+ONLY_WHEN_IDLE = "idle_since"
 # RabbitMQ 3.10 answers 404 here (it reads "detailed" as a vhost name); the list and later
 # RabbitMQ releases have it: every queue with its consumers, as a single queue's GET has them
 DETAILED = "/api/queues/detailed"
@@ -85,14 +87,12 @@ def test_every_documented_get_endpoint_answers_with_rabbitmqs_shape(broker, worl
             theirs = RECORDED[template]
             if template == DETAILED:
                 theirs = {**RECORDED["/api/queues/%2F/{q}"], "status": 200, "kind": "list"}
-            if template == NO_EXTENSIONS:
-                theirs = {**theirs, "kind": "list0", "keys": []}
             if (ours["status"], ours["kind"]) != (theirs["status"], theirs["kind"]):
                 wrong.append(f"{template}: {ours['status']} {ours['kind']}, RabbitMQ {theirs['status']} "
                              f"{theirs['kind']}: {r.text[:120]}")
                 continue
             missing = [k for k in set(theirs["keys"]) - set(ours["keys"])
-                       if not k.startswith(LEFT_OUT.get(template, ()))]
+                       if not k.startswith(LEFT_OUT.get(template, ())) and not k.endswith(ONLY_WHEN_IDLE)]
             if missing:
                 wrong.append(f"{template}: missing {sorted(missing)}")
     assert not wrong, f"{len(wrong)} of {len(ENDPOINTS)} endpoints differ from RabbitMQ 3.10:\n" + "\n".join(wrong)

@@ -105,7 +105,7 @@ export function queueView(main, [vhost, name], session) {
         ["Exclusive", String(q.exclusive)], ["Arguments", JSON.stringify(q.arguments || {})],
         ["Policy", q.policy || ""], ["Ready bytes", fmtBytes(q.message_bytes_ready)],
         ["Memory", fmtBytes(q.memory)], ["Published", fmtNum(ms.publish ?? 0)], ["Delivered / got", fmtNum(ms.deliver_get ?? 0)],
-        ["Idle since", q.idle_since || "(has consumers)"]])));
+        ["Idle since", q.idle_since || "(in use)"]])));
       chart.replaceChildren(lineChart(history, ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }));
       await Promise.all([consumers.refresh(), bindings.refresh()]);
     },

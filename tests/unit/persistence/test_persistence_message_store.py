@@ -554,3 +554,26 @@ def test_a_store_killed_after_a_sync_recovers_its_zeros_ahead_as_no_damage(
     again.write_and_sync([pub(21, "q")])  # on after the last record, not after the zeros
     again.close()
     assert [m for m, _ in summary(reopen(killed))[(VH, "q")]] == [i for i in range(1, 22) if i != 3]
+
+
+def test_io_counts_follow_writes_syncs_and_recovered_reads(tmp_path: Path) -> None:
+    """The figures the management API's node I/O statistics show: write calls and bytes, fsyncs,
+    message records written, position records (acks, deliveries), messages read back at recovery."""
+    store = MessageStore(tmp_path, fsync=FsyncMode.BATCH)
+    store.recover()
+    assert store.io_counts() == {"writes": 0, "write_bytes": 0, "syncs": 0, "message_writes": 0,
+                                 "message_reads": 0, "index_writes": 0}
+    store.write_and_sync([pub(1, "q"), pub(2, "q")])
+    store.write_and_flush([Deliver(1, VH, "q"), Ack(1, VH, "q")])
+    counts = store.io_counts()
+    assert counts["message_writes"] == 2 and counts["index_writes"] == 2
+    assert counts["writes"] == 2 and counts["write_bytes"] == store.disk_bytes() > 0
+    assert counts["syncs"] >= 1
+    store.close()
+    store, rec = open_store(tmp_path)
+    assert store.io_counts()["message_reads"] == 0
+    assert [m.message_id for q in rec.queues.values() for m in q] == [2]  # read as iterated
+    assert store.io_counts()["message_reads"] == 1
+    store.write([pub(3, "q")])  # the first write ends recovery's reads; their count stays
+    assert store.io_counts()["message_reads"] == 1
+    store.close()
