@@ -1,35 +1,48 @@
-"""One AMQP connection's channels on the wire: opens waiting for the session, channels we are
-closing, and the content (header and body frames) being assembled per channel.
+"""One AMQP connection's channels on the wire: which are open, which we are closing, opens
+waiting for the session, and the content (header and body frames) being assembled per channel.
 
-``ChannelFrames`` is a base class of ``connection.AMQPConnection``, one object with it: the
-connection owns all of this state (``connection.py``'s rules hold), and this module holds the code
-for the frames of channels 1 and up once the frame loop (``AMQPConnection.receive_data``) has cut
-them. The session answers a ``ChannelOpenRequested`` with ``accept_channel`` or a close.
+Rule 1: a ``ChannelFrames`` (one per connection, made by ``connection.AMQPConnection``) owns that
+state and the limits it enforces (``channel_max``: the server's offer until the handshake settles it,
+``tuned``; ``max_message_size``). The connection's frame loop reads ``open_channels`` and
+``content`` to pick its fast path and hands it the frames of channels 1 and up once the connection
+is open; nothing else writes them. It writes its replies through the connection's ``FrameWriter``.
+Rule 2: the session answers a ``ChannelOpenRequested`` with ``accept_channel`` or a close; a frame
+this side answers with on a channel whose open is unanswered waits behind the open-ok.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from . import methods as m
-from .codec import encode_method_frame
+from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_method_frame
 from .content import PendingContent, parse_header
 from .errors import ChannelException, ConnectionException
 from .events import ChannelClosed, ChannelOpenRequested, ContentReceived, Event, MethodReceived
 from .frame_writer import FrameWriter
-from .handshake import ConnectionState
-from .spec import ReplyCode
+from .method_codec import not_utf8_method
+from .spec import FRAME_END, FrameType, ReplyCode
 
 __all__ = ["ChannelFrames"]
 
 _BASIC = m.BasicPublish.CLASS_ID
 _PUBLISH = m.BasicPublish.METHOD_ID
+_ACK = m.BasicAck.METHOD_ID
 _CONNECTION_CLASS = m.ConnectionClose.CLASS_ID
+_unpack_frame = FRAME_HEADER.unpack_from
+_HEADER = int(FrameType.HEADER)
+_BODY = int(FrameType.BODY)
 
 
-class ChannelFrames(FrameWriter):
-    def __init__(self, frame_max: int, heartbeat: int, channel_max: int, max_message_size: int) -> None:
-        super().__init__(frame_max, heartbeat)
+class ChannelFrames:
+    """The connection's channels and their content in assembly (module docstring)."""
+
+    __slots__ = ("channel_max", "max_message_size", "open_channels", "closing_channels", "content", "_opening",
+                 "_writer")
+
+    def __init__(self, channel_max: int, max_message_size: int, writer: FrameWriter) -> None:
+        self._writer = writer
         self.channel_max = channel_max
         self.max_message_size = max_message_size
         self.open_channels: set[int] = set()
@@ -37,7 +50,17 @@ class ChannelFrames(FrameWriter):
         # channel.open the session has not answered yet (ChannelOpenRequested): per request, in
         # order, the frames this codec queued on that channel meanwhile, to go out after open-ok
         self._opening: dict[int, list[list[bytes]]] = {}
-        self._content: dict[int, PendingContent] = {}
+        self.content: dict[int, PendingContent] = {}  # channel -> the publish being assembled
+
+    def tuned(self, channel_max: int) -> None:
+        """The channel limit the handshake settled on (connection.tune-ok)."""
+        self.channel_max = channel_max
+
+    def clear(self) -> None:
+        """We sent connection.close: no channel is open any more and nothing is assembled."""
+        self.open_channels.clear()
+        self.content.clear()
+        self._opening.clear()
 
     def accept_channel(self, channel: int) -> None:
         """The session's answer to its oldest ``ChannelOpenRequested`` on ``channel``: open-ok, then
@@ -49,9 +72,9 @@ class ChannelFrames(FrameWriter):
         held = requests.pop(0)
         if not requests:
             del self._opening[channel]
-        self.send_method(channel, m.ChannelOpenOk())
+        self._writer.send_method(channel, m.ChannelOpenOk())
         for data in held:
-            self._queue(data)
+            self._writer.queue(data)
 
     def _send_control(self, channel: int, method: m.Method) -> None:
         """A frame this codec answers with on a channel: held behind an unanswered channel.open."""
@@ -59,13 +82,13 @@ class ChannelFrames(FrameWriter):
         if requests:
             requests[-1].append(encode_method_frame(channel, method))
         else:
-            self.send_method(channel, method)
+            self._writer.send_method(channel, method)
 
     def close_channel(self, channel: int, exc: ChannelException) -> None:
         if channel not in self.open_channels:
             return
         self.open_channels.discard(channel)
-        self._content.pop(channel, None)
+        self.content.pop(channel, None)
         self.closing_channels.add(channel)
         self._send_control(channel, m.ChannelClose(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id))
 
@@ -73,10 +96,30 @@ class ChannelFrames(FrameWriter):
         return channel in self.open_channels
 
     # ------------------------------------------------------------------ inbound
+    def method_frame(self, channel: int, payload: bytes, class_id: int, method_id: int,
+                     events: list[Event]) -> None:
+        """A method frame on ``channel`` (1 and up) of an open connection; basic.publish and
+        basic.ack on an open channel are decoded by their own fast decoders."""
+        if channel in self.content:
+            raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
+                                      f"UNEXPECTED_FRAME - expected content header for class 60, got "
+                                      f"method {class_id}.{method_id}", class_id, method_id)
+        if channel in self.open_channels:
+            try:
+                if class_id == _BASIC and method_id == _PUBLISH:
+                    self.content[channel] = PendingContent(decode_publish(payload))
+                    return
+                if class_id == _BASIC and method_id == _ACK:
+                    events.append(MethodReceived(channel, decode_ack(payload)))
+                    return
+            except UnicodeDecodeError as exc:
+                raise not_utf8_method("basic.publish", exc, class_id, method_id) from None
+            except (IndexError, struct.error):
+                raise ConnectionException(ReplyCode.SYNTAX_ERROR, "SYNTAX_ERROR - malformed method",
+                                          class_id, method_id) from None
+        self._channel_method(channel, m.decode_method(payload), events)
+
     def _channel_method(self, channel: int, method: Any, events: list[Event]) -> None:
-        if self.state is not ConnectionState.OPEN:
-            raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - connection is not open yet",
-                                      method.CLASS_ID, method.METHOD_ID)
         kind = type(method)
         if method.CLASS_ID == _CONNECTION_CLASS:
             raise ConnectionException(ReplyCode.COMMAND_INVALID,
@@ -108,7 +151,7 @@ class ChannelFrames(FrameWriter):
                                       method.CLASS_ID, method.METHOD_ID)
         if kind is m.ChannelClose:
             self.open_channels.discard(channel)
-            self._content.pop(channel, None)
+            self.content.pop(channel, None)
             self._send_control(channel, m.ChannelCloseOk())
             events.append(ChannelClosed(channel, method.reply_code, method.reply_text, True))
             return
@@ -120,12 +163,12 @@ class ChannelFrames(FrameWriter):
                 raise ConnectionException(ReplyCode.COMMAND_INVALID,
                                           f"COMMAND_INVALID - {method.NAME} is sent by servers only",
                                           method.CLASS_ID, method.METHOD_ID)
-            self._content[channel] = PendingContent(method)
+            self.content[channel] = PendingContent(method)
             return
         events.append(MethodReceived(channel, method))
 
-    def _header_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
-        content = self._content.get(channel)
+    def header_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
+        content = self.content.get(channel)
         if content is None or content.size >= 0:
             if channel in self.closing_channels:
                 return
@@ -133,7 +176,7 @@ class ChannelFrames(FrameWriter):
                                       f"UNEXPECTED_FRAME - content header on channel {channel} without a method")
         size, props_raw, headers = parse_header(payload)
         if size > self.max_message_size:
-            del self._content[channel]
+            del self.content[channel]
             exc = ChannelException(ReplyCode.PRECONDITION_FAILED,
                                    f"PRECONDITION_FAILED - message size {size} is larger than configured max size "
                                    f"{self.max_message_size}", _BASIC, _PUBLISH)
@@ -144,11 +187,11 @@ class ChannelFrames(FrameWriter):
         content.headers = headers
         content.size = size
         if size == 0:
-            del self._content[channel]
+            del self.content[channel]
             events.append(ContentReceived(channel, content.method, content.props_raw, b"", 0, headers))
 
-    def _body_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
-        content = self._content.get(channel)
+    def body_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
+        content = self.content.get(channel)
         if content is None or content.size < 0:
             if channel in self.closing_channels:
                 return
@@ -160,9 +203,38 @@ class ChannelFrames(FrameWriter):
             if content.received > content.size:
                 raise ConnectionException(ReplyCode.FRAME_ERROR,
                                           "FRAME_ERROR - content body longer than announced in its header")
-            del self._content[channel]
+            del self.content[channel]
             parts = content.parts
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             events.append(ContentReceived(channel, content.method, content.props_raw, body, content.size,
                                           content.headers))
 
+    def whole_publish(self, src: bytes, pos: int, end: int, channel: int, payload: bytes, limit: int,
+                      events: list[Event]) -> int:
+        """A basic.publish (``payload``) whose content header and one body frame follow whole at
+        ``pos``: its event at once, with no PendingContent and no trip round the frame loop for
+        each frame. Returns where the next frame starts, or 0 to take the frames one by one, which
+        is what happens to anything else (a body over several frames, an empty or oversized one, a
+        frame not all here yet, and every fault, which the frame-by-frame path reports)."""
+        if end - pos < 7:
+            return 0
+        h_type, h_channel, h_size = _unpack_frame(src, pos)
+        h_end = pos + 7 + h_size
+        if h_type != _HEADER or h_channel != channel or h_size + 8 > limit or h_end + 8 > end \
+                or src[h_end] != FRAME_END:
+            return 0
+        b_start = h_end + 1
+        b_type, b_channel, b_size = _unpack_frame(src, b_start)
+        b_end: int = b_start + 7 + b_size
+        if b_type != _BODY or b_channel != channel or b_size + 8 > limit or b_end >= end \
+                or src[b_end] != FRAME_END:
+            return 0
+        try:
+            method = decode_publish(payload)
+            size, props_raw, headers = parse_header(src, pos + 7, h_end)
+        except (IndexError, struct.error, UnicodeDecodeError, ConnectionException):
+            return 0
+        if size != b_size or not size or size > self.max_message_size:
+            return 0
+        events.append(ContentReceived(channel, method, props_raw, src[b_start + 7:b_end], size, headers))
+        return b_end + 1

@@ -1,15 +1,18 @@
 """The server side of one AMQP 0-9-1 connection, sans-IO (h2's shape).
 
-Rule 1: ``AMQPConnection`` owns the wire state: handshake stage, negotiated limits, which channels
-are open or being closed by us, which opens await the session's answer, content being assembled
-per channel, and the outgoing bytes.
+Rule 1: ``AMQPConnection`` owns the connection's own wire state: the handshake stage, the server's
+and client's properties, the vhost asked for, and the bytes of a frame not all read yet. It makes
+three collaborators, each owning its part: ``FrameWriter`` (frame_writer.py: the outgoing frames
+and the frame size bodies are split by), ``ChannelFrames`` (channel_frames.py: which channels are
+open or being closed by us, opens awaiting the session's answer, content being assembled, the
+channel and message size limits) and ``HeartbeatClock`` (heartbeat.py: the interval and whether
+the peer was heard from). The handshake settles the limits and tells each its own (``tuned``).
 Rule 2: it knows nothing of brokers, time or sockets. ``receive_data`` parses every complete frame
 in the buffer and returns events; it never raises on bad input but answers it the way the spec says
 (channel.close or connection.close with a reply code) and reports that as an event. Outbound calls
-append to a list that ``data_to_send`` joins once per writer wake-up: that outgoing side and the
-heartbeat clock are ``FrameWriter`` (frame_writer.py); channel opens and closes and the content
-being assembled per channel are ``ChannelFrames`` (channel_frames.py). Both are base classes of
-``AMQPConnection``, one object with it, so this rule covers their state too.
+append to the writer's list, which ``data_to_send`` joins once per writer wake-up. The
+collaborators' calls the session and the shell make are handed out as this object's, bound once
+in ``__init__`` (no extra call on the way of a message).
 """
 
 from __future__ import annotations
@@ -20,19 +23,18 @@ from typing import Any
 
 from . import methods as m
 from .channel_frames import ChannelFrames
-from .codec import FRAME_HEADER, decode_ack, decode_publish
-from .content import PendingContent, parse_header
+from .codec import FRAME_HEADER
 from .errors import AMQPError, ConnectionException
 from .events import (
     BadProtocolHeader,
     ConnectionClosed,
     ConnectionCloseOk,
-    ContentReceived,
     Event,
     MethodReceived,
 )
 from .handshake import EXPECTED, NEXT, ConnectionState, check_mechanism, negotiate_tune
-from .method_codec import not_utf8_method
+from .frame_writer import FrameWriter
+from .heartbeat import HeartbeatClock
 from .sasl import MECHANISMS
 from .spec import FRAME_END, PROTOCOL_HEADER, FrameType, ReplyCode
 
@@ -44,22 +46,35 @@ _METHOD = int(FrameType.METHOD)
 _HEADER = int(FrameType.HEADER)
 _BODY = int(FrameType.BODY)
 _HEARTBEAT = int(FrameType.HEARTBEAT)
-_BASIC = m.BasicPublish.CLASS_ID
-_PUBLISH = m.BasicPublish.METHOD_ID
-_PUBLISH_IDS = struct.pack(">HH", _BASIC, _PUBLISH)
-_ACK = m.BasicAck.METHOD_ID
+_PUBLISH_IDS = struct.pack(">HH", m.BasicPublish.CLASS_ID, m.BasicPublish.METHOD_ID)
 _CLOSE = (m.ConnectionClose.CLASS_ID, m.ConnectionClose.METHOD_ID)
 _CLOSE_OK = (m.ConnectionCloseOk.CLASS_ID, m.ConnectionCloseOk.METHOD_ID)
 
 
-class AMQPConnection(ChannelFrames):
-    """One connection's wire state (module docstring); its channels and content assembly are
-    ``ChannelFrames``, its outgoing side ``FrameWriter``."""
+class AMQPConnection:
+    """One connection's wire state (module docstring): the handshake and the frame loop; its
+    outgoing side is ``writer``, its channels ``channels``, its heartbeats ``clock``."""
 
     def __init__(self, *, server_properties: Mapping[str, Any], channel_max: int = 2047,
                  frame_max: int = 131072, heartbeat: int = 60, max_message_size: int = 128 << 20,
                  mechanisms: tuple[str, ...] = MECHANISMS) -> None:
-        super().__init__(frame_max, heartbeat, channel_max, max_message_size)
+        self.writer = writer = FrameWriter(frame_max)
+        self.channels = channels = ChannelFrames(channel_max, max_message_size, writer)
+        self.clock = clock = HeartbeatClock(heartbeat, writer)
+        # the collaborators' calls, handed out as this connection's (bound once: no extra call per use)
+        self.send_method = writer.send_method
+        self.send_content = writer.send_content
+        self.send_deliver = writer.send_deliver
+        self.data_to_send = writer.data_to_send
+        self.unsent = writer.unsent
+        self.accept_channel = channels.accept_channel
+        self.close_channel = channels.close_channel
+        self.is_channel_open = channels.is_channel_open
+        self.peer_alive = clock.peer_alive
+        self._method_on_channel = channels.method_frame
+        self._header_frame = channels.header_frame
+        self._body_frame = channels.body_frame
+        self._whole_publish = channels.whole_publish
         self.server_properties = dict(server_properties)
         self.mechanisms = mechanisms
         self.state = ConnectionState.AWAIT_HEADER
@@ -80,18 +95,42 @@ class AMQPConnection(ChannelFrames):
             return
         self.send_method(0, m.ConnectionClose(reply_code, reply_text, class_id, method_id))
         self.state = ConnectionState.CLOSING
-        self.open_channels.clear()
-        self._content.clear()
-        self._opening.clear()
+        self.channels.clear()
+
+    # ------------------------------------------------------------------ what the shell and session read
+    @property
+    def bytes_pending(self) -> int:
+        """Bytes waiting for the socket (the writer's)."""
+        return self.writer.bytes_pending
+
+    @property
+    def frame_max(self) -> int:
+        return self.writer.frame_max
+
+    @property
+    def channel_max(self) -> int:
+        return self.channels.channel_max
+
+    @property
+    def heartbeat(self) -> int:
+        return self.clock.interval
+
+    def tick(self, now: float) -> bool:
+        """The heartbeat clock's tick (heartbeat.py): False once the peer is silent too long."""
+        return self.clock.tick(now, self.state is ConnectionState.OPEN)
 
     # ------------------------------------------------------------------ inbound
     def receive_data(self, data: bytes) -> list[Event]:
         events: list[Event] = []
         if not data or self.state is ConnectionState.CLOSED:
             return events
-        self._received = True
+        self.peer_alive()
         buf = self._buf
-        limit = self.frame_max if self.frame_max else 1 << 31
+        frame_max = self.writer.frame_max
+        limit = frame_max if frame_max else 1 << 31
+        channels = self.channels
+        open_channels = channels.open_channels  # read, never written, here: the fast path's test
+        assembling = channels.content
         # Frames are cut from immutable bytes (one copy per payload): the read itself when nothing
         # was left over, else the leftover and the read joined, once the first frame is whole (a
         # large frame arriving over many reads is not copied again on each).
@@ -142,8 +181,8 @@ class AMQPConnection(ChannelFrames):
                         break
                     continue
                 if frame_type == _METHOD:
-                    if payload.startswith(_PUBLISH_IDS) and channel in self.open_channels \
-                            and channel not in self._content:
+                    if payload.startswith(_PUBLISH_IDS) and channel in open_channels \
+                            and channel not in assembling:
                         after = self._whole_publish(src, pos, end, channel, payload, limit, events)
                         if after:
                             pos = after
@@ -172,7 +211,7 @@ class AMQPConnection(ChannelFrames):
         return events
 
     def _bad_header(self, events: list[Event]) -> list[Event]:
-        self._queue(PROTOCOL_HEADER)
+        self.writer.queue(PROTOCOL_HEADER)
         self.state = ConnectionState.CLOSED
         self._buf.clear()
         events.append(BadProtocolHeader())
@@ -200,64 +239,19 @@ class AMQPConnection(ChannelFrames):
             return True
         return False
 
-    def _whole_publish(self, src: bytes, pos: int, end: int, channel: int, payload: bytes, limit: int,
-                       events: list[Event]) -> int:
-        """A basic.publish (``payload``) whose content header and one body frame follow whole at
-        ``pos``: its event at once, with no PendingContent and no trip round the frame loop for
-        each frame. Returns where the next frame starts, or 0 to take the frames one by one, which
-        is what happens to anything else (a body over several frames, an empty or oversized one, a
-        frame not all here yet, and every fault, which the frame-by-frame path reports)."""
-        if end - pos < 7:
-            return 0
-        h_type, h_channel, h_size = _unpack_frame(src, pos)
-        h_end = pos + 7 + h_size
-        if h_type != _HEADER or h_channel != channel or h_size + 8 > limit or h_end + 8 > end \
-                or src[h_end] != FRAME_END:
-            return 0
-        b_start = h_end + 1
-        b_type, b_channel, b_size = _unpack_frame(src, b_start)
-        b_end: int = b_start + 7 + b_size
-        if b_type != _BODY or b_channel != channel or b_size + 8 > limit or b_end >= end \
-                or src[b_end] != FRAME_END:
-            return 0
-        try:
-            method = decode_publish(payload)
-            size, props_raw, headers = parse_header(src, pos + 7, h_end)
-        except (IndexError, struct.error, UnicodeDecodeError, ConnectionException):
-            return 0
-        if size != b_size or not size or size > self.max_message_size:
-            return 0
-        events.append(ContentReceived(channel, method, props_raw, src[b_start + 7:b_end], size, headers))
-        return b_end + 1
-
     def _method_frame(self, channel: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) < 4:
             raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - method frame too short")
         class_id = payload[0] << 8 | payload[1]
         method_id = payload[2] << 8 | payload[3]
         if channel:
-            if channel in self._content:
-                raise ConnectionException(ReplyCode.UNEXPECTED_FRAME,
-                                          f"UNEXPECTED_FRAME - expected content header for class 60, got "
-                                          f"method {class_id}.{method_id}", class_id, method_id)
-            if channel in self.open_channels:
-                try:
-                    if class_id == _BASIC and method_id == _PUBLISH:
-                        self._content[channel] = PendingContent(decode_publish(payload))
-                        return
-                    if class_id == _BASIC and method_id == _ACK:
-                        events.append(MethodReceived(channel, decode_ack(payload)))
-                        return
-                except UnicodeDecodeError as exc:
-                    raise not_utf8_method("basic.publish", exc, class_id, method_id) from None
-                except (IndexError, struct.error):
-                    raise ConnectionException(ReplyCode.SYNTAX_ERROR, "SYNTAX_ERROR - malformed method",
-                                              class_id, method_id) from None
-        method = m.decode_method(payload)
-        if channel == 0:
-            self._connection_method(method, events)
-        else:
-            self._channel_method(channel, method, events)
+            if self.state is not ConnectionState.OPEN:
+                method = m.decode_method(payload)
+                raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - connection is not open yet",
+                                          method.CLASS_ID, method.METHOD_ID)
+            self._method_on_channel(channel, payload, class_id, method_id, events)
+            return
+        self._connection_method(m.decode_method(payload), events)
 
     def _connection_method(self, method: Any, events: list[Event]) -> None:
         kind = type(method)
@@ -276,8 +270,10 @@ class AMQPConnection(ChannelFrames):
                 check_mechanism(self.mechanisms, method)
                 self.client_properties = dict(method.client_properties)
             elif kind is m.ConnectionTuneOk:
-                self.frame_max, self.channel_max, self.heartbeat = negotiate_tune(self.frame_max, self.channel_max,
-                                                                                  method)
+                frame_max, channel_max, heartbeat = negotiate_tune(self.frame_max, self.channel_max, method)
+                self.writer.tuned(frame_max)
+                self.channels.tuned(channel_max)
+                self.clock.tuned(heartbeat)
             else:
                 self.vhost = method.virtual_host
             self.state = NEXT[self.state]

@@ -1,19 +1,19 @@
-"""The outgoing side of one AMQP connection: encoded frames waiting for the socket, and heartbeats.
+"""The outgoing side of one AMQP connection: encoded frames waiting for the socket.
 
-``FrameWriter`` is the base class of ``connection.AMQPConnection``, one object with it: the
-connection owns all of this state (``connection.py``'s rules hold), and this module holds the code
-that writes it. Outbound calls encode straight into ``_out`` (one list append per frame or
-delivery, no copy) and ``data_to_send`` joins it once per writer wake-up; ``bytes_pending`` is what
-the session's credit check reads. ``tick`` is the heartbeat clock: whether the peer was heard from
-(``_received``, set by the inbound side) and whether we sent anything since the last tick. The
-negotiated ``frame_max`` and ``heartbeat`` live here because the writer splits bodies by the one and
-paces heartbeats by the other; the handshake (``connection.py``) sets them.
+Rule 1: a ``FrameWriter`` (one per connection, made by ``connection.AMQPConnection``) owns the
+frames not yet taken by the socket (``_out``), their size (``bytes_pending``, which the session's
+credit check reads), whether anything went out since the heartbeat clock last asked (``_sent``),
+and the frame size it splits bodies by (``frame_max``: the server's offer until the handshake
+settles it, ``tuned``).
+Rule 2: outbound calls encode straight into ``_out`` (one list append per frame or delivery, no
+copy) and ``data_to_send`` joins it once per writer wake-up. The connection hands the send calls
+out as its own (bound once, so a delivery costs no extra call), and the channels' side
+(``channel_frames.py``) and the heartbeat clock (``heartbeat.py``) write through these methods.
 """
 
 from __future__ import annotations
 
 from .codec import FRAME_HEADER, encode_content, encode_deliver, encode_method_frame
-from .handshake import ConnectionState
 from .method_codec import Method
 from .spec import FRAME_END, FrameType
 
@@ -23,18 +23,22 @@ _HEARTBEAT_FRAME = FRAME_HEADER.pack(FrameType.HEARTBEAT, 0, 0) + bytes((FRAME_E
 
 
 class FrameWriter:
-    state: ConnectionState  # the connection's stage, set by ``AMQPConnection``
+    """The connection's outgoing frames (module docstring)."""
 
-    def __init__(self, frame_max: int, heartbeat: int) -> None:
+    __slots__ = ("frame_max", "_out", "bytes_pending", "_sent")
+
+    def __init__(self, frame_max: int) -> None:
         self.frame_max = frame_max
-        self.heartbeat = heartbeat
         self._out: list[bytes] = []
         self.bytes_pending = 0
-        self._received = False
         self._sent = False
-        self._last_seen: float | None = None
 
-    def _queue(self, data: bytes) -> None:
+    def tuned(self, frame_max: int) -> None:
+        """The frame size the handshake settled on (connection.tune-ok)."""
+        self.frame_max = frame_max
+
+    def queue(self, data: bytes) -> None:
+        """Frames encoded elsewhere (held behind a channel.open, a protocol header)."""
         self._out.append(data)
         self.bytes_pending += len(data)
 
@@ -57,7 +61,7 @@ class FrameWriter:
         self.bytes_pending += len(data)
 
     def send_heartbeat(self) -> None:
-        self._queue(_HEARTBEAT_FRAME)
+        self.queue(_HEARTBEAT_FRAME)
 
     def data_to_send(self) -> bytes:
         if not self._out:
@@ -73,22 +77,9 @@ class FrameWriter:
         self._out.insert(0, data)
         self.bytes_pending += len(data)
 
-    # ------------------------------------------------------------------ heartbeats
-    def tick(self, now: float) -> bool:
-        """Heartbeat bookkeeping, called every heartbeat/2 seconds: False when the peer has been
-        silent for more than two heartbeat intervals; queues a heartbeat if we sent nothing."""
-        if self._received or self._last_seen is None:
-            self._last_seen = now
-            self._received = False
-        if self.heartbeat and now - self._last_seen > 2 * self.heartbeat:
-            return False
-        if self.heartbeat and not self._sent and not self._out and self.state is ConnectionState.OPEN:
-            self.send_heartbeat()
+    def quiet(self) -> bool:
+        """For the heartbeat clock, once per tick: True when nothing went out since the last call
+        and nothing is waiting (a heartbeat is due); starts the next interval."""
+        quiet = not self._sent and not self._out
         self._sent = False
-        return True
-
-    def peer_alive(self) -> None:
-        """Count the peer as heard from although nothing was read: while the broker itself stops
-        reading (a blocked publisher), its heartbeats wait in the socket (RabbitMQ pauses the
-        heartbeat monitor of blocked connections too)."""
-        self._received = True
+        return quiet

@@ -52,7 +52,7 @@ class ConfirmWaiter(Protocol):
 
 class ChannelSession:
     __slots__ = (
-        "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
+        "session", "conn", "out", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "acks", "last_ticket",
         "delivery", "perms", "confirms", "reply", "stats",
@@ -62,6 +62,7 @@ class ChannelSession:
                  confirms: ConfirmWaiter) -> None:
         self.session = session
         self.conn = session.conn
+        self.out = session.conn.writer  # its outgoing frames: the credit check reads their size
         self.id = channel_id
         self.vhost = session.vhost
         self.delivery = session.broker.delivery
@@ -93,7 +94,7 @@ class ChannelSession:
             return False
         if self.global_prefetch and len(self.unacked) + self.txn.taken >= self.global_prefetch:
             return False
-        if self.conn.bytes_pending >= OUTBOX_HIGH_WATER:
+        if self.out.bytes_pending >= OUTBOX_HIGH_WATER:
             self.session.outbox_full = True
             return False
         return True

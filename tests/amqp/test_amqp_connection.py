@@ -252,7 +252,7 @@ def test_publishes_read_whole_give_the_events_of_frame_by_frame(mode):
         accept_opens(conn, conn.receive_data(handshake_bytes() + encode_method_frame(2, m.ChannelOpen())))
         conn.data_to_send()
         events = feed(conn, _mixed_publishes(), how)
-        outcomes.append((events, conn.data_to_send(), sorted(conn.open_channels)))
+        outcomes.append((events, conn.data_to_send(), sorted(conn.channels.open_channels)))
     assert outcomes[0] == outcomes[1]
     events = outcomes[0][0]
     bodies = [e.body for e in events if isinstance(e, ContentReceived)]
@@ -369,7 +369,7 @@ def test_channel_ids_above_channel_max_open_and_channel_max_bounds_open_channels
         encode_method_frame(3, m.ChannelOpen()),
     )))
     assert [e.channel for e in events if isinstance(e, ChannelOpenRequested)] == [65535, 2048, 3]
-    assert conn.open_channels == {65535, 3}
+    assert conn.channels.open_channels == {65535, 3}
     events = conn.receive_data(encode_method_frame(4, m.ChannelOpen()))
     assert [(e.reply_code, e.reply_text) for e in events if isinstance(e, ConnectionClosed)] == [
         (530, "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)")]
@@ -424,7 +424,7 @@ def test_oversized_content_closes_only_the_channel():
     conn = new_conn(max_message_size=10)
     events = conn.receive_data(handshake_bytes() + publish_bytes(b"x" * 11))
     assert any(isinstance(e, ChannelClosed) and e.reply_code == 406 for e in events)
-    assert conn.state is ConnectionState.OPEN and 1 in conn.closing_channels
+    assert conn.state is ConnectionState.OPEN and 1 in conn.channels.closing_channels
 
 
 def test_bad_protocol_header_answers_ours():
