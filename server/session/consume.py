@@ -11,6 +11,8 @@ these functions directly, so a method costs the same call it did as a ``ChannelS
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from typing import Any
 
 from headrace.queues import Consumer, Destination
 from headrace.server.amqp import methods as m
@@ -21,7 +23,7 @@ from headrace.server.broker.reply_to import REPLY_QUEUE
 
 from .channel import ChannelSession
 
-__all__ = ["cancel", "consume", "flow", "get", "qos"]
+__all__ = ["CHANNEL_METHODS", "cancel", "consume", "flow", "get", "qos"]
 
 
 def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
@@ -121,3 +123,19 @@ def _queue_for(ch: ChannelSession, name: str, kind: str) -> Destination:
 
 def _consumer_queues(ch: ChannelSession) -> list[Destination]:
     return list({q: None for q, _ in ch.consumers.values()})
+
+
+# The basic.* and channel.flow methods, handled by the channel itself or by the functions above; the
+# session merges this table with those of its parts.
+CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
+    m.BasicQos: qos,
+    m.BasicConsume: consume,
+    m.BasicCancel: cancel,
+    m.BasicGet: get,
+    m.BasicAck: ChannelSession.ack,
+    m.BasicNack: lambda ch, meth: ch.nack(meth.delivery_tag, meth.multiple, meth.requeue),
+    m.BasicReject: lambda ch, meth: ch.nack(meth.delivery_tag, False, meth.requeue),
+    m.BasicRecover: ChannelSession.recover,
+    m.BasicRecoverAsync: ChannelSession.recover,
+    m.ChannelFlow: lambda ch, meth: flow(ch, meth.active),
+}

@@ -1,8 +1,9 @@
 """The connection handshake: login (SASL PLAIN/AMQPLAIN), tune, and opening a vhost.
 
 Rule 1: ``Handshake`` handles the channel-0 methods up to connection.open-ok and update-secret; it
-sets the session's user, client properties and vhost, and asks the broker to register the
-connection (the broker owns the connection map and its limits).
+sets the connection's user, client properties and vhost (its ``SessionState``), and asks the
+session (``Opening``) to have the broker register the connection (the broker owns the connection
+map and its limits) and to enter OPEN (the session owns the lifecycle).
 Rule 2: every refusal is a ``ConnectionException`` with RabbitMQ's code and text; a login refused
 earlier in the same batch leaves the session CLOSING, and a pipelined connection.open is ignored.
 """
@@ -12,15 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from ipaddress import ip_address
-from typing import Any
+from typing import Any, Protocol
 
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ConnectionException
 from headrace.server.amqp.sasl import parse_response
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.auth import LoginThrottled
+from headrace.server.auth import LoginThrottled, User
 
-from .lifecycle import Lifecycle
 from .state import SessionState
 
 __all__ = ["Handshake"]
@@ -28,10 +28,19 @@ __all__ = ["Handshake"]
 log = logging.getLogger("headrace.session")
 
 
+class Opening(Protocol):
+    """What the handshake asks of the ``Session`` (which sits above it): the lifecycle and the
+    broker's registration are the session's."""
+
+    def in_handshake(self) -> bool: ...
+    def register(self, user: User) -> None: ...
+    def opened(self) -> None: ...
+
+
 class Handshake:
-    def __init__(self, session: SessionState, opened: Callable[[], None]) -> None:
+    def __init__(self, session: SessionState, opening: Opening) -> None:
         self.session = session
-        self.opened = opened  # the session's: the connection is OPEN (its lifecycle's one writer)
+        self.opening = opening
 
     def connection_handlers(self) -> dict[type, Callable[[Any], None]]:
         return {
@@ -75,7 +84,7 @@ class Handshake:
 
     def open(self, method: m.ConnectionOpen) -> None:
         s = self.session
-        if s.state is not Lifecycle.HANDSHAKE:
+        if not self.opening.in_handshake():
             return  # the login was refused earlier in this batch (a pipelining client): already closing
         assert s.user is not None
         name = method.virtual_host or "/"
@@ -89,9 +98,9 @@ class Handshake:
         refused = s.broker.connection_refused(name, s.user.name)  # the vhost's or user's max-connections
         if refused is not None:
             raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}", 10, 40)
-        s.broker.register_connection(s, s.user)  # raises 530 NOT_ALLOWED at a connection limit
+        self.opening.register(s.user)  # raises 530 NOT_ALLOWED at a connection limit
         s.vhost = vhost
-        self.opened()
+        self.opening.opened()
         s.conn.send_method(0, m.ConnectionOpenOk())
 
     def update_secret(self, method: m.ConnectionUpdateSecret) -> None:

@@ -1,17 +1,18 @@
 """What the connection's user may do in its vhost: one check with a per-connection cache.
 
-Rule 1: a ``Permissions`` object (one per session) owns the cached decisions; the broker's user
-registry owns the rules. Any user, permission or vhost change clears the cache (``changed``), so a
-revoked permission applies to the very next operation.
+Rule 1: a ``Permissions`` object (one per connection, made by its ``SessionState``) owns the
+cached decisions; the broker's user registry owns the rules. Any user, permission or vhost change
+clears the cache (``changed``), so a revoked permission applies to the very next operation.
 Rule 2: publishing asks ``write_ok`` first, a plain dict keyed by exchange name, so the per-publish
 cost is one lookup; a miss goes through ``check``.
 """
 
 from __future__ import annotations
 
-from headrace.server.broker import errors
+from typing import Protocol
 
-from .state import SessionState
+from headrace.server.auth import User
+from headrace.server.broker import Broker, VHost, errors
 
 __all__ = ["PERMISSION_CACHE_MAX", "Permissions"]
 
@@ -20,10 +21,22 @@ __all__ = ["PERMISSION_CACHE_MAX", "Permissions"]
 PERMISSION_CACHE_MAX = 4096
 
 
+class Grantee(Protocol):
+    """Whose permissions are checked: the connection's ``SessionState`` (state.py, which sits above
+    this module and makes its ``Permissions``), once the handshake set its user and vhost."""
+
+    @property
+    def broker(self) -> Broker: ...
+    @property
+    def user(self) -> User | None: ...
+    @property
+    def vhost(self) -> VHost: ...
+
+
 class Permissions:
     __slots__ = ("session", "_cache", "write_ok")
 
-    def __init__(self, session: SessionState) -> None:
+    def __init__(self, session: Grantee) -> None:
         self.session = session
         self._cache: dict[tuple[str, str], bool] = {}
         self.write_ok: dict[str, bool] = {}  # exchange -> may publish (read by channels, written here)

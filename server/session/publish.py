@@ -16,7 +16,7 @@ from typing import Any
 
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ConnectionException
-from headrace.server.amqp.events import ContentReceived
+from headrace.server.amqp.events import ContentReceived, Event
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import PublishResult
 from headrace.server.broker.node import connection_label
@@ -26,7 +26,7 @@ from headrace.server.broker.topic_auth import check_topic_write
 
 from .channel import ChannelSession
 
-__all__ = ["publish", "publish_run", "tx_commit"]
+__all__ = ["publish", "publish_run", "run_end", "tx_commit"]
 
 
 def publish(ch: ChannelSession, event: ContentReceived) -> None:
@@ -180,3 +180,24 @@ def _tx_buffer(ch: ChannelSession, event: ContentReceived) -> None:
 def _immediate() -> ConnectionException:
     """basic.publish with immediate=true: RabbitMQ 3.x refuses it for the whole connection."""
     return ConnectionException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - immediate=true", 60, 40)
+
+
+def run_end(events: list[Event], first: ContentReceived, start: int, count: int) -> int:
+    """Where the publishes from ``start`` (``first``) on stop going through one channel to one exchange and
+    routing key without a headers table: what ``publish_run`` takes together."""
+    if first.headers is not None:
+        return start + 1
+    channel = first.channel
+    method = first.method
+    exchange = method.exchange
+    key = method.routing_key
+    end = start + 1
+    while end < count:
+        event = events[end]
+        if type(event) is not ContentReceived or event.channel != channel or event.headers is not None:
+            break
+        method = event.method
+        if method.exchange != exchange or method.routing_key != key:
+            break
+        end += 1
+    return end

@@ -1,13 +1,14 @@
 """One AMQP connection as the broker sees it: applies protocol events to the broker.
 
-Rule 1: the ``Session`` owns the connection's identity (user, vhost, client capabilities: the
-``SessionState`` it is, ``state.py``), its channels, its lifecycle (``Lifecycle``, written only by
-``_enter``) and its list of parts, each a small module for one concern: ``Handshake`` (login,
-tune, open), ``Permissions`` (one cached check), ``Declarations`` (declare, bind, purge, delete)
-and ``ConfirmsAndTx`` (replies that wait for the store). The parts and the channels import none of
-this module: each takes the ``SessionState`` and, from here, the siblings it calls. The network
-shell owns the socket and calls ``handle``, ``on_drain``, ``connection_lost`` and ``close``, and
-reads ``state``.
+Rule 1: the ``Session`` owns the connection's channels, its lifecycle (``Lifecycle``, written only
+by ``_enter``) and its list of parts, each a small module for one concern: ``Handshake`` (login,
+tune, open), ``Declarations`` (declare, bind, purge, delete), ``ConfirmsAndTx`` (replies that wait
+for the store) and ``ReadPause`` (read_pause.py: whether the shell reads more). What the parts and
+the channels share (identity, counters, the batch's ``now``, the permission cache) is the
+``SessionState`` it makes (``state.py``, ``self.ctx``); the broker, the HTTP API and the shell read
+that through the read-only properties below. The parts and the channels import none of this module: each takes
+the ``SessionState`` and, from here, the siblings it calls. The network shell owns the socket and
+calls ``handle``, ``on_drain``, ``connection_lost`` and ``close``, and reads ``state``.
 Rule 2: everything here is synchronous: a batch of events is applied atomically at the ``now`` the
 shell passes and leaves its replies in the ``AMQPConnection`` buffer for the writer.
 Rule 3: the session asks the broker to change what the broker owns (``register_connection``,
@@ -35,17 +36,17 @@ from headrace.server.amqp.events import (
 )
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.spec import ReplyCode
-from headrace.server.broker import Broker
-from headrace.server.broker.outbox import MIRROR_BACKLOG_MAX
+from headrace.server.auth import User
+from headrace.server.broker import Broker, VHost
 
-from . import consume
-from .publish import publish, publish_run
+from .consume import CHANNEL_METHODS
+from .publish import publish, publish_run, run_end
 from .channel import ChannelSession
 from .confirms import ConfirmsAndTx
 from .declare import Declarations
 from .handshake import Handshake
 from .lifecycle import LIVE, Lifecycle
-from .permissions import Permissions
+from .read_pause import ReadPause
 from .state import SessionState, SocketCounters
 
 __all__ = ["Session", "SocketCounters"]  # SocketCounters: state.py's, named here for the shell
@@ -53,19 +54,30 @@ __all__ = ["Session", "SocketCounters"]  # SocketCounters: state.py's, named her
 log = logging.getLogger("headrace.session")
 
 
-class Session(SessionState):
+class Session:
+    """The connection's channels, lifecycle and parts (module docstring); what they share is
+    ``ctx``, a ``SessionState``."""
+
     def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
                  local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
                  loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
                  wake: Callable[[], None]) -> None:
-        super().__init__(broker, conn, peer=peer, local=local, ssl=ssl, loopback_users=loopback_users,
-                         max_unconfirmed=max_unconfirmed, wake=wake)
+        self.broker = broker
+        self.conn = conn
+        self.wake = wake  # the shell's handler: output is waiting
+        self.ctx = ctx = SessionState(broker, conn, peer=peer, local=local, ssl=ssl, loopback_users=loopback_users,
+                                      wake=wake, arm_deadline=self.arm_deadline)
+        self.state = Lifecycle.HANDSHAKE
         self.channels: dict[int, ChannelSession] = {}
-        # the parts take this session's state and what they need of each other, handed over here
-        self.perms = Permissions(self)
-        self.confirms = ConfirmsAndTx(self, self.close_channel, lambda: self.broker.wait_for_sync(self))
-        self.handshake = Handshake(self, self.opened)
-        self.declares = Declarations(self, self.perms, self.confirms.after_fsync)
+        # the parts take the shared state and what they need of each other, handed over here
+        self.perms = perms = ctx.perms
+        self.confirms = ConfirmsAndTx(ctx, self.close_channel, lambda: self.broker.wait_for_sync(self))
+        self.read_pause = gate = ReadPause(ctx, self.confirms, max_unconfirmed)
+        self.paused_otherwise = gate.paused_otherwise  # the shell's questions, the gate's answers
+        self.held_by = gate.held_by
+        self.handshake = Handshake(ctx, self)
+        self.declares = Declarations(ctx, perms, self.confirms.after_fsync)
+        self.alarms_changed = ctx.alarms_changed  # BrokerObserver's alarm notice is the state's
         self.parts = (self.handshake, self.declares, self.confirms)
         self._connection_handlers: dict[type, Callable[[Any], None]] = {}
         self._channel_handlers: dict[type, Callable[[ChannelSession, Any], None]] = dict(CHANNEL_METHODS)
@@ -84,8 +96,78 @@ class Session(SessionState):
         if before in LIVE and state not in LIVE:
             self._cleanup()
 
+    def in_handshake(self) -> bool:
+        return self.state is Lifecycle.HANDSHAKE
+
+    def register(self, user: User) -> None:
+        """The handshake's vhost checks passed: the broker lists this connection (530 at a limit)."""
+        self.broker.register_connection(self, user)
+
     def opened(self) -> None:
         self._enter(Lifecycle.OPEN)
+
+    def arm_deadline(self, when: float) -> None:
+        """This connection's consumer-timeout deadline comes at ``when`` or sooner: it sits in the
+        broker's one deadline heap with this session as its key, which calls ``deadline_due``."""
+        self.broker.delivery.deadlines.arm_earlier(self, when)
+
+    # ------------------------------------------------------------------ the shared state, read-only
+    @property
+    def id(self) -> int:
+        return self.ctx.id
+
+    @property
+    def peer(self) -> tuple[str, int]:
+        return self.ctx.peer
+
+    @property
+    def local(self) -> tuple[str, int]:
+        return self.ctx.local
+
+    @property
+    def ssl(self) -> bool:
+        return self.ctx.ssl
+
+    @property
+    def io(self) -> SocketCounters:
+        """The socket's counters, which the shell adds to (the object is shared, not replaced)."""
+        return self.ctx.io
+
+    @property
+    def user(self) -> User | None:
+        return self.ctx.user
+
+    @property
+    def vhost(self) -> VHost:
+        return self.ctx.vhost
+
+    @property
+    def client_properties(self) -> dict[str, Any]:
+        return self.ctx.client_properties
+
+    @property
+    def connected_at(self) -> float:
+        return self.ctx.connected_at
+
+    @property
+    def now(self) -> float:
+        return self.ctx.now
+
+    @property
+    def published(self) -> int:
+        return self.ctx.published
+
+    @property
+    def acked(self) -> int:
+        return self.ctx.acked
+
+    @property
+    def tx_bytes(self) -> int:
+        return self.ctx.tx_bytes
+
+    @property
+    def deferred(self) -> list[tuple[int, m.Method]]:
+        return self.ctx.deferred
 
     @property
     def reading(self) -> bool:
@@ -103,39 +185,19 @@ class Session(SessionState):
     # ------------------------------------------------------------------ shell interface
     @property
     def read_paused(self) -> bool:
-        """Stop reading this socket: broker alarm (for connections that publish), too many
-        publishes waiting for fsync, a consumer-backed queue the last batch published into is
-        saturated, or (for connections that publish) a full mirror or store outbox: the owner of
-        each input calls ``gate.notify`` when it changes (a saturated queue's release,
-        ``gate.released``, wakes only the readers it held), and the reader looks again."""
-        return self.paused_otherwise() or (bool(self.saturating) and self.held_by() is not None)
+        """Stop reading this socket (``ReadPause.paused``, read_pause.py)."""
+        return self.read_pause.paused()
 
-    def paused_otherwise(self) -> bool:
-        """``read_paused`` for a reason other than a saturated queue: what ``Gate.notify`` announces."""
-        if self.confirms.unconfirmed >= self.max_unconfirmed:
-            return True
-        broker = self.broker
-        if self.published and (broker.mirror_backlog >= MIRROR_BACKLOG_MAX
-                               or broker.store_backlog >= broker.store_backlog_max):
-            return True
-        return bool(broker.alarms) and (self.published > 0 or self.tx_bytes > 0)
-
-    def held_by(self) -> Destination | None:
-        """A saturated queue the last batch published into (delivery's share of the loop,
-        broker/saturation.py), whose release the reader waits for (``Gate.released``); None once
-        none is saturated any more."""
-        saturated = self.broker.delivery.saturation.saturated
-        for queue in self.saturating:
-            if queue in saturated:
-                return queue
-        self.saturating = []
-        return None
+    @property
+    def saturating(self) -> list[Destination]:
+        return self.read_pause.saturating
 
     def handle(self, events: list[Event], now: float) -> None:
         """Apply one batch of protocol events at time ``now``."""
-        self.now = now
-        if not self.connected_at:
-            self.connected_at = now
+        ctx = self.ctx
+        ctx.now = now
+        if not ctx.connected_at:
+            ctx.connected_at = now
         delivery = self.broker.delivery
         saturation = delivery.saturation
         if saturation.touched:
@@ -147,7 +209,7 @@ class Session(SessionState):
             if batch:
                 delivery.end_batch(now)
         if saturation.touched:
-            self.saturating = saturation.check()
+            self.read_pause.batch_published()
         if batch and self.broker.firehose.pending:  # after the check: trace queues hold no publisher
             self.broker.publish_traces(now)
         if self.confirms.channels:
@@ -167,7 +229,7 @@ class Session(SessionState):
                 if type(event) is ContentReceived:
                     channel = self.channels.get(event.channel)
                     if channel is not None:
-                        end = _run_end(events, event, i - 1, count) if i < count else i
+                        end = run_end(events, event, i - 1, count) if i < count else i
                         if end > i:  # a run of two or more (a failure inside closes the channel: the
                             # rest of the run would find it gone anyway); _run_end took only publishes
                             run = cast("list[ContentReceived]", events[i - 1:end])
@@ -178,13 +240,14 @@ class Session(SessionState):
                 elif type(event) is MethodReceived:
                     self._method(event.channel, event.method)
                 elif type(event) is ChannelOpenRequested:
-                    if self.vhost is None:
+                    if self.ctx.vhost is None:
                         raise ConnectionException(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - connection not open")
-                    assert self.user is not None  # set with the vhost, at connection.open
-                    refused = self.broker.channel_refused(self.user.name, self)  # the user's max-channels
+                    user = self.ctx.user
+                    assert user is not None  # set with the vhost, at connection.open
+                    refused = self.broker.channel_refused(user.name, self)  # the user's max-channels
                     if refused is not None:  # RabbitMQ names no failed method here (class and method 0)
                         raise ConnectionException(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - {refused}")
-                    self.channels[event.channel] = ChannelSession(self, event.channel, self.perms, self.confirms)
+                    self.channels[event.channel] = ChannelSession(self.ctx, event.channel, self.perms, self.confirms)
                     self.conn.accept_channel(event.channel)  # open-ok only once every check passed
                     self.broker.churn("channel_created")
                     self.broker.open_channels += 1
@@ -204,11 +267,12 @@ class Session(SessionState):
             except ConnectionException as exc:
                 _fill_ids(exc, event)
                 self.close(exc)
-            if self.deferred:
+            if self.ctx.deferred:
                 self.flush_deferred()
 
     def flush_deferred(self) -> None:
-        deferred, self.deferred = self.deferred, []
+        ctx = self.ctx
+        deferred, ctx.deferred = ctx.deferred, []
         for channel_id, method in deferred:
             if self.conn.is_channel_open(channel_id):
                 self.conn.send_method(channel_id, method)
@@ -229,18 +293,19 @@ class Session(SessionState):
         self.wake()
 
     def connection_lost(self, now: float) -> None:
-        self.now = now
+        self.ctx.now = now
         self._enter(Lifecycle.CLOSED)
 
     def on_drain(self, now: float) -> None:
         """The writer emptied the outgoing buffer: consumers that stopped on it may take again."""
-        if not self.outbox_full:
+        ctx = self.ctx
+        if not ctx.outbox_full:
             return
-        self.now = now
-        self.outbox_full = False
+        ctx.now = now
+        ctx.outbox_full = False
         delivery = self.broker.delivery
         for channel in list(self.channels.values()):
-            delivery.consumer_ready(self.vhost, [q for q, _ in channel.consumers.values()], now)
+            delivery.consumer_ready(ctx.vhost, [q for q, _ in channel.consumers.values()], now)
         if self.conn.bytes_pending:
             self.wake()
 
@@ -250,7 +315,7 @@ class Session(SessionState):
         back to its queue; the deadline moves to the earliest delivery left that could time out."""
         if self.state not in LIVE:
             return
-        self.now = now
+        self.ctx.now = now
         earliest: float | None = None
         for channel in list(self.channels.values()):
             due = channel.ack_due()
@@ -276,15 +341,9 @@ class Session(SessionState):
     def store_synced(self, ticket: int) -> None:
         self.confirms.store_synced(ticket)
 
-    # alarms_changed(alarms): SessionState's (state.py)
-
     def permissions_changed(self) -> None:
         """Called by the broker on any user/permission/vhost change: drop cached decisions."""
         self.perms.changed()
-
-    def check_permission(self, kind: str, name: str) -> None:
-        """For the vhost's server-named queue check (``PermissionChecker``)."""
-        self.perms.check(kind, name)
 
     # ------------------------------------------------------------------ methods
     def _method(self, channel_id: int, method: m.Method) -> None:
@@ -318,49 +377,14 @@ class Session(SessionState):
             self._drop_channel(channel_id)
         self.broker.delivery.deadlines.disarm(self)
         self.broker.unregister_connection(self)
-        if self.vhost is not None:
-            for name in self.vhost.owned_queues(self):
-                self.vhost.delete_queue(name)
+        vhost = self.ctx.vhost
+        if vhost is not None:  # the state is the owner of the connection's exclusive queues
+            for name in vhost.owned_queues(self.ctx):
+                vhost.delete_queue(name)
 
 
-
-# The basic.* and channel.flow methods, handled by the channel itself or by its consume/get path
-# (consume.py); the session merges this table with those of its parts.
-CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
-    m.BasicQos: consume.qos,
-    m.BasicConsume: consume.consume,
-    m.BasicCancel: consume.cancel,
-    m.BasicGet: consume.get,
-    m.BasicAck: ChannelSession.ack,
-    m.BasicNack: lambda ch, meth: ch.nack(meth.delivery_tag, meth.multiple, meth.requeue),
-    m.BasicReject: lambda ch, meth: ch.nack(meth.delivery_tag, False, meth.requeue),
-    m.BasicRecover: ChannelSession.recover,
-    m.BasicRecoverAsync: ChannelSession.recover,
-    m.ChannelFlow: lambda ch, meth: consume.flow(ch, meth.active),
-}
 
 _ORDER = {state: i for i, state in enumerate(Lifecycle)}
-
-
-def _run_end(events: list[Event], first: ContentReceived, start: int, count: int) -> int:
-    """Where the publishes from ``start`` (``first``) on stop going through one channel to one exchange and
-    routing key without a headers table: what ``ChannelSession.publish_run`` takes together."""
-    if first.headers is not None:
-        return start + 1
-    channel = first.channel
-    method = first.method
-    exchange = method.exchange
-    key = method.routing_key
-    end = start + 1
-    while end < count:
-        event = events[end]
-        if type(event) is not ContentReceived or event.channel != channel or event.headers is not None:
-            break
-        method = event.method
-        if method.exchange != exchange or method.routing_key != key:
-            break
-        end += 1
-    return end
 
 
 def _fill_ids(exc: AMQPError, event: Event) -> None:

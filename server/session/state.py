@@ -1,14 +1,18 @@
-"""A connection's own state as its parts and channels see it: identity, counters, the batch's time.
+"""What one AMQP connection knows about itself, shared by the session's parts and its channels.
 
-Rule 1: ``SessionState`` holds what one AMQP connection knows about itself (user, vhost, client
-capabilities, its lifecycle, publish counters, the ``now`` of the batch being applied, notifications
-deferred behind the current reply, the queue last declared). ``Session`` (``session.py``) is a
-``SessionState`` and the only writer of ``state`` (``Session._enter``); the handshake part writes
-the identity, the declarations part ``last_queue``, the channels the counters.
-Rule 2: this module sits under everything else in ``server/session``: the parts and the channels
-take a ``SessionState``, never the ``Session`` that lists them, and reach a sibling only through
-what the session hands them when it creates them (a permission check, a callback). So the import
-graph runs one way: session over its parts over the channel over permissions over this state.
+Rule 1: a ``SessionState`` (one per connection, made by its ``Session``) owns the connection's
+identity (user, vhost, client capabilities and properties, peer and local addresses), its counters
+(publishes, acks, uncommitted transactional bytes, socket traffic), the ``now`` of the batch being
+applied, notifications deferred behind the current reply, the queue last declared and its
+``Permissions`` (permissions.py: the cached decisions). It is also the connection's identity as
+an exclusive queue's owner. The handshake part writes the identity, the declarations part
+``last_queue``, the channels the counters; the ``Session`` (session.py) owns the rest: the
+channels, the parts, the lifecycle.
+Rule 2: this module sits under the rest of ``server/session`` but permissions: the parts and the
+channels take a ``SessionState``, never the ``Session`` that lists them, and reach a sibling only
+through what the session hands them when it creates them (a permission check, a callback). So the
+import graph runs one way: session over its parts over the channel over this state over
+permissions.
 """
 
 from __future__ import annotations
@@ -18,13 +22,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.queues import Destination
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.connection import AMQPConnection
 from headrace.server.auth import User
 from headrace.server.broker import Broker, VHost
 
-from .lifecycle import Lifecycle
+from .permissions import Permissions
 
 __all__ = ["SessionState", "SocketCounters"]
 
@@ -42,10 +45,15 @@ class SocketCounters:
 
 
 class SessionState:
-    def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int] = ("127.0.0.1", 0),
-                 local: tuple[str, int] = ("127.0.0.1", 0), ssl: bool = False,
-                 loopback_users: Iterable[str] = ("guest",), max_unconfirmed: int = 10_000,
-                 wake: Callable[[], None]) -> None:
+    """The connection's shared context (module docstring)."""
+
+    __slots__ = ("id", "broker", "conn", "peer", "local", "ssl", "io", "loopback_users", "wake", "arm_deadline",
+                 "perms", "user", "vhost", "capabilities", "client_properties", "outbox_full", "published",
+                 "acked", "tx_bytes", "now", "connected_at", "blocked_sent", "deferred", "last_queue")
+
+    def __init__(self, broker: Broker, conn: AMQPConnection, *, peer: tuple[str, int], local: tuple[str, int],
+                 ssl: bool, loopback_users: Iterable[str], wake: Callable[[], None],
+                 arm_deadline: Callable[[float], None]) -> None:
         self.id = next(_ids)
         self.broker = broker
         self.conn = conn
@@ -54,9 +62,11 @@ class SessionState:
         self.ssl = ssl
         self.io = SocketCounters()
         self.loopback_users = frozenset(loopback_users)
-        self.max_unconfirmed = max_unconfirmed
         self.wake = wake  # the shell's handler: output is waiting (given at construction, never a no-op)
-        self.state = Lifecycle.HANDSHAKE
+        # the session's: this connection's consumer-timeout deadline comes at the time given or
+        # sooner (the session is the key in the broker's one deadline heap, and handles it when due)
+        self.arm_deadline = arm_deadline
+        self.perms = Permissions(self)
         self.user: User | None = None
         self.vhost: VHost = None  # type: ignore[assignment]  # set by connection.open
         self.capabilities: dict[str, Any] = {}
@@ -69,7 +79,6 @@ class SessionState:
         self.connected_at = 0.0
         self.blocked_sent = False
         self.deferred: list[tuple[int, m.Method]] = []  # notifications sent after the current reply
-        self.saturating: list[Destination] = []  # saturated queues the last batch published into
         self.last_queue = ""  # "the queue last declared on this channel" (spec), kept per connection
 
     def hold_tx(self, nbytes: int) -> None:
@@ -78,13 +87,10 @@ class SessionState:
         self.tx_bytes += nbytes
         self.broker.tx_bytes += nbytes
 
-    def arm_deadline(self, when: float) -> None:
-        """This connection's consumer-timeout deadline comes at ``when`` or sooner: it sits in
-        the broker's one deadline heap, which calls ``deadline_due`` (the session's) then."""
-        self.broker.delivery.deadlines.arm_earlier(self, when)
-
-    def deadline_due(self, now: float) -> None:
-        """What a due deadline does: ``Session`` closes its timed-out channels."""
+    def check_permission(self, kind: str, name: str) -> None:
+        """As an exclusive queue's owner, for the vhost's check of a server-named queue
+        (``PermissionChecker``): raises 403 if refused."""
+        self.perms.check(kind, name)
 
     def alarms_changed(self, alarms: frozenset[str]) -> None:
         """RabbitMQ's rule: connections that publish are blocked (and told so) while an alarm is up."""
