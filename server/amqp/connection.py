@@ -71,10 +71,6 @@ class AMQPConnection:
         self.close_channel = channels.close_channel
         self.is_channel_open = channels.is_channel_open
         self.peer_alive = clock.peer_alive
-        self._method_on_channel = channels.method_frame
-        self._header_frame = channels.header_frame
-        self._body_frame = channels.body_frame
-        self._whole_publish = channels.whole_publish
         self.server_properties = dict(server_properties)
         self.mechanisms = mechanisms
         self.state = ConnectionState.AWAIT_HEADER
@@ -124,7 +120,7 @@ class AMQPConnection:
         events: list[Event] = []
         if not data or self.state is ConnectionState.CLOSED:
             return events
-        self.peer_alive()
+        self.clock.peer_alive()
         buf = self._buf
         frame_max = self.writer.frame_max
         limit = frame_max if frame_max else 1 << 31
@@ -183,15 +179,15 @@ class AMQPConnection:
                 if frame_type == _METHOD:
                     if payload.startswith(_PUBLISH_IDS) and channel in open_channels \
                             and channel not in assembling:
-                        after = self._whole_publish(src, pos, end, channel, payload, limit, events)
+                        after = channels.whole_publish(src, pos, end, channel, payload, limit, events)
                         if after:
                             pos = after
                             continue
                     self._method_frame(channel, payload, events)
                 elif frame_type == _BODY:
-                    self._body_frame(channel, payload, events)
+                    channels.body_frame(channel, payload, events)
                 elif frame_type == _HEADER:
-                    self._header_frame(channel, payload, events)
+                    channels.header_frame(channel, payload, events)
                 elif frame_type == _HEARTBEAT:  # as RabbitMQ: one with a payload is no heartbeat at all
                     if payload:
                         raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - heartbeat frame with a payload")
@@ -249,7 +245,7 @@ class AMQPConnection:
                 method = m.decode_method(payload)
                 raise ConnectionException(ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - connection is not open yet",
                                           method.CLASS_ID, method.METHOD_ID)
-            self._method_on_channel(channel, payload, class_id, method_id, events)
+            self.channels.method_frame(channel, payload, class_id, method_id, events)
             return
         self._connection_method(m.decode_method(payload), events)
 

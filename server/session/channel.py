@@ -62,7 +62,7 @@ class ChannelSession:
                  confirms: ConfirmWaiter) -> None:
         self.session = session
         self.conn = session.conn
-        self.out = session.conn.writer  # its outgoing frames: the credit check reads their size
+        self.out = session.conn.writer  # its outgoing frames: deliveries go straight in, credit reads their size
         self.id = channel_id
         self.vhost = session.vhost
         self.delivery = session.broker.delivery
@@ -115,8 +115,8 @@ class ChannelSession:
         props_raw = msg.props_raw
         if entry.delivery_count and queue.counts_deliveries:
             props_raw = with_delivery_count(props_raw, entry.delivery_count)
-        self.conn.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
-                               msg.routing_key, props_raw, msg.body)
+        self.out.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
+                              msg.routing_key, props_raw, msg.body)
         self.session.wake()
         if self.vhost.tracing:
             self.trace_delivery(queue, entry)
@@ -135,7 +135,7 @@ class ChannelSession:
         tag = self.next_tag
         self.next_tag = tag + 1
         self.stats.delivered_no_ack += 1
-        self.conn.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
+        self.out.send_deliver(self.id, consumer_tag, tag, False, exchange, routing_key, props_raw, body)
         self.session.wake()
 
     def stamp(self, acks: AckStamps, tag: int, now: float) -> None:

@@ -218,6 +218,7 @@ class Session:
             self.wake()
 
     def _events(self, events: list[Event]) -> None:
+        ctx = self.ctx
         count = len(events)
         i = 0
         while i < count:
@@ -267,7 +268,7 @@ class Session:
             except ConnectionException as exc:
                 _fill_ids(exc, event)
                 self.close(exc)
-            if self.ctx.deferred:
+            if ctx.deferred:
                 self.flush_deferred()
 
     def flush_deferred(self) -> None:
