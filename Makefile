@@ -54,6 +54,10 @@ lint: $(VENV)/.dev
 	@! grep -rnE --include='*.py' '[A-Za-z_)]\.(on_[a-z_]+|after_group|wake) = ' server \
 		| grep -v 'self\.\(on_[a-z_]*\|after_group\|wake\) = ' \
 		|| (echo "a callback installed after construction: pass it to the constructor (ARCHITECTURE.md, The shell's ports)"; false)
+	@# a class too big for one module is split into collaborators that own their state, not into a
+	@# base class and its subclass in two modules (ARCHITECTURE.md, "Who owns what")
+	cd $(LINT_TREE) && PYTHONPATH=. ../../$(PY) ../../tests/lint/class_bases.py \
+		headrace.server.amqp headrace.server.session headrace.server.broker
 	@# the protocol's events reach the session typed (server/amqp/events.py's Event union), not as Any
 	@! grep -rnE --include='*.py' 'events: list\[Any\]|-> list\[Any\]' server/amqp server/session \
 		|| (echo "the event seam is list[Event] (ARCHITECTURE.md, A message's way)"; false)
