@@ -1,0 +1,106 @@
+"""The sampler: every object's counters into the rate history, on the broker's clock.
+
+Owner: ``StatsSampler`` is the one writer of its ``History`` (``history.py``). It is a ``Timer`` in
+the broker's deadline heap (``broker/deadlines.py``), the one the clock task sleeps on, as a
+connection's consumer timeout is: each tick samples and arms the next at the following multiple of
+the finest interval of the retention policies (5 s by default), so samples fall on RabbitMQ's grid
+whatever the load, and nothing wakes in between. Synchronous and given ``now``, as all domain code:
+unit tests drive it with explicit times.
+
+One tick walks every vhost, queue, exchange, connection and channel once and records the families
+the API shows (module ``rates.py`` names them); an object gone since the last tick loses its
+history, and an object replaced under the same name starts a new one. The counters are the ones the
+broker keeps anyway: nothing is added to the message path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from headrace.server.broker import Broker
+from headrace.server.broker.deadlines import Deadlines
+
+from .history import History, Key, Series
+from .node_facts import churn_counts, store_io_counts
+from .rates import QUEUE_STATS, VHOST_STATS, queue_counts, vhost_counts_from
+
+__all__ = ["NODE_GAUGES", "StatsSampler"]
+
+# the node's gauges the broker keeps (the shell samples them into it); descriptors and processes
+# are read from /proc per request and have no history
+NODE_GAUGES = ("mem_used", "sockets_used", "disk_free")
+
+
+class StatsSampler:
+    __slots__ = ("broker", "history", "deadlines", "store_io")
+
+    def __init__(self, broker: Broker, history: History, store_io: Callable[[], dict[str, int]]) -> None:
+        self.broker = broker
+        self.history = history
+        self.deadlines: Deadlines = broker.delivery.deadlines
+        self.store_io = store_io  # the message store's I/O counts (ints its flusher thread keeps)
+
+    def start(self, now: float) -> None:
+        """The first tick at the next multiple of the interval."""
+        self.deadlines.arm(self, self._next(now))
+
+    def deadline_due(self, now: float) -> None:
+        self.sample(now)
+        self.deadlines.arm(self, self._next(now))
+
+    def _next(self, now: float) -> float:
+        tick = self.history.tick_ms
+        return (int(now * 1000) // tick + 1) * tick / 1000
+
+    def sample(self, now: float) -> None:
+        """Record every object's families at ``now`` (on the tick's grid)."""
+        h = self.history
+        at = int(now * 1000) // h.tick_ms * h.tick_ms
+        fresh: dict[Key, Series] = {}
+        record = h.record
+        b = self.broker
+        octets: dict[str, list[int]] = {}
+        for s in b.connections.values():
+            if getattr(s, "user", None) is None:
+                continue
+            io = s.io
+            record(fresh, ("connection", s.id), s, at, (io.recv_oct, io.send_oct))
+            sums = octets.setdefault(s.vhost.name, [0, 0])
+            sums[0] += io.recv_oct
+            sums[1] += io.send_oct
+            for ch in s.channels.values():
+                record(fresh, ("channel", s.id, ch.id), ch, at, ch.stats.counts(ch.next_tag - 1))
+        overview = [0] * len(VHOST_STATS)
+        all_ready = all_unacked = 0
+        for v in b.vhosts.values():
+            name = v.name
+            sums = [0] * len(QUEUE_STATS)
+            v_ready = v_unacked = 0
+            for q in v.queues.values():
+                counts = queue_counts(q.stats)
+                for i, c in enumerate(counts):
+                    sums[i] += c
+                ready, unacked = q.messages_ready, q.messages_unacked
+                v_ready += ready
+                v_unacked += unacked
+                record(fresh, ("queue", name, q.name), q, at, counts)
+                record(fresh, ("queue-depth", name, q.name), q, at, (ready + unacked, ready, unacked))
+            for x, ex in v.exchanges.items():
+                record(fresh, ("exchange", name, x), ex, at, (ex.published_in, ex.published_out))
+            vcounts = vhost_counts_from(v, sums)
+            for i, c in enumerate(vcounts):
+                overview[i] += c
+            all_ready += v_ready
+            all_unacked += v_unacked
+            record(fresh, ("vhost", name), v, at, vcounts)
+            record(fresh, ("vhost-depth", name), v, at, (v_ready + v_unacked, v_ready, v_unacked))
+            recv, send = v.octets_closed
+            live = octets.get(name, (0, 0))
+            record(fresh, ("vhost-octets", name), v, at, (recv + live[0], send + live[1]))
+        record(fresh, ("overview",), h, at, overview)
+        record(fresh, ("overview-depth",), h, at, (all_ready + all_unacked, all_ready, all_unacked))
+        record(fresh, ("churn",), b.counters, at, churn_counts(b.counters))
+        record(fresh, ("node-gauges",), b, at, (b.memory_rss or b.memory_used, len(b.connections), b.disk_free))
+        record(fresh, ("node-io",), b, at, store_io_counts(self.store_io())[1])
+        h.replace(fresh, at)
