@@ -335,3 +335,38 @@ def test_connections_and_channels_show_traffic_rates(browser, broker):
             shot(browser, f"{tab}-traffic")
     finally:
         conn.close()
+
+
+def test_charts_show_the_brokers_history_at_once_and_keep_it_across_tabs(browser, broker):
+    """The charts draw the history the broker kept before the page was opened (RabbitMQ's samples,
+    asked with the range's ``*_age``/``*_incr``): full on the first render, the same after a tab
+    change, and on the range chosen."""
+    base, q = broker.http_url, unique("console-history")
+    path = f"/api/queues/%2F/{q}"
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(path, json={"durable": False})
+        for i in range(20):
+            http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": str(i),
+                                                                      "properties": {}})
+        ages = {"lengths_age": 600, "lengths_incr": 5}
+        wait(browser, lambda _: [s["sample"] for s in http.get(path, params=ages).json()
+                                 ["messages_ready_details"]["samples"][::120]] == [20, 0], timeout=15)
+    login(browser, base)
+    ready = 'polyline[data-series="messages_ready"]'
+
+    def drawn(d: WebDriver) -> tuple[int, set[str]]:
+        line = css(d, ready)
+        return int(line.get_attribute("data-points")), {p.split(",")[1] for p in line.get_attribute("points").split()}
+    for _ in range(2):  # the first visit, then again after another tab
+        go(browser, base, f"queue/%2F/{q}")
+        points, heights = drawn(browser)
+        assert points == 121 and len(heights) == 2  # ten minutes at 5 s, from 0 to 20 ready
+        assert css(browser, ".chart-span").text == "last 10 min"
+        go(browser, base, "overview")
+        assert int(css(browser, 'polyline[data-series="publish"]').get_attribute("data-points")) == 120
+    go(browser, base, f"queue/%2F/{q}")
+    Select(browser.find_elements(By.CSS_SELECTOR, ".chart-range")[1]).select_by_visible_text("Last minute")
+    wait(browser, lambda d: drawn(d)[0] == 13)
+    shot(browser, "queue-history")
+    Select(css(browser, ".chart-range")).select_by_visible_text("Last ten minutes")  # as the other tests expect
+    wait(browser, lambda d: drawn(d)[0] == 121)

@@ -1,7 +1,7 @@
 // Queues and streams: the list with a form to add one, and each queue's page (rates, consumers,
 // bindings, publish, get messages, purge, delete).
 import { api, enc, get } from "./api.js";
-import { History, lineChart } from "./chart.js";
+import { historyQuery, lineChart } from "./chart.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
 import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, rate, refreshNow, toast, totals } from "./ui.js";
 
@@ -62,7 +62,6 @@ function addQueueForm(session) {
 
 export function queueView(main, [vhost, name], session) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
-  const history = new History(["publish", "deliver_get", "ack"]);
   const info = h("div");
   const chart = h("div");
   const consumers = new ListView({
@@ -94,10 +93,9 @@ export function queueView(main, [vhost, name], session) {
         deleteButton("Delete queue", `queue ${name}`, path, () => { toast(`Queue ${name} deleted.`); location.hash = "#/queues"; }))));
   return {
     async refresh() {
-      const q = await get(path);
+      const q = await get(`${path}?${historyQuery()}`);
       consumerRows = q.consumer_details || [];
       const ms = q.message_stats || {};
-      history.add({ publish: rate(ms, "publish"), deliver_get: rate(ms, "deliver_get"), ack: rate(ms, "ack") });
       info.replaceChildren(h("section", { class: "card", id: "queue-totals", "aria-label": "Queued messages" }, totals([
         ["Total", q.messages, "queue-messages"], ["Ready", q.messages_ready, "queue-ready"],
         ["Unacked", q.messages_unacknowledged, "queue-unacked"], ["Consumers", q.consumers, "queue-consumers"]]),
@@ -106,7 +104,9 @@ export function queueView(main, [vhost, name], session) {
         ["Policy", q.policy || ""], ["Ready bytes", fmtBytes(q.message_bytes_ready)],
         ["Memory", fmtBytes(q.memory)], ["Published", fmtNum(ms.publish ?? 0)], ["Delivered / got", fmtNum(ms.deliver_get ?? 0)],
         ["Idle since", q.idle_since || "(in use)"]])));
-      chart.replaceChildren(lineChart(history, ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }));
+      chart.replaceChildren(lineChart(ms, ["publish", "deliver_get", "ack"], ["Publish", "Deliver / get", "Ack"],
+        { title: "Message rates" }), lineChart(q, ["messages_ready", "messages_unacknowledged"], ["Ready", "Unacked"],
+        { title: "Queued messages", unit: "", rates: false }));
       await Promise.all([consumers.refresh(), bindings.refresh()]);
     },
   };
