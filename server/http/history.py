@@ -4,8 +4,9 @@ Owner: ``History`` holds every series; only the sampler (``sampler.py``, the clo
 it, through ``record`` and ``replace``; the HTTP handlers read it. Nothing here reads the clock: a
 sample's time is the ``now`` its tick was given, a query's the request's.
 
-A *series* is the counters (or gauges) of one object's family, e.g. a queue's nine message
-counters, under a key whose first element is the kind (``("queue", vhost, name)``). Each series
+A *series* is the counters and gauges of one object, e.g. a queue's nine message counters then its
+three depths, under a key whose first element is the kind (``("queue", vhost, name)``); each
+``*_details`` family the API shows is a run of its columns (``rates.py`` says where each starts). Each series
 keeps one bounded ring per level of its *policy*, RabbitMQ's ``sample_retention_policies``: the
 ``global`` policy (overview, vhosts, node) keeps 605 s at 5 s, 3660 s at 60 s, 29400 s at 600 s and
 a day at 1800 s; the ``basic`` policy (queues, exchanges, connections, channels) the first two. A
@@ -168,10 +169,10 @@ class History:
         fresh[key] = series
 
     def details(self, keys: Iterable[Key], names: Sequence[str], counts: Sequence[int], rng: Range | None, *,
-                signed: bool = False) -> dict[str, Any]:
+                signed: bool = False, column: int = 0) -> dict[str, Any]:
         """``{name: count, name_details: {...}}`` in RabbitMQ's shape: counts as they are now, rates
         (and with ``rng`` the samples) from the history of the series ``keys`` (summed: a user's
-        overview over the vhosts they see)."""
+        overview over the vhosts they see), their columns from ``column`` on."""
         width = len(names)
         found = [(s, self.policy_of(k)) for k in keys if (s := self.series.get(k)) is not None]
         if not found and rng is not None:
@@ -180,13 +181,13 @@ class History:
             flat = [(t, tuple(counts)) for t in range(rng.last, rng.first - 1, -rng.incr)]
             return details(names, counts, [0.0] * width, flat)
         if rng is None:
-            rates = self._instant(found, width, signed)
+            rates = self._instant(found, width, signed, column)
             return details(names, counts, rates, None)
         points: dict[int, list[int]] = {}
         for series, policy in found:
             for t, values in series.points(policy.level_for(rng.last - rng.first), rng):
                 total = points.setdefault(t, [0] * width)
-                for i, v in enumerate(values[:width]):
+                for i, v in enumerate(values[column:column + width]):
                     total[i] += v
         ordered = sorted(points.items())
         rates = [0.0] * width
@@ -195,7 +196,7 @@ class History:
             rates = [_rate(a, b, t1 - t0, signed) for a, b in zip(v0, v1, strict=True)]
         return details(names, counts, rates, ordered[::-1])
 
-    def _instant(self, found: list[tuple[Series, Policy]], width: int, signed: bool) -> list[float]:
+    def _instant(self, found: list[tuple[Series, Policy]], width: int, signed: bool, column: int) -> list[float]:
         """From the last two ticks of each series' finest level (0 for a series born since)."""
         rates = [0.0] * width
         for series, policy in found:
@@ -207,14 +208,13 @@ class History:
             v1, v0 = series.value_at(0, t1), series.value_at(0, t0)
             if v1 is None or v0 is None:
                 continue
-            for i, (a, b) in enumerate(zip(v0[:width], v1[:width], strict=True)):
+            for i, (a, b) in enumerate(zip(v0[column:column + width], v1[column:column + width], strict=True)):
                 rates[i] += _rate(a, b, interval, signed)
         return rates
 
 
 # kinds kept under the global policy (RabbitMQ: node and vhost statistics); the rest are basic
-GLOBAL_KINDS = frozenset({"overview", "overview-depth", "churn", "vhost", "vhost-depth", "vhost-octets",
-                          "node-gauges", "node-io"})
+GLOBAL_KINDS = frozenset({"overview", "churn", "vhost", "node"})
 
 
 def _rate(old: int, new: int, ms: int, signed: bool) -> float:

@@ -29,14 +29,15 @@ def page(req: Request, items: list[Any], expand: Callable[[Any], Any] | None = N
 
 
 def rated(ctx: Context, keys: Key | list[Key], names: tuple[str, ...], counts: tuple[int, ...], *,
-          ages: str = "msg_rates", signed: bool = False) -> dict[str, Any]:
+          ages: str = "msg_rates", signed: bool = False, column: int = 0) -> dict[str, Any]:
     """Counters (or gauges, ``signed``) as they are now, with their rates from the history the
     sampler keeps of ``keys`` (one series, or several summed), in RabbitMQ's shape: ``publish`` and
     ``publish_details: {"rate"}``; with the samples, ``avg`` and ``avg_rate`` when the request asked
     for history under the ``ages`` prefix (``lengths``, ``msg_rates``, ``data_rates``,
-    ``node_stats``), as RabbitMQ's UI does for its charts."""
+    ``node_stats``), as RabbitMQ's UI does for its charts. ``column``: where the family starts in
+    its object's series (``rates.py``)."""
     return ctx.history.details(keys if isinstance(keys, list) else [keys], names, counts, query_range(ctx, ages),
-                               signed=signed)
+                               signed=signed, column=column)
 
 
 def query_range(ctx: Context, ages: str) -> Range | None:

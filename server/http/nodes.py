@@ -38,13 +38,13 @@ def node_of(ctx: Context) -> dict[str, Any]:
     b = ctx.broker
     out = node_json(ctx.node_facts(), now=ctx.now, mem_used=b.memory_rss or b.memory_used, disk_free=b.disk_free,
                     alarms=b.alarms, sockets_used=len(b.connections))
-    out.update(rated(ctx, ("node-gauges",), NODE_GAUGES, tuple(out[g] for g in NODE_GAUGES), ages="node_stats",
+    out.update(rated(ctx, ("node",), NODE_GAUGES, tuple(out[g] for g in NODE_GAUGES), ages="node_stats",
                      signed=True))
     out.update(rated(ctx, [], UNSAMPLED_GAUGES, tuple(out[g] for g in UNSAMPLED_GAUGES), ages="node_stats",
                      signed=True))
     out.update(rated(ctx, ("churn",), CHURN, churn_counts(b.counters)))
     names, counts = store_io_counts(ctx.store_io())
-    out.update(rated(ctx, ("node-io",), names, counts, ages="node_stats"))
+    out.update(rated(ctx, ("node",), names, counts, ages="node_stats", column=len(NODE_GAUGES)))
     return out
 
 

@@ -21,14 +21,13 @@ from headrace.server.amqp.properties import decode_properties
 
 from .listing import rated
 from .node_facts import NODE_NAME
-from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
+from .rates import DEPTH, QUEUE_DEPTH_AT, QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, Request, user_of
 
 __all__ = ["DEFAULT_EXCHANGE", "binding_json", "channel_json", "connection_basic_json", "connection_json",
            "connection_name", "consumer_json", "default_binding_json", "exchange_name", "head_timestamp",
            "queue_detail_json", "queue_stats_json", "rabbit_time", "visible_sessions"]
 
-DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
 # Erlang's scheduler work and garbage collection: no such thing here
 # no Erlang reductions here: zero, and no samples to draw (RabbitMQ's UI charts every *_details it
 # finds and needs a samples list in each)
@@ -174,8 +173,8 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Destination) -> dict[str, An
     consumers = q.consumers()
     exclusive = next((c.tag for c in consumers if c.exclusive), None)
     ready, unacked = q.messages_ready, q.messages_unacked
-    depth = rated(ctx, ("queue-depth", vhost.name, q.name), DEPTH, (ready + unacked, ready, unacked), ages="lengths",
-                  signed=True)
+    depth = rated(ctx, ("queue", vhost.name, q.name), DEPTH, (ready + unacked, ready, unacked), ages="lengths",
+                  signed=True, column=QUEUE_DEPTH_AT)
     out = {
         "consumers": len(consumers), "consumer_capacity": 1.0 if consumers else 0.0,
         "consumer_utilisation": 1.0 if consumers else 0.0, "exclusive_consumer_tag": exclusive,

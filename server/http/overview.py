@@ -5,8 +5,7 @@ from __future__ import annotations
 from .listing import rated, visible_vhosts
 from .node_facts import EXCHANGE_TYPES, NODE_NAME, RABBITMQ_API_VERSION, churn_counts, cluster_name, contexts_json, \
     listeners_json
-from .object_json import DEPTH
-from .rates import CHURN, VHOST_STATS
+from .rates import CHURN, DEPTH, VHOST_DEPTH_AT, VHOST_STATS
 from .routes import Context, Request, Response, Routes, json_response, user_of
 from .vhosts import vhost_counts
 
@@ -26,8 +25,7 @@ def overview(ctx: Context, req: Request) -> Response:
     sessions = [s for s in b.connections.values() if s.user is not None and s.vhost.name in names
                 and (user.can_monitor or s.user.name == user.name)]
     # an administrator's totals have a history of their own; a user's are the sum of their vhosts'
-    stats_keys = [("overview",)] if user.is_administrator else [("vhost", n) for n in sorted(names)]
-    depth_keys = [("overview-depth",)] if user.is_administrator else [("vhost-depth", n) for n in sorted(names)]
+    keys = [("overview",)] if user.is_administrator else [("vhost", n) for n in sorted(names)]
     ready = sum(q.messages_ready for q in queues)
     unacked = sum(q.messages_unacked for q in queues)
     counts = [0] * len(VHOST_STATS)
@@ -50,9 +48,10 @@ def overview(ctx: Context, req: Request) -> Response:
         "object_totals": {"connections": len(sessions), "channels": sum(len(s.channels) for s in sessions),
                           "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues),
                           "consumers": sum(q.consumer_count for q in queues)},
-        "queue_totals": rated(ctx, depth_keys, DEPTH, (ready + unacked, ready, unacked), ages="lengths", signed=True),
+        "queue_totals": rated(ctx, keys, DEPTH, (ready + unacked, ready, unacked), ages="lengths", signed=True,
+                              column=VHOST_DEPTH_AT),
         "release_series_support_status": "supported",
-        "message_stats": rated(ctx, stats_keys, VHOST_STATS, tuple(counts)),
+        "message_stats": rated(ctx, keys, VHOST_STATS, tuple(counts)),
         "alarms": sorted(b.alarms), "mem_used": b.memory_used, "mem_rss": b.memory_rss,
         "disk_free": b.disk_free,
     })

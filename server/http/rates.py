@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHURN", "QUEUE_STATS", "VHOST_STATS", "queue_counts", "vhost_counts_from"]
+__all__ = ["CHURN", "DEPTH", "OCTETS", "QUEUE_DEPTH_AT", "QUEUE_STATS", "VHOST_DEPTH_AT", "VHOST_OCTETS_AT",
+           "VHOST_STATS", "queue_counts", "vhost_counts_from"]
 
 # RabbitMQ's message_stats keys of a queue, in the order ``queue_counts`` gives them
 QUEUE_STATS = ("publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack", "deliver", "deliver_no_ack",
@@ -20,6 +21,13 @@ QUEUE_STATS = ("publish", "deliver_get", "ack", "redeliver", "get", "get_no_ack"
 # and of a vhost (and the overview): the queues' plus what only channels and exchanges see
 VHOST_STATS = ("publish", "confirm", "return_unroutable", "drop_unroutable", "get", "get_no_ack", "deliver",
                "deliver_no_ack", "redeliver", "ack", "deliver_get", "get_empty")
+DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
+OCTETS = ("recv_oct", "send_oct")
+# where each family starts in its object's series (``history.py``): a queue's depths after its
+# counters, a vhost's (and the overview's) depths after its counters, then its octets
+QUEUE_DEPTH_AT = len(QUEUE_STATS)
+VHOST_DEPTH_AT = len(VHOST_STATS)
+VHOST_OCTETS_AT = VHOST_DEPTH_AT + len(DEPTH)
 CHURN = ("connection_created", "connection_closed", "channel_created", "channel_closed", "queue_declared",
          "queue_created", "queue_deleted")
 

@@ -7,8 +7,9 @@ the finest interval of the retention policies (5 s by default), so samples fall 
 whatever the load, and nothing wakes in between. Synchronous and given ``now``, as all domain code:
 unit tests drive it with explicit times.
 
-One tick walks every vhost, queue, exchange, connection and channel once and records the families
-the API shows (module ``rates.py`` names them); an object gone since the last tick loses its
+One tick walks every vhost, queue, exchange, connection and channel once and records one row of
+each: the families the API shows, one after the other (``rates.py`` names them and where each
+starts); an object gone since the last tick loses its
 history, and an object replaced under the same name starts a new one. The counters are the ones the
 broker keeps anyway: nothing is added to the message path.
 """
@@ -84,8 +85,7 @@ class StatsSampler:
                 ready, unacked = q.messages_ready, q.messages_unacked
                 v_ready += ready
                 v_unacked += unacked
-                record(fresh, ("queue", name, q.name), q, at, counts)
-                record(fresh, ("queue-depth", name, q.name), q, at, (ready + unacked, ready, unacked))
+                record(fresh, ("queue", name, q.name), q, at, (*counts, ready + unacked, ready, unacked))
             for x, ex in v.exchanges.items():
                 record(fresh, ("exchange", name, x), ex, at, (ex.published_in, ex.published_out))
             vcounts = vhost_counts_from(v, sums)
@@ -93,14 +93,12 @@ class StatsSampler:
                 overview[i] += c
             all_ready += v_ready
             all_unacked += v_unacked
-            record(fresh, ("vhost", name), v, at, vcounts)
-            record(fresh, ("vhost-depth", name), v, at, (v_ready + v_unacked, v_ready, v_unacked))
             recv, send = v.octets_closed
             live = octets.get(name, (0, 0))
-            record(fresh, ("vhost-octets", name), v, at, (recv + live[0], send + live[1]))
-        record(fresh, ("overview",), h, at, overview)
-        record(fresh, ("overview-depth",), h, at, (all_ready + all_unacked, all_ready, all_unacked))
+            record(fresh, ("vhost", name), v, at,
+                   (*vcounts, v_ready + v_unacked, v_ready, v_unacked, recv + live[0], send + live[1]))
+        record(fresh, ("overview",), h, at, (*overview, all_ready + all_unacked, all_ready, all_unacked))
         record(fresh, ("churn",), b.counters, at, churn_counts(b.counters))
-        record(fresh, ("node-gauges",), b, at, (b.memory_rss or b.memory_used, len(b.connections), b.disk_free))
-        record(fresh, ("node-io",), b, at, store_io_counts(self.store_io())[1])
+        record(fresh, ("node",), b, at,
+               (b.memory_rss or b.memory_used, len(b.connections), b.disk_free, *store_io_counts(self.store_io())[1]))
         h.replace(fresh, at)

@@ -12,7 +12,8 @@ from .list_query import flag
 from .listing import page, rated, visible_vhosts
 from .models import parse_flag
 from .node_facts import NODE_NAME
-from .rates import QUEUE_STATS, VHOST_STATS, queue_counts, vhost_counts_from
+from .rates import (DEPTH, OCTETS, QUEUE_STATS, VHOST_DEPTH_AT, VHOST_OCTETS_AT, VHOST_STATS, queue_counts,
+                    vhost_counts_from)
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["routes", "vhost_counts"]
@@ -49,10 +50,10 @@ def _vhost_json(ctx: Context, v: VHost, *, stats: bool = True) -> dict[str, Any]
     ready = sum(q.messages_ready for q in v.queues.values())
     unacked = sum(q.messages_unacked for q in v.queues.values())
     return {**out,
-            **rated(ctx, ("vhost-depth", v.name), ("messages", "messages_ready", "messages_unacknowledged"),
-                    (ready + unacked, ready, unacked), ages="lengths", signed=True),
+            **rated(ctx, ("vhost", v.name), DEPTH, (ready + unacked, ready, unacked), ages="lengths", signed=True,
+                    column=VHOST_DEPTH_AT),
             "message_stats": rated(ctx, ("vhost", v.name), VHOST_STATS, vhost_counts(v)),
-            **rated(ctx, ("vhost-octets", v.name), ("recv_oct", "send_oct"), vhost_octets(ctx, v), ages="data_rates")}
+            **rated(ctx, ("vhost", v.name), OCTETS, vhost_octets(ctx, v), ages="data_rates", column=VHOST_OCTETS_AT)}
 
 
 @routes.get("/api/vhosts")

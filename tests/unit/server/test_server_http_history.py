@@ -131,8 +131,8 @@ def test_the_sampler_is_a_timer_in_the_brokers_deadline_heap_and_follows_the_obj
     for _ in range(4):
         broker.delivery.publish(vhost, "", "q", b"", b"m", 6.0)
     broker.tick(10.0)
-    depth = history.details([("queue-depth", "/", "q")], ("messages",), (4,), Range(0, 10 * S, 5 * S),
-                            signed=True)["messages_details"]
+    depth = history.details([("queue", "/", "q")], ("messages",), (4,), Range(0, 10 * S, 5 * S),
+                            signed=True, column=len(QUEUE_STATS))["messages_details"]
     assert [p["sample"] for p in depth["samples"]] == [4, 0, 0] and depth["rate"] == 0.8
     stats = history.details([("overview",)], ("publish",), (4,), None)["publish_details"]
     assert stats == {"rate": 0.8}
