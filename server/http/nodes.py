@@ -42,7 +42,8 @@ def node_of(ctx: Context) -> dict[str, Any]:
                      signed=True))
     out.update(rated(ctx, [], UNSAMPLED_GAUGES, tuple(out[g] for g in UNSAMPLED_GAUGES), ages="node_stats",
                      signed=True))
-    out.update(rated(ctx, ("churn",), CHURN, churn_counts(b.counters)))
+    # the node page asks for node_stats alone, its churn charts too
+    out.update(rated(ctx, ("churn",), CHURN, churn_counts(b.counters), ages="node_stats"))
     names, counts = store_io_counts(ctx.store_io())
     out.update(rated(ctx, ("node",), names, counts, ages="node_stats", column=len(NODE_GAUGES)))
     return out

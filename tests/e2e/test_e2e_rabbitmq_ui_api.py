@@ -47,6 +47,11 @@ def test_details_carry_samples_when_history_is_asked(broker, http):
     assert len(overview["message_stats"]["publish_details"]["samples"]) == 13
     plain = http.get(f"/api/queues/%2F/{q}").json()
     assert "samples" not in plain["messages_details"]
+    # the node page asks for node_stats alone, and charts every figure it shows with it
+    node = http.get(f"/api/nodes/{NODE}", params={"node_stats_age": 60, "node_stats_incr": 5}).json()
+    details = {k: v for k, v in node.items() if k.endswith("_details")}
+    assert {"mem_used_details", "fd_used_details", "connection_created_details", "io_write_count_details"} <= set(details)
+    assert all(len(v["samples"]) == 13 for v in details.values())
 
 
 @pytest.mark.parametrize("query", ["lengths_age=0&lengths_incr=5", "msg_rates_age=60&msg_rates_incr=0",
