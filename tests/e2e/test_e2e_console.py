@@ -370,3 +370,51 @@ def test_charts_show_the_brokers_history_at_once_and_keep_it_across_tabs(browser
     shot(browser, "queue-history")
     Select(css(browser, ".chart-range")).select_by_visible_text("Last ten minutes")  # as the other tests expect
     wait(browser, lambda d: drawn(d)[0] == 121)
+
+
+def kv_value(driver: WebDriver, label: str) -> str:
+    return driver.find_element(By.XPATH, f"//dt[text()='{label}']/following-sibling::dd[1]").text
+
+
+def test_stream_page_has_no_get_or_purge_and_a_failed_button_says_why(browser, broker):
+    base, s, q = broker.http_url, unique("console-stream"), unique("console-gone")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.put(f"/api/queues/%2F/{s}", json={"durable": True,
+                                                       "arguments": {"x-queue-type": "stream"}}).status_code == 201
+        http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+        login(browser, base)
+        go(browser, base, f"queue/%2F/{s}")
+        wait(browser, lambda d: kv_value(d, "Type") == "stream")
+        assert not css(browser, "#purge-button").is_displayed()  # RabbitMQ refuses both on a stream
+        assert not browser.find_elements(By.CSS_SELECTOR, "#get-form") or not css(browser, "#get-form").is_displayed()
+        go(browser, base, f"queue/%2F/{q}")
+        wait(browser, lambda d: css(d, "#purge-button").is_displayed() and css(d, "#get-form").is_displayed())
+        http.delete(f"/api/queues/%2F/{q}")  # gone under the page: the purge fails, and says so
+        css(browser, "#purge-button").click()
+        confirm(browser)
+        wait(browser, lambda d: "Failed:" in css(d, ".toast.error").text and q in css(d, ".toast.error").text)
+        http.delete(f"/api/queues/%2F/{s}")
+
+
+def test_bind_form_sends_arguments_and_the_queue_page_shows_the_effective_policy(browser, broker):
+    base, q, p = broker.http_url, unique("console-args"), unique("console-policy")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+        assert http.put(f"/api/policies/%2F/{p}", json={"pattern": f"^{q}$", "definition": {"max-length": 7},
+                                                        "apply-to": "queues"}).status_code in (201, 204)
+        login(browser, base)
+        go(browser, base, f"queue/%2F/{q}")
+        wait(browser, lambda d: kv_value(d, "Policy") == p)
+        assert kv_value(browser, "Effective policy definition") == '{"max-length":7}'
+        fill(browser, {"#bind-other": "amq.direct", "#bind-key": q, "#bind-args": '{"x-origin": "console"}'})
+        css(browser, "#bind-key").send_keys(Keys.ENTER)
+        wait(browser, lambda d: row(d, "bindings", f"amq.direct|{q}|{q}"))
+        bound = [b for b in http.get(f"/api/queues/%2F/{q}/bindings").json() if b["source"] == "amq.direct"]
+        assert [b["arguments"] for b in bound] == [{"x-origin": "console"}]
+        assert '{"x-origin":"console"}' in row(browser, "bindings", f"amq.direct|{q}|{q}").text
+        fill(browser, {"#bind-other": "amq.direct", "#bind-key": "k2", "#bind-args": "not json"})
+        css(browser, "#bind-key").send_keys(Keys.ENTER)
+        wait(browser, lambda d: "Arguments must be a JSON object" in d.find_element(
+            By.XPATH, "//*[@id='bind-args']/ancestor::form//p[@role='alert']").text)
+        http.delete(f"/api/policies/%2F/{p}")
+        http.delete(f"/api/queues/%2F/{q}")

@@ -1,7 +1,7 @@
 // Connections and channels (read-only lists; an administrator can close a connection), with their
 // traffic and message rates.
 import { api, enc, get } from "./api.js";
-import { confirmAction, fmtBytes, fmtNum, fmtRate, h, ListView, refreshNow, toast } from "./ui.js";
+import { confirmAction, fmtBytes, fmtNum, fmtRate, h, ListView, press, refreshNow, toast } from "./ui.js";
 
 export function connectionsView(main, _params, session) {
   const admin = session.user.tags.includes("administrator");
@@ -15,12 +15,12 @@ export function connectionsView(main, _params, session) {
       { key: "from_client", label: "From client", num: true, sortPath: "recv_oct_details.rate", render: (r) => byteRate(r.recv_oct_details) },
       { key: "to_client", label: "To client", num: true, sortPath: "send_oct_details.rate", render: (r) => byteRate(r.send_oct_details) },
       ...(admin ? [{ key: "close", label: "", sortable: false, render: (r) => h("button", {
-        type: "button", class: "danger", "aria-label": `Close connection ${r.name}`, onclick: async () => {
+        type: "button", class: "danger", "aria-label": `Close connection ${r.name}`, onclick: press(async () => {
           if (!(await confirmAction(`Close connection ${r.name}?`))) return;
           await api("DELETE", `/connections/${enc(r.name)}`);
           toast("Connection closed");
           refreshNow();
-        } }, "Close") }] : []),
+        }) }, "Close") }] : []),
     ],
     query: (qs) => get(`${session.vhost ? `/vhosts/${enc(session.vhost)}/connections` : "/connections"}?${qs}`),
   });
