@@ -418,3 +418,35 @@ def test_bind_form_sends_arguments_and_the_queue_page_shows_the_effective_policy
             By.XPATH, "//*[@id='bind-args']/ancestor::form//p[@role='alert']").text)
         http.delete(f"/api/policies/%2F/{p}")
         http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_connection_and_channel_pages_show_the_client_and_its_channels(browser, broker):
+    base, label, q = broker.http_url, unique("console-client"), unique("console-consumed")
+    params = pika.URLParameters(broker.url + "?heartbeat=0")
+    params.client_properties = {"connection_name": label}
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        ch.queue_declare(q, auto_delete=True)
+        ch.basic_qos(prefetch_count=7)
+        tag = ch.basic_consume(q, lambda *a: None)
+        with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+            name = wait(browser, lambda _: next((c["name"] for c in http.get("/api/connections").json()
+                                                 if c["user_provided_name"] == label), None))
+        login(browser, base)
+        go(browser, base, "connections")
+        click(browser, lambda d: row(d, "connections", name).find_element(By.LINK_TEXT, name))
+        wait(browser, lambda d: kv_value(d, "Client-provided name") == label)
+        assert '"connection_name": "' + label + '"' in css(browser, "#client-properties").text
+        assert "pika" in kv_value(browser, "Client").lower()
+        assert css(browser, 'polyline[data-series="recv_oct"]')  # its traffic, charted from the history
+        channel = f"{name} (1)"
+        wait(browser, lambda d: row(d, "connection-channels", channel))
+        click(browser, lambda d: row(d, "connection-channels", channel).find_element(By.TAG_NAME, "a"))
+        wait(browser, lambda d: kv_value(d, "Prefetch") == "7")
+        wait(browser, lambda d: row(d, "channel-consumers", tag))
+        assert q in row(browser, "channel-consumers", tag).text
+        assert kv_value(browser, "Connection") == name
+        shot(browser, "channel")
+    finally:
+        conn.close()
