@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MAX_RANGE", "UI_RANGES", "History", "Key", "Policy", "Range", "Series", "details"]
@@ -47,6 +47,11 @@ UI_RANGES = (60, 600, 3600, 28800, 86400)
 class Policy:
     """Levels of (max age s, interval s), finest first (checked by the settings)."""
     levels: tuple[tuple[int, int], ...]
+    # per level: (interval in ms, rows it keeps), what each record needs
+    grids: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grids", tuple((i * 1000, age // i + 1) for age, i in self.levels))
 
     def capacity(self, level: int) -> int:
         age, interval = self.levels[level]
@@ -87,18 +92,19 @@ class Series:
     def record(self, policy: Policy, at: int, values: Sequence[int]) -> None:
         """The values at ``at`` (ms) into each level."""
         width = len(values) + 1
-        for i, rows in enumerate(self.levels):
-            interval = policy.levels[i][1] * 1000
+        new = array("q", values)
+        for i, (rows, (interval, keep)) in enumerate(zip(self.levels, policy.grids)):
             grid = -(-at // interval) * interval
             n = len(rows)
-            if n and rows[n - width] == grid:  # the level's interval in progress: its newest sample
-                rows[n - width + 1:] = array("q", values)
-                continue
-            if n and rows[n - width + 1:] == array("q", values):
-                continue  # unchanged: the last row carries forward
+            if n:
+                if rows[n - width] == grid:  # the level's interval in progress: its newest sample
+                    rows[n - width + 1:] = new
+                    continue
+                if rows[n - width + 1:] == new:
+                    continue  # unchanged: the last row carries forward
             rows.append(grid)
-            rows.extend(values)
-            if len(rows) > policy.capacity(i) * width:
+            rows.extend(new)
+            if n >= keep * width:
                 del rows[:width]
                 self.dropped |= 1 << i
 

@@ -11,12 +11,15 @@ One tick walks every vhost, queue, exchange, connection and channel once and rec
 each: the families the API shows, one after the other (``rates.py`` names them and where each
 starts); an object gone since the last tick loses its
 history, and an object replaced under the same name starts a new one. The counters are the ones the
-broker keeps anyway: nothing is added to the message path.
+broker keeps anyway: nothing is added to the message path. A tick walks ``SLICE`` objects per turn
+of the event loop (a generator keeps its place, and the sums it carries, between turns), every row
+stamped with the tick's time; the history takes them all at once at the end, so a reader never
+sees half a tick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from headrace.server.broker import Broker
@@ -33,21 +36,34 @@ __all__ = ["NODE_GAUGES", "StatsSampler"]
 NODE_GAUGES = ("mem_used", "sockets_used", "disk_free")
 
 
+# objects recorded per turn of the event loop: a tick over 10,000 queues is a few turns of a few
+# milliseconds each instead of one stall of tens (benchmarks/RESULTS.md, "Rate history")
+SLICE = 500
+
+
 class StatsSampler:
-    __slots__ = ("broker", "history", "deadlines", "store_io")
+    __slots__ = ("broker", "history", "deadlines", "store_io", "_walk")
 
     def __init__(self, broker: Broker, history: History, store_io: Callable[[], dict[str, int]]) -> None:
         self.broker = broker
         self.history = history
         self.deadlines: Deadlines = broker.delivery.deadlines
         self.store_io = store_io  # the message store's I/O counts (ints its flusher thread keeps)
+        self._walk: Iterator[None] | None = None  # the tick under way, between its slices
 
     def start(self, now: float) -> None:
         """The first tick at the next multiple of the interval."""
         self.deadlines.arm(self, self._next(now))
 
     def deadline_due(self, now: float) -> None:
-        self.sample(now)
+        """One slice of the tick: the next is due at once (the clock lets the other tasks run
+        between), and after the last slice the next tick on the grid."""
+        if self._walk is None:
+            self._walk = self.walk(now)
+        for _ in self._walk:
+            self.deadlines.arm(self, now)
+            return
+        self._walk = None
         self.deadlines.arm(self, self._next(now))
 
     def _next(self, now: float) -> float:
@@ -55,14 +71,21 @@ class StatsSampler:
         return (int(now * 1000) // tick + 1) * tick / 1000
 
     def sample(self, now: float) -> None:
-        """Record every object's families at ``now`` (on the tick's grid)."""
+        """A whole tick at once (tests, benchmarks)."""
+        for _ in self.walk(now):
+            pass
+
+    def walk(self, now: float) -> Iterator[None]:
+        """Record a row of every object at ``now`` (on the tick's grid), yielding every ``SLICE``
+        objects; the history takes the new rows when the walk is done."""
         h = self.history
         at = int(now * 1000) // h.tick_ms * h.tick_ms
         fresh: dict[Key, Series] = {}
         record = h.record
         b = self.broker
+        done = 0
         octets: dict[str, list[int]] = {}
-        for s in b.connections.values():
+        for s in list(b.connections.values()):
             if getattr(s, "user", None) is None:
                 continue
             io = s.io
@@ -70,25 +93,33 @@ class StatsSampler:
             sums = octets.setdefault(s.vhost.name, [0, 0])
             sums[0] += io.recv_oct
             sums[1] += io.send_oct
-            for ch in s.channels.values():
+            for ch in list(s.channels.values()):
                 record(fresh, ("channel", s.id, ch.id), ch, at, ch.stats.counts(ch.next_tag - 1))
+            done += 1 + len(s.channels)
+            if done >= SLICE:
+                done = 0
+                yield
         overview = [0] * len(VHOST_STATS)
         all_ready = all_unacked = 0
-        for v in b.vhosts.values():
+        for v in list(b.vhosts.values()):
             name = v.name
-            sums = [0] * len(QUEUE_STATS)
-            v_ready = v_unacked = 0
-            for q in v.queues.values():
-                counts = queue_counts(q.stats)
-                for i, c in enumerate(counts):
-                    sums[i] += c
+            rows: list[tuple[int, ...]] = []
+            for q in list(v.queues.values()):
                 ready, unacked = q.messages_ready, q.messages_unacked
-                v_ready += ready
-                v_unacked += unacked
-                record(fresh, ("queue", name, q.name), q, at, (*counts, ready + unacked, ready, unacked))
-            for x, ex in v.exchanges.items():
+                row = (*queue_counts(q.stats), ready + unacked, ready, unacked)
+                rows.append(row)
+                record(fresh, ("queue", name, q.name), q, at, row)
+                done += 1
+                if done >= SLICE:
+                    done = 0
+                    yield
+            for x, ex in list(v.exchanges.items()):
                 record(fresh, ("exchange", name, x), ex, at, (ex.published_in, ex.published_out))
-            vcounts = vhost_counts_from(v, sums)
+            done += len(v.exchanges)
+            # the vhost's sums of its queues' columns (counters, then depths)
+            sums = [sum(column) for column in zip(*rows)] or [0] * (len(QUEUE_STATS) + 3)
+            v_ready, v_unacked = sums[-2], sums[-1]
+            vcounts = vhost_counts_from(v, sums[:len(QUEUE_STATS)])
             for i, c in enumerate(vcounts):
                 overview[i] += c
             all_ready += v_ready

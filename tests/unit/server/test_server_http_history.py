@@ -11,7 +11,7 @@ from shell_ports import shell_ports
 from headrace.server.broker import Broker
 from headrace.server.http.history import History, Policy, Range, Series
 from headrace.server.http.rates import QUEUE_STATS
-from headrace.server.http.sampler import StatsSampler
+from headrace.server.http.sampler import SLICE, StatsSampler
 
 BASIC = Policy(((60, 5), (600, 60)))
 GLOBAL = Policy(((60, 5), (600, 60), (3600, 600)))
@@ -139,3 +139,23 @@ def test_the_sampler_is_a_timer_in_the_brokers_deadline_heap_and_follows_the_obj
     vhost.delete_queue("q")
     broker.tick(15.0)
     assert ("queue", "/", "q") not in history.series  # gone with its queue
+
+
+def test_a_tick_walks_its_objects_in_slices_and_the_history_takes_them_at_the_end():
+    """Over ``SLICE`` objects, a tick is several turns of the clock, each due at once: the event
+    loop runs other work between them, and readers see the previous tick until the last slice."""
+    broker = Broker(ports=shell_ports())
+    vhost = broker.add_vhost("/")
+    for i in range(SLICE + 500):
+        vhost.declare_queue(f"q{i}", now=0.0, owner=None)
+    history = History(GLOBAL, BASIC)
+    StatsSampler(broker, history, lambda: {}).start(0.5)
+    broker.tick(5.0)
+    assert history.last_at == 0 and not history.series  # a slice done, nothing shown yet
+    turns = 1
+    while (due := broker.next_deadline()) is not None and due < 10.0:  # back at once for each slice
+        broker.tick(due + 0.001)
+        turns += 1
+    assert turns == (SLICE + 500) // SLICE + 1  # a turn after each full slice, then the rest
+    assert history.last_at == 5 * S and len([k for k in history.series if k[0] == "queue"]) == SLICE + 500
+    assert broker.next_deadline() == 10.0
