@@ -79,7 +79,7 @@ class Range:
 
 
 class Series:
-    """One family of one object: its rows per level (module docstring)."""
+    """One object's figures: its rows per level (module docstring)."""
     __slots__ = ("owner", "born", "dropped", "width", "levels")
 
     def __init__(self, owner: object, born: int, levels: int, width: int) -> None:
