@@ -57,8 +57,8 @@ def test_samples_follow_a_queue_on_the_grid_of_the_request(broker, http):
 
 def test_rates_are_there_at_the_first_look(broker, http):
     """The history was kept before anyone asked: the first read of a busy queue, channel,
-    connection and exchange already has its rate (the decaying average sampled per request that
-    this replaced gave 0, then took seconds to settle)."""
+    connection and exchange already has its rate (rates sampled only when the API is read would
+    start at 0 and take seconds to settle)."""
     q, x = unique("busy"), unique("busyx")
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
