@@ -36,6 +36,8 @@ from headrace.server.config import Settings
 from headrace.server.net.amqp_conn import AMQPConnectionHandler
 from headrace.server.net.admission import Admission
 from headrace.server.net.alarms import MemoryWatch, run_alarms
+from headrace.server.http.history import History, Policy
+from headrace.server.http.sampler import StatsSampler
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
@@ -102,6 +104,10 @@ class App:
         self.broker.stream_data_dir = self.data_dir
         saturation = self.broker.delivery.saturation
         saturation.high, saturation.low = settings.network.saturation_ready, settings.network.saturation_resume_ready
+        # the management API's rate history, sampled on the broker's clock (server/http/sampler.py)
+        self.stats_history = History(Policy(tuple(settings.http.stats_retention_global)),
+                                     Policy(tuple(settings.http.stats_retention_basic)))
+        self.sampler = StatsSampler(self.broker, self.stats_history, self.storage.store.io_counts)
         self.memory = MemoryWatch(self.broker, self.gate, settings.limits.memory_limit_bytes,
                                   settings.limits.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
@@ -126,6 +132,8 @@ class App:
                 broker.ensure_default(s.auth.default_vhost, s.auth.admin_user, s.auth.admin_pass or "")
         self.storage.recover(broker)
         broker.arm_all()  # recovered queues' deadlines into the clock's heap
+        if s.http.http_enabled or s.http.prometheus_port is not None:
+            self.sampler.start(time.time())  # its first tick at the next multiple of its interval
         broker.definitions.take()  # what loading declared is in the snapshot written now
         # compacted at every start: a new snapshot of what was loaded, and an empty log
         definitions.compact(export_definitions(broker, version=headrace.__version__))

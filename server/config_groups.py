@@ -20,6 +20,8 @@ __all__ = ["AuthSettings", "ClusterSettings", "HttpSettings", "LimitsSettings", 
            "SparkSettings", "StorageSettings", "MiB"]
 
 MiB = 1024 * 1024
+# bound on the samples one level of the rate history keeps per object (memory per object)
+STATS_ROWS_MAX = 2000
 
 
 class _Group(BaseModel):
@@ -124,6 +126,32 @@ class HttpSettings(_Group):
     # port of http_host: /metrics (node-wide totals) and /metrics/per-object (every queue by
     # name). None = not listening, as the plugin is off until enabled; the plugin's port is 15692
     prometheus_port: int | None = Field(None, ge=0, le=65535)
+    # the rate history's levels, RabbitMQ's sample_retention_policies: [max age, interval] in
+    # seconds, finest first; "global" for the overview, vhosts and the node, "basic" for queues,
+    # exchanges, connections and channels. The sampler ticks at the finest interval of the two,
+    # and every interval is a multiple of it (docs/http-api.md, "Rates and their history")
+    stats_retention_global: list[tuple[int, int]] = [(605, 5), (3660, 60), (29400, 600), (86400, 1800)]
+    stats_retention_basic: list[tuple[int, int]] = [(605, 5), (3600, 60)]
+
+    @model_validator(mode="after")
+    def _retention_levels(self) -> HttpSettings:
+        levels = {"stats_retention_global": self.stats_retention_global,
+                  "stats_retention_basic": self.stats_retention_basic}
+        for name, policy in levels.items():
+            if not policy:
+                raise ValueError(f"{name}: at least one [max age, interval] level")
+            for age, interval in policy:
+                if not 0 < interval <= age or age // interval > STATS_ROWS_MAX:
+                    raise ValueError(f"{name}: [{age}, {interval}]: the interval must be positive, at most the age, "
+                                     f"and keep at most {STATS_ROWS_MAX} samples")
+        tick = min(i for policy in levels.values() for _, i in policy)
+        for name, policy in levels.items():
+            for _, interval in policy:
+                if interval % tick:
+                    raise ValueError(f"{name}: interval {interval} is not a multiple of the finest ({tick})")
+            if [i for _, i in policy] != sorted({i for _, i in policy}):
+                raise ValueError(f"{name}: the levels go from the finest interval to the coarsest")
+        return self
 
 
 class StorageSettings(_Group):

@@ -21,7 +21,6 @@ routes = Routes()
 def list_connections(ctx: Context, req: Request) -> Response:
     if flag(req, "disable_stats"):
         return page(req, [connection_basic_json(s) for s in visible_sessions(ctx, req)])
-    ctx.rates.forget("connection", {("connection", i) for i in ctx.broker.connections})
     return page(req, [connection_json(ctx, s) for s in visible_sessions(ctx, req)])
 
 
@@ -36,7 +35,6 @@ def close_connection(ctx: Context, req: Request, name: str) -> Response:
 
 @routes.get("/api/channels")
 def list_channels(ctx: Context, req: Request) -> Response:
-    ctx.rates.forget("channel", {("channel", s.id, n) for s in ctx.broker.connections.values() for n in s.channels})
     return page(req, [channel_json(ctx, s, ch) for s in visible_sessions(ctx, req) for ch in s.channels.values()])
 
 

@@ -25,7 +25,7 @@ def _exchange_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True)
            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
            "mirrored": name in vhost.mirrored, "user_who_performed_action": ""}
     if stats:
-        out["message_stats"] = rated(ctx, ("exchange", vhost.name, name), ex, ("publish_in", "publish_out"),
+        out["message_stats"] = rated(ctx, ("exchange", vhost.name, name), ("publish_in", "publish_out"),
                                      (ex.published_in, ex.published_out))
     policy = ctx.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
     if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
@@ -38,8 +38,6 @@ def _exchange_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True)
 def list_exchanges(ctx: Context, req: Request, vhost: VHost | None = None) -> Response:
     vhosts = [vhost] if vhost is not None else visible_vhosts(ctx, req)
     stats = not flag(req, "disable_stats")
-    if stats:
-        ctx.rates.forget("exchange", {("exchange", n, x) for n, v in ctx.broker.vhosts.items() for x in v.exchanges})
     return page(req, [_exchange_json(ctx, v, n, stats=stats) for v in vhosts for n in sorted(v.exchanges)])
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from headrace.server.broker import VHost
 
 from .list_query import MAX_PAGE_SIZE, apply_query
-from .rates import Key, with_rates
+from .history import Key, Range
 from .routes import Context, Request, Response, json_response, user_of
 
 __all__ = ["MAX_PAGE_SIZE", "page", "rated", "visible_vhosts"]
@@ -28,10 +28,32 @@ def page(req: Request, items: list[Any], expand: Callable[[Any], Any] | None = N
     return json_response(200, apply_query(req, items, expand))
 
 
-def rated(ctx: Context, key: Key, owner: object, names: tuple[str, ...], counts: tuple[int, ...], *,
-          signed: bool = False) -> dict[str, Any]:
-    """Counters (or gauges, ``signed``) with their rates, in RabbitMQ's shape: ``publish`` and
-    ``publish_details: {"rate"}`` (``rates.py``), and their samples when the request asked for
-    history (``ctx.want_samples``, as RabbitMQ's UI does for its charts)."""
-    rates = ctx.rates.sample(key, owner, counts, ctx.now, signed=signed)
-    return with_rates(names, counts, rates, ctx.rates.history(key) if ctx.want_samples else None)
+def rated(ctx: Context, keys: Key | list[Key], names: tuple[str, ...], counts: tuple[int, ...], *,
+          ages: str = "msg_rates", signed: bool = False, column: int = 0) -> dict[str, Any]:
+    """Counters (or gauges, ``signed``) as they are now, with their rates from the history the
+    sampler keeps of ``keys`` (one series, or several summed), in RabbitMQ's shape: ``publish`` and
+    ``publish_details: {"rate"}``; with the samples, ``avg`` and ``avg_rate`` when the request asked
+    for history under the ``ages`` prefix (``lengths``, ``msg_rates``, ``data_rates``,
+    ``node_stats``), as RabbitMQ's UI does for its charts. ``column``: where the family starts in
+    its object's series (``rates.py``)."""
+    return ctx.history.details(keys if isinstance(keys, list) else [keys], names, counts, query_range(ctx, ages),
+                               signed=signed, column=column)
+
+
+def query_range(ctx: Context, ages: str) -> Range | None:
+    """The request's grid for ``ages``, as RabbitMQ makes it: ``last`` the request's time rounded
+    to ``incr`` (up for lengths, so they are as fresh as the other figures; down for rates, and one
+    step further while that point's tick has not run yet, so the newest rate is not a false 0),
+    ``first`` the age before it."""
+    asked = ctx.ranges.get(ages)
+    if asked is None:
+        return None
+    age, incr = asked
+    now = int(ctx.now * 1000)
+    if ages == "lengths":
+        last = -(-now // incr) * incr
+    else:
+        last = now // incr * incr
+        if last > ctx.history.last_at:
+            last -= incr
+    return Range(last - age, last, incr)

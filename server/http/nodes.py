@@ -13,11 +13,14 @@ from .listing import page, rated
 from .node_facts import (FEATURE_FLAGS, FLAG_DOCS, FLAG_PROVIDERS, NODE_NAME, churn_counts, cluster_name, node_json,
                          store_io_counts)
 from .rates import CHURN
+from .sampler import NODE_GAUGES
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["node_of", "require_monitor", "routes"]
 
 routes = Routes()
+# the node's gauges read per request (``node_facts``), with no history: their samples are flat
+UNSAMPLED_GAUGES = ("fd_used", "proc_used")
 
 
 class ClusterNameBody(BaseModel):
@@ -35,11 +38,14 @@ def node_of(ctx: Context) -> dict[str, Any]:
     b = ctx.broker
     out = node_json(ctx.node_facts(), now=ctx.now, mem_used=b.memory_rss or b.memory_used, disk_free=b.disk_free,
                     alarms=b.alarms, sockets_used=len(b.connections))
-    gauges = ("mem_used", "fd_used", "sockets_used", "proc_used", "disk_free")
-    out.update(rated(ctx, ("node-gauges",), b, gauges, tuple(out[g] for g in gauges), signed=True))
-    out.update(rated(ctx, ("churn",), b.counters, CHURN, churn_counts(b.counters)))
+    out.update(rated(ctx, ("node",), NODE_GAUGES, tuple(out[g] for g in NODE_GAUGES), ages="node_stats",
+                     signed=True))
+    out.update(rated(ctx, [], UNSAMPLED_GAUGES, tuple(out[g] for g in UNSAMPLED_GAUGES), ages="node_stats",
+                     signed=True))
+    # the node page asks for node_stats alone, its churn charts too
+    out.update(rated(ctx, ("churn",), CHURN, churn_counts(b.counters), ages="node_stats"))
     names, counts = store_io_counts(ctx.store_io())
-    out.update(rated(ctx, ("node-io",), b, names, counts))
+    out.update(rated(ctx, ("node",), names, counts, ages="node_stats", column=len(NODE_GAUGES)))
     return out
 
 
@@ -130,7 +136,7 @@ def reset_stats(ctx: Context, req: Request, name: str | None = None) -> Response
     """RabbitMQ's statistics reset: the rates start afresh (the counters are the objects' own)."""
     if name is not None and name != NODE_NAME:
         raise HTTPError(404, "not_found", f"node '{name}' not found")
-    ctx.rates.reset()
+    ctx.history.reset()
     return Response(204)
 
 

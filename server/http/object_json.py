@@ -21,14 +21,13 @@ from headrace.server.amqp.properties import decode_properties
 
 from .listing import rated
 from .node_facts import NODE_NAME
-from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
+from .rates import DEPTH, QUEUE_DEPTH_AT, QUEUE_STATS, VHOST_STATS, queue_counts
 from .routes import Context, Request, user_of
 
 __all__ = ["DEFAULT_EXCHANGE", "binding_json", "channel_json", "connection_basic_json", "connection_json",
            "connection_name", "consumer_json", "default_binding_json", "exchange_name", "head_timestamp",
            "queue_detail_json", "queue_stats_json", "rabbit_time", "visible_sessions"]
 
-DEPTH = ("messages", "messages_ready", "messages_unacknowledged")
 # Erlang's scheduler work and garbage collection: no such thing here
 # no Erlang reductions here: zero, and no samples to draw (RabbitMQ's UI charts every *_details it
 # finds and needs a samples list in each)
@@ -78,7 +77,7 @@ def connection_json(ctx: Context, s: Any) -> dict[str, Any]:
     props = _safe(s.client_properties)
     conn = s.conn
     io = s.io
-    octets = rated(ctx, ("connection", s.id), s, ("recv_oct", "send_oct"), (io.recv_oct, io.send_oct))
+    octets = rated(ctx, ("connection", s.id), ("recv_oct", "send_oct"), (io.recv_oct, io.send_oct), ages="data_rates")
     return {
         "name": connection_name(s), "id": s.id, "node": NODE_NAME, "type": "network", "state": "running",
         "protocol": "AMQP 0-9-1", "user": s.user.name, "vhost": s.vhost.name, "auth_mechanism": "PLAIN",
@@ -124,7 +123,7 @@ def channel_json(ctx: Context, s: Any, ch: Any, *, detailed: bool = False) -> di
         "prefetch_count": ch.prefetch_count, "global_prefetch_count": ch.global_prefetch,
         "messages_unacknowledged": len(ch.unacked) + ch.txn.taken, "messages_unconfirmed": len(ch.pending_confirms),
         "messages_uncommitted": len(ch.txn.publishes), "acks_uncommitted": len(ch.txn.settlements),
-        "message_stats": rated(ctx, ("channel", s.id, ch.id), ch, VHOST_STATS, ch.stats.counts(ch.next_tag - 1)),
+        "message_stats": rated(ctx, ("channel", s.id, ch.id), VHOST_STATS, ch.stats.counts(ch.next_tag - 1)),
         **idle_since(s.now or ctx.now, ctx.now), "pending_raft_commands": 0,
         "user_who_performed_action": s.user.name, **NO_REDUCTIONS,
     }
@@ -174,7 +173,8 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Destination) -> dict[str, An
     consumers = q.consumers()
     exclusive = next((c.tag for c in consumers if c.exclusive), None)
     ready, unacked = q.messages_ready, q.messages_unacked
-    depth = rated(ctx, ("queue-depth", vhost.name, q.name), q, DEPTH, (ready + unacked, ready, unacked), signed=True)
+    depth = rated(ctx, ("queue", vhost.name, q.name), DEPTH, (ready + unacked, ready, unacked), ages="lengths",
+                  signed=True, column=QUEUE_DEPTH_AT)
     out = {
         "consumers": len(consumers), "consumer_capacity": 1.0 if consumers else 0.0,
         "consumer_utilisation": 1.0 if consumers else 0.0, "exclusive_consumer_tag": exclusive,
@@ -189,7 +189,7 @@ def queue_stats_json(ctx: Context, vhost: VHost, q: Destination) -> dict[str, An
         "messages_paged_out": q.spilled_count(), "message_bytes_paged_out": q.spilled_bytes(),
         "spilled": q.spilled_count(),
         "head_message_timestamp": head_timestamp(q),
-        "message_stats": rated(ctx, ("queue", vhost.name, q.name), q, QUEUE_STATS, queue_counts(s)),
+        "message_stats": rated(ctx, ("queue", vhost.name, q.name), QUEUE_STATS, queue_counts(s)),
         "backing_queue_status": {"mode": "default", "len": ready, "q1": 0, "q2": 0, "q3": 0, "q4": ready,
                                  "delta": ["delta", "undefined", q.spilled_count(), 0, "undefined"],
                                  "version": 1},

@@ -51,9 +51,6 @@ def _list(ctx: Context, req: Request, vhosts: list[VHost], *, detailed: bool = F
     totals = stats or flag(req, "enable_queue_totals")
     if not stats:
         return page(req, [_queue_json(ctx, v, n, stats=False, totals=totals) for v in vhosts for n in sorted(v.queues)])
-    alive = {("queue", n, q) for n, v in ctx.broker.vhosts.items() for q in v.queues}
-    ctx.rates.forget("queue", alive)
-    ctx.rates.forget("queue-depth", {("queue-depth", *key[1:]) for key in alive})
     # a page sorted by a plain field is chosen on the cheap objects and only its rows get statistics
     # (rate sampling and all); a sort on a statistic needs them all
     path = sort_path(req)

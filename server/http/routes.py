@@ -51,10 +51,10 @@ from headrace.server.auth import User
 from headrace.server.broker import Broker
 
 from .node_facts import NodeFacts
-from .rates import RateTracker
+from .history import MAX_RANGE, History
 
 __all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Routes", "json_response",
-           "user_of", "wants_samples"]
+           "history_ranges", "user_of"]
 
 log = logging.getLogger("headrace.http")
 
@@ -78,9 +78,10 @@ class Context(Protocol):
     version: str
     now: float  # the time of the request (the shell stamps it; handlers never read the clock)
     http_consumers: dict[str, Any]
-    rates: RateTracker
+    history: History  # the rate history the sampler keeps (``history.py``)
     metrics: str  # the ``metrics`` setting: off | aggregate | per-queue
-    want_samples: bool  # the request asks for history (``wants_samples``): rates carry ``samples``
+    # the history the request asks for (``history_ranges``): prefix -> (age, incr) in ms
+    ranges: dict[str, tuple[int, int]]
 
     def store_bytes(self) -> int: ...
 
@@ -143,13 +144,34 @@ def error_response(exc: HTTPError) -> Response:
     return json_response(exc.status, {"error": exc.error, "reason": exc.reason}, exc.headers)
 
 
-# the query parameters by which RabbitMQ's UI asks for the history of lengths, rates, node stats
-HISTORY_PARAMS = ("lengths_age", "msg_rates_age", "data_rates_age", "node_stats_age")
+# the query parameters by which RabbitMQ's UI asks for history: ``<prefix>_age`` and
+# ``<prefix>_incr`` (seconds), for lengths, message rates, data rates and node statistics
+HISTORY_PREFIXES = ("lengths", "msg_rates", "data_rates", "node_stats")
 
 
-def wants_samples(req: Request) -> bool:
-    """True when the request asks for history (any ``*_age``): its ``*_details`` then carry samples."""
-    return any(name in req.query for name in HISTORY_PARAMS)
+def history_ranges(req: Request) -> dict[str, tuple[int, int]]:
+    """(age, incr) in ms per prefix the request gives both of as integers, as RabbitMQ reads them
+    (``rabbit_mgmt_util:range``: anything else is no range); 400 unless both are positive and ask
+    for at most ``MAX_RANGE`` points."""
+    out: dict[str, tuple[int, int]] = {}
+    for prefix in HISTORY_PREFIXES:
+        age, incr = _int_arg(req, prefix + "_age"), _int_arg(req, prefix + "_incr")
+        if age is None or incr is None:
+            continue
+        if age <= 0 or incr <= 0 or age // incr > MAX_RANGE:
+            raise HTTPError(400, "bad_request", f"Invalid range parameters: age {age}, incr {incr}")
+        out[prefix] = (age * 1000, incr * 1000)
+    return out
+
+
+def _int_arg(req: Request, name: str) -> int | None:
+    value = req.arg(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def user_of(req: Request) -> User:
@@ -264,6 +286,8 @@ class Router:
             try:
                 params: dict[str, Any] = {k: path_segment(v) for k, v in match.groupdict().items()}
                 admit(ctx, route, request, params)
+                # a GET's history ranges: an invalid one is a 400 (the statistics' readers take them)
+                ctx.ranges = history_ranges(request) if request.method == "GET" else {}
                 return route.handler(ctx, request, **params, **route.params)
             except HTTPError as exc:
                 return error_response(exc)

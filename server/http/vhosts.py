@@ -12,7 +12,8 @@ from .list_query import flag
 from .listing import page, rated, visible_vhosts
 from .models import parse_flag
 from .node_facts import NODE_NAME
-from .rates import QUEUE_STATS, VHOST_STATS, queue_counts
+from .rates import (DEPTH, OCTETS, QUEUE_STATS, VHOST_DEPTH_AT, VHOST_OCTETS_AT, VHOST_STATS, queue_counts,
+                    vhost_counts_from)
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
 
 __all__ = ["routes", "vhost_counts"]
@@ -27,11 +28,7 @@ def vhost_counts(v: VHost) -> tuple[int, ...]:
     for queue in v.queues.values():
         for i, count in enumerate(queue_counts(queue.stats)):
             sums[i] += count
-    q = dict(zip(QUEUE_STATS, sums, strict=True))
-    published = sum(ex.published_in for ex in v.exchanges.values())
-    return (published, v.confirmed, v.unroutable_returned, v.unroutable - v.unroutable_returned,
-            q["get"], q["get_no_ack"], q["deliver"], q["deliver_no_ack"], q["redeliver"], q["ack"], q["deliver_get"],
-            q["get_empty"])
+    return vhost_counts_from(v, sums)
 
 
 def vhost_octets(ctx: Context, v: VHost) -> tuple[int, int]:
@@ -53,10 +50,10 @@ def _vhost_json(ctx: Context, v: VHost, *, stats: bool = True) -> dict[str, Any]
     ready = sum(q.messages_ready for q in v.queues.values())
     unacked = sum(q.messages_unacked for q in v.queues.values())
     return {**out,
-            **rated(ctx, ("vhost-depth", v.name), v, ("messages", "messages_ready", "messages_unacknowledged"),
-                    (ready + unacked, ready, unacked), signed=True),
-            "message_stats": rated(ctx, ("vhost", v.name), v, VHOST_STATS, vhost_counts(v)),
-            **rated(ctx, ("vhost-octets", v.name), v, ("recv_oct", "send_oct"), vhost_octets(ctx, v))}
+            **rated(ctx, ("vhost", v.name), DEPTH, (ready + unacked, ready, unacked), ages="lengths", signed=True,
+                    column=VHOST_DEPTH_AT),
+            "message_stats": rated(ctx, ("vhost", v.name), VHOST_STATS, vhost_counts(v)),
+            **rated(ctx, ("vhost", v.name), OCTETS, vhost_octets(ctx, v), ages="data_rates", column=VHOST_OCTETS_AT)}
 
 
 @routes.get("/api/vhosts")
@@ -64,8 +61,6 @@ def list_vhosts(ctx: Context, req: Request) -> Response:
     vhosts = visible_vhosts(ctx, req)
     if flag(req, "disable_stats"):
         return page(req, [_vhost_json(ctx, v, stats=False) for v in vhosts])
-    for kind in ("vhost", "vhost-depth", "vhost-octets"):
-        ctx.rates.forget(kind, {(kind, n) for n in ctx.broker.vhosts})
     return page(req, [_vhost_json(ctx, v) for v in vhosts])
 
 

@@ -26,9 +26,8 @@ from headrace.persistence.mirror_log import list_segments, next_offset
 from headrace.server.auth import LoginThrottled
 from headrace.server.http import router
 from headrace.server.http.node_facts import Listener, NodeFacts
-from headrace.server.http.rates import RateTracker
 from headrace.server.http.routes import HTTPError, Request, Response, Router, error_response, json_response, \
-    parse_target, wants_samples
+    parse_target
 
 __all__ = ["HTTPServer"]
 
@@ -61,9 +60,9 @@ class HTTPServer:
         # each connection's wait for its next request: shutdown ends the ones with nothing read yet
         self._reading: dict[trio.CancelScope, h11.Connection] = {}
         self.now = 0.0  # the time of the request being answered (handlers take it from here)
-        self.want_samples = False  # that request asks for rate history (``routes.wants_samples``)
+        self.ranges: dict[str, tuple[int, int]] = {}  # the history that request asks for (the router sets it)
         self.http_consumers: dict[str, Any] = {}  # tag -> HTTPConsumer streaming right now
-        self.rates = RateTracker()  # message rates of the management API, sampled per request
+        self.history = app.stats_history  # the rate history the app's sampler keeps
         self.started_at = time.time()
         self._cert_not_after = _cert_expiry(app.settings.network.tls_certfile)
 
@@ -233,7 +232,6 @@ class HTTPServer:
 
     def _respond(self, request: Request, peer_host: str | None = None) -> Response:
         self.now = time.time()
-        self.want_samples = wants_samples(request)
         if not self.router.is_public(request.path):
             try:
                 user = self._authenticate(self._credentials(request), peer_host)

@@ -20,6 +20,20 @@ from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_method_frame
 
 
+# a module's BROKER_ENV for rate history at 1-s samples (RabbitMQ's default is 5 s), and the query
+# parameters that ask for the last half minute of it, as RabbitMQ's UI asks
+FAST_STATS = {"HEADRACE_STATS_RETENTION_GLOBAL": "[[60, 1], [600, 10]]",
+              "HEADRACE_STATS_RETENTION_BASIC": "[[60, 1], [600, 10]]"}
+HISTORY = {f"{prefix}_{part}": value for prefix in ("lengths", "msg_rates", "data_rates", "node_stats")
+           for part, value in (("age", 30), ("incr", 1))}
+
+
+def rose(get: Callable[[], dict], timeout: float = 5.0) -> bool:
+    """The ``*_details`` ``get`` reads (with ``HISTORY`` asked) rose over the last half minute: its
+    ``avg_rate`` is positive once a sample after the traffic is taken."""
+    return wait_until(lambda: get().get("avg_rate", 0) > 0, timeout=timeout)
+
+
 def unique(prefix: str) -> str:
     """A name no other test uses, so tests can share one broker per module."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"

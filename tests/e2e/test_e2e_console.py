@@ -147,9 +147,10 @@ def test_declare_publish_see_count_and_rate_get_back(browser, broker):
     go(browser, base, f"queue/%2F/{q}")
     Select(css(browser, "#refresh")).select_by_value("2000")
     wait(browser, lambda d: css(d, "#queue-ready dd").text == "1")
-    rate = lambda d: float(d.find_element(By.CSS_SELECTOR, '.legend li[data-series="publish"] .rate-value')
-                           .text.removesuffix("/s"))
-    wait(browser, lambda d: rate(d) > 0)
+    # the publish is in the broker's history from its next sample (every 5 s) on: a bump in the chart
+    heights = lambda d: {p.split(",")[1] for p in css(d, 'polyline[data-series="publish"]').get_attribute("points")
+                         .split()}
+    wait(browser, lambda d: len(heights(d)) > 1, timeout=15)
     shot(browser, "queue")
 
     fill(browser, {"#get-ackmode": "ack_requeue_true", "#get-encoding": "auto", "#get-count": "1"})
@@ -311,7 +312,8 @@ def test_mirrors_tab_shows_a_mirrored_exchanges_log(browser, broker):
 
 def test_connections_and_channels_show_traffic_rates(browser, broker):
     """A client's traffic as RabbitMQ's UI shows it: bytes per second from the client on the
-    Connections tab, publishes per second on the Channels tab (rates sampled at each refresh)."""
+    Connections tab, publishes per second on the Channels tab (rates from the broker's samples,
+    every 5 s: the traffic goes on until they show it)."""
     base, label = broker.http_url, unique("console-traffic")
     params = pika.URLParameters(broker.url + "?heartbeat=0")
     params.client_properties = {"connection_name": label}
@@ -328,10 +330,128 @@ def test_connections_and_channels_show_traffic_rates(browser, broker):
                                        ("channels", "channels", channel, "publish")):
             go(browser, base, tab)
             wait(browser, lambda d: row(d, list_id, key))
-            for _ in range(50):
-                ch.basic_publish("", label, b"x" * 100)  # routed nowhere: traffic all the same
             cell = lambda d: row(d, list_id, key).find_element(By.CSS_SELECTOR, f'td[data-col="{col}"]').text
-            wait(browser, lambda d: cell(d) not in ("", "0 B/s", "0.0/s"))
+
+            def busy(d: WebDriver) -> bool:  # traffic until the broker's next samples show its rate
+                for _ in range(10):
+                    ch.basic_publish("", label, b"x" * 100)  # routed nowhere: traffic all the same
+                return cell(d) not in ("", "0 B/s", "0.0/s")
+            wait(browser, busy, timeout=15)
             shot(browser, f"{tab}-traffic")
+    finally:
+        conn.close()
+
+
+def test_charts_show_the_brokers_history_at_once_and_keep_it_across_tabs(browser, broker):
+    """The charts draw the history the broker kept before the page was opened (RabbitMQ's samples,
+    asked with the range's ``*_age``/``*_incr``): full on the first render, the same after a tab
+    change, and on the range chosen."""
+    base, q = broker.http_url, unique("console-history")
+    path = f"/api/queues/%2F/{q}"
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(path, json={"durable": False})
+        for i in range(20):
+            http.post("/api/exchanges/%2F/amq.default/publish", json={"routing_key": q, "payload": str(i),
+                                                                      "properties": {}})
+        ages = {"lengths_age": 600, "lengths_incr": 5}
+        wait(browser, lambda _: [s["sample"] for s in http.get(path, params=ages).json()
+                                 ["messages_ready_details"]["samples"][::120]] == [20, 0], timeout=15)
+    login(browser, base)
+    ready = 'polyline[data-series="messages_ready"]'
+
+    def drawn(d: WebDriver) -> tuple[int, set[str]]:
+        line = css(d, ready)
+        return int(line.get_attribute("data-points")), {p.split(",")[1] for p in line.get_attribute("points").split()}
+    for _ in range(2):  # the first visit, then again after another tab
+        go(browser, base, f"queue/%2F/{q}")
+        points, heights = drawn(browser)
+        assert points == 121 and len(heights) == 2  # ten minutes at 5 s, from 0 to 20 ready
+        assert css(browser, ".chart-span").text == "last 10 min"
+        go(browser, base, "overview")
+        assert int(css(browser, 'polyline[data-series="publish"]').get_attribute("data-points")) == 120
+    go(browser, base, f"queue/%2F/{q}")
+    Select(browser.find_elements(By.CSS_SELECTOR, ".chart-range")[1]).select_by_visible_text("Last minute")
+    wait(browser, lambda d: drawn(d)[0] == 13)
+    shot(browser, "queue-history")
+    Select(css(browser, ".chart-range")).select_by_visible_text("Last ten minutes")  # as the other tests expect
+    wait(browser, lambda d: drawn(d)[0] == 121)
+
+
+def kv_value(driver: WebDriver, label: str) -> str:
+    return driver.find_element(By.XPATH, f"//dt[text()='{label}']/following-sibling::dd[1]").text
+
+
+def test_stream_page_has_no_get_or_purge_and_a_failed_button_says_why(browser, broker):
+    base, s, q = broker.http_url, unique("console-stream"), unique("console-gone")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.put(f"/api/queues/%2F/{s}", json={"durable": True,
+                                                       "arguments": {"x-queue-type": "stream"}}).status_code == 201
+        http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+        login(browser, base)
+        go(browser, base, f"queue/%2F/{s}")
+        wait(browser, lambda d: kv_value(d, "Type") == "stream")
+        assert not css(browser, "#purge-button").is_displayed()  # RabbitMQ refuses both on a stream
+        assert not browser.find_elements(By.CSS_SELECTOR, "#get-form") or not css(browser, "#get-form").is_displayed()
+        go(browser, base, f"queue/%2F/{q}")
+        wait(browser, lambda d: css(d, "#purge-button").is_displayed() and css(d, "#get-form").is_displayed())
+        http.delete(f"/api/queues/%2F/{q}")  # gone under the page: the purge fails, and says so
+        css(browser, "#purge-button").click()
+        confirm(browser)
+        wait(browser, lambda d: "Failed:" in css(d, ".toast.error").text and q in css(d, ".toast.error").text)
+        http.delete(f"/api/queues/%2F/{s}")
+
+
+def test_bind_form_sends_arguments_and_the_queue_page_shows_the_effective_policy(browser, broker):
+    base, q, p = broker.http_url, unique("console-args"), unique("console-policy")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        http.put(f"/api/queues/%2F/{q}", json={"durable": False})
+        assert http.put(f"/api/policies/%2F/{p}", json={"pattern": f"^{q}$", "definition": {"max-length": 7},
+                                                        "apply-to": "queues"}).status_code in (201, 204)
+        login(browser, base)
+        go(browser, base, f"queue/%2F/{q}")
+        wait(browser, lambda d: kv_value(d, "Policy") == p)
+        assert kv_value(browser, "Effective policy definition") == '{"max-length":7}'
+        fill(browser, {"#bind-other": "amq.direct", "#bind-key": q, "#bind-args": '{"x-origin": "console"}'})
+        css(browser, "#bind-key").send_keys(Keys.ENTER)
+        wait(browser, lambda d: row(d, "bindings", f"amq.direct|{q}|{q}"))
+        bound = [b for b in http.get(f"/api/queues/%2F/{q}/bindings").json() if b["source"] == "amq.direct"]
+        assert [b["arguments"] for b in bound] == [{"x-origin": "console"}]
+        assert '{"x-origin":"console"}' in row(browser, "bindings", f"amq.direct|{q}|{q}").text
+        fill(browser, {"#bind-other": "amq.direct", "#bind-key": "k2", "#bind-args": "not json"})
+        css(browser, "#bind-key").send_keys(Keys.ENTER)
+        wait(browser, lambda d: "Arguments must be a JSON object" in d.find_element(
+            By.XPATH, "//*[@id='bind-args']/ancestor::form//p[@role='alert']").text)
+        http.delete(f"/api/policies/%2F/{p}")
+        http.delete(f"/api/queues/%2F/{q}")
+
+
+def test_connection_and_channel_pages_show_the_client_and_its_channels(browser, broker):
+    base, label, q = broker.http_url, unique("console-client"), unique("console-consumed")
+    params = pika.URLParameters(broker.url + "?heartbeat=0")
+    params.client_properties = {"connection_name": label}
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        ch.queue_declare(q, auto_delete=True)
+        ch.basic_qos(prefetch_count=7)
+        tag = ch.basic_consume(q, lambda *a: None)
+        with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+            name = wait(browser, lambda _: next((c["name"] for c in http.get("/api/connections").json()
+                                                 if c["user_provided_name"] == label), None))
+        login(browser, base)
+        go(browser, base, "connections")
+        click(browser, lambda d: row(d, "connections", name).find_element(By.LINK_TEXT, name))
+        wait(browser, lambda d: kv_value(d, "Client-provided name") == label)
+        assert '"connection_name": "' + label + '"' in css(browser, "#client-properties").text
+        assert "pika" in kv_value(browser, "Client").lower()
+        assert css(browser, 'polyline[data-series="recv_oct"]')  # its traffic, charted from the history
+        channel = f"{name} (1)"
+        wait(browser, lambda d: row(d, "connection-channels", channel))
+        click(browser, lambda d: row(d, "connection-channels", channel).find_element(By.TAG_NAME, "a"))
+        wait(browser, lambda d: kv_value(d, "Prefetch") == "7")
+        wait(browser, lambda d: row(d, "channel-consumers", tag))
+        assert q in row(browser, "channel-consumers", tag).text
+        assert kv_value(browser, "Connection") == name
+        shot(browser, "channel")
     finally:
         conn.close()

@@ -28,19 +28,38 @@ def test_extensions_list_the_uis_dispatcher(http):
 
 
 def test_details_carry_samples_when_history_is_asked(broker, http):
+    """As RabbitMQ 3.10 answers its UI: with ``*_age`` and ``*_incr``, each ``*_details`` has the
+    samples of the range, newest first, one per ``incr`` on its grid (``age / incr + 1`` of them,
+    the object's first ones zero), with ``avg`` and ``avg_rate``; without, the rate alone."""
     q = unique("samples")
     assert http.put(f"/api/queues/%2F/{q}", json={}).status_code == 201
     ages = {"lengths_age": 60, "lengths_incr": 5, "msg_rates_age": 60, "msg_rates_incr": 5}
-    http.get(f"/api/queues/%2F/{q}", params=ages)
     body = http.get(f"/api/queues/%2F/{q}", params=ages).json()
-    samples = body["messages_details"]["samples"]
-    assert len(samples) == 2 and all(set(s) == {"sample", "timestamp"} for s in samples)
-    assert samples[0]["timestamp"] >= samples[1]["timestamp"]
-    assert {"avg", "avg_rate", "rate"} <= set(body["messages_details"])
+    for details in (body["messages_details"], body["message_stats"]["publish_details"]):
+        samples = details["samples"]
+        assert len(samples) == 13 and all(set(s) == {"sample", "timestamp"} for s in samples)
+        stamps = [s["timestamp"] for s in samples]
+        assert stamps == sorted(stamps, reverse=True) and {a - b for a, b in zip(stamps, stamps[1:])} == {5000}
+        assert stamps[0] % 5000 == 0
+        assert {"avg", "avg_rate", "rate"} <= set(details)
     overview = http.get("/api/overview", params=ages).json()
-    assert "samples" in overview["queue_totals"]["messages_details"]
+    assert len(overview["queue_totals"]["messages_details"]["samples"]) == 13
+    assert len(overview["message_stats"]["publish_details"]["samples"]) == 13
     plain = http.get(f"/api/queues/%2F/{q}").json()
     assert "samples" not in plain["messages_details"]
+    # the node page asks for node_stats alone, and charts every figure it shows with it
+    node = http.get(f"/api/nodes/{NODE}", params={"node_stats_age": 60, "node_stats_incr": 5}).json()
+    details = {k: v for k, v in node.items() if k.endswith("_details")}
+    assert {"mem_used_details", "fd_used_details", "connection_created_details", "io_write_count_details"} <= set(details)
+    assert all(len(v["samples"]) == 13 for v in details.values())
+
+
+@pytest.mark.parametrize("query", ["lengths_age=0&lengths_incr=5", "msg_rates_age=60&msg_rates_incr=0",
+                                   "msg_rates_age=5000&msg_rates_incr=5"])
+def test_an_invalid_range_is_refused_as_rabbitmq_refuses_it(http, query):
+    r = http.get(f"/api/overview?{query}")
+    assert r.status_code == 400
+    assert r.json()["error"] == "bad_request" and r.json()["reason"].startswith("Invalid range parameters: age ")
 
 
 def test_definitions_download_authenticates_by_the_auth_parameter(broker):

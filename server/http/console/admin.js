@@ -1,6 +1,6 @@
 // Admin: users, virtual hosts, permissions, policies, virtual host and user limits (administrators only).
 import { api, ApiError, enc, get } from "./api.js";
-import { act, confirmAction, field, h, ListView, refreshNow } from "./ui.js";
+import { act, confirmAction, field, h, ListView, press, refreshNow } from "./ui.js";
 
 // A list whose endpoint may not exist on this broker: shown as "not available" instead of failing.
 async function optional(path) {
@@ -11,11 +11,11 @@ async function optional(path) {
 }
 
 function removeButton(label, question, path) {
-  return h("button", { type: "button", class: "secondary", "aria-label": label, onclick: async () => {
+  return h("button", { type: "button", class: "secondary", "aria-label": label, onclick: press(async () => {
     if (!(await confirmAction(question))) return;
     await api("DELETE", path);
     refreshNow();
-  } }, "Delete");
+  }) }, "Delete");
 }
 
 function section(id, title, ...children) {

@@ -1,7 +1,7 @@
 // Entry point: login, tabs (hash routes), the refresh loop and the virtual host filter.
 import { ApiError, LOGIN_FAILED, get, loggedIn, logout, setCredentials } from "./api.js";
 import { adminView } from "./admin.js";
-import { channelsView, connectionsView } from "./connections.js";
+import { channelView, channelsView, connectionView, connectionsView } from "./connections.js";
 import { exchangeView, exchangesView } from "./exchanges.js";
 import { mirrorsView } from "./mirrors.js";
 import { overviewView } from "./overview.js";
@@ -11,8 +11,9 @@ import { onRefresh } from "./ui.js";
 const ROUTES = {
   overview: overviewView, connections: connectionsView, channels: channelsView, exchanges: exchangesView,
   queues: queuesView, admin: adminView, mirrors: mirrorsView, exchange: exchangeView, queue: queueView,
+  connection: connectionView, channel: channelView,
 };
-const TAB_OF = { exchange: "exchanges", queue: "queues" };
+const TAB_OF = { exchange: "exchanges", queue: "queues", connection: "connections", channel: "channels" };
 const $ = (id) => document.getElementById(id);
 
 export const session = { user: null, vhost: sessionStorage.getItem("headrace.vhost") || "" };

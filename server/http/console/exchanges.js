@@ -1,5 +1,6 @@
-// Exchanges: the list with a form to add one, and each exchange's page (bindings, publish, delete).
+// Exchanges: the list with a form to add one, and each exchange's page (rates, bindings, publish, delete).
 import { api, enc, get } from "./api.js";
+import { historyQuery, lineChart } from "./chart.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
 import { act, field, h, kv, ListView, refreshNow, toast } from "./ui.js";
 
@@ -46,9 +47,10 @@ function addExchangeForm(session) {
 
 export function exchangeView(main, [vhost, name]) {
   const info = h("div");
+  const chart = h("div");
   const bindings = bindingsSection(vhost, { source: name === "amq.default" ? "" : name });
   main.append(h("a", { href: "#/exchanges", class: "back" }, "← Exchanges"),
-    h("h2", {}, `Exchange ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), info);
+    h("h2", {}, `Exchange ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), h("div", { class: "grid" }, info, chart));
   if (name !== "amq.default") main.append(bindings.el);
   main.append(publishForm(vhost, name));
   if (name !== "amq.default" && !name.startsWith("amq.")) {
@@ -61,14 +63,15 @@ export function exchangeView(main, [vhost, name]) {
   return {
     async refresh() {
       const x = name === "amq.default"
-        ? (await get(`/exchanges/${enc(vhost)}`)).find((e) => e.name === "")
-        : await get(`/exchanges/${enc(vhost)}/${enc(name)}`);
+        ? (await get(`/exchanges/${enc(vhost)}?${historyQuery()}`)).find((e) => e.name === "")
+        : await get(`/exchanges/${enc(vhost)}/${enc(name)}?${historyQuery()}`);
       const ms = x.message_stats || {};
       info.replaceChildren(h("section", { class: "card" }, kv([
         ["Type", x.type], ["Durable", String(x.durable)], ["Auto delete", String(x.auto_delete)],
         ["Internal", String(x.internal)], ["Arguments", JSON.stringify(x.arguments || {})],
-        ["Mirrored", String(Boolean(x.mirrored))],
-        ...(ms.publish_in_details ? [["Publish in", `${ms.publish_in_details.rate}/s`]] : [])])));
+        ["Mirrored", String(Boolean(x.mirrored))]])));
+      chart.replaceChildren(lineChart(ms, ["publish_in", "publish_out"], ["Publish in", "Publish out"],
+        { title: "Message rates" }));
       if (name !== "amq.default") await bindings.refresh();
     },
   };

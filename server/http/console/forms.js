@@ -1,6 +1,6 @@
 // Pieces shared by the exchange and queue pages: publishing a message, bindings, deleting.
 import { api, enc, get } from "./api.js";
-import { act, confirmAction, field, h, ListView, refreshNow } from "./ui.js";
+import { act, confirmAction, field, h, ListView, press, refreshNow } from "./ui.js";
 
 export function publishForm(vhost, exchange, routingKey = "") {
   const key = h("input", { name: "routing_key", value: routingKey, id: "publish-routing-key" });
@@ -44,12 +44,12 @@ export function bindingsSection(vhost, { source, destination }) {
       { key: "routing_key", label: "Routing key" },
       { key: "arguments", label: "Arguments", sortable: false, render: (b) => JSON.stringify(b.arguments || {}) },
       { key: "unbind", label: "", sortable: false, render: (b) => b.source ? h("button", {
-        type: "button", class: "secondary", "aria-label": `Unbind ${b.routing_key}`, onclick: async () => {
+        type: "button", class: "secondary", "aria-label": `Unbind ${b.routing_key}`, onclick: press(async () => {
           if (!(await confirmAction(`Remove the binding ${b.source} → ${b.destination} (${b.routing_key})?`))) return;
           const kind = b.destination_type === "queue" ? "q" : "e";
           await api("DELETE", `/bindings/${enc(vhost)}/e/${enc(b.source)}/${kind}/${enc(b.destination)}/${enc(b.properties_key)}`);
           refreshNow();
-        } }, "Unbind") : "" },
+        }) }, "Unbind") : "" },
     ],
     load: async () => (source !== undefined
       ? [...await get(`/exchanges/${enc(vhost)}/${enc(source)}/bindings/source`),
@@ -59,6 +59,7 @@ export function bindingsSection(vhost, { source, destination }) {
   const other = h("input", { id: "bind-other", required: true });
   const kind = h("select", { id: "bind-kind" }, h("option", { value: "q" }, "queue"), h("option", { value: "e" }, "exchange"));
   const key = h("input", { id: "bind-key" });
+  const args = h("input", { id: "bind-args", placeholder: '{"x-match": "any"}' });
   const out = h("p", { class: "error", role: "alert" });
   const form = h("form", { class: "row", onsubmit: (ev) => {
     ev.preventDefault();
@@ -66,21 +67,21 @@ export function bindingsSection(vhost, { source, destination }) {
       const path = source !== undefined
         ? `/bindings/${enc(vhost)}/e/${enc(source)}/${kind.value}/${enc(other.value)}`
         : `/bindings/${enc(vhost)}/e/${enc(other.value)}/q/${enc(destination)}`;
-      await api("POST", path, { routing_key: key.value, arguments: {} });
+      await api("POST", path, { routing_key: key.value, arguments: parseJson(args.value, "Arguments") });
       return "Binding added.";
     }, refreshNow);
   } },
   source !== undefined ? [field("To", other), field("Destination type", kind)] : field("From exchange", other),
-  field("Routing key", key), h("div", {}, h("button", { type: "submit" }, "Bind")), out);
+  field("Routing key", key), field("Arguments (JSON)", args), h("div", {}, h("button", { type: "submit" }, "Bind")), out);
   const el = h("section", { class: "card", "aria-labelledby": "bindings-title" },
     h("h3", { id: "bindings-title" }, "Bindings"), list.el, form);
   return { el, refresh: () => list.refresh() };
 }
 
 export function deleteButton(label, what, path, after) {
-  return h("button", { type: "button", class: "danger", id: "delete-button", onclick: async () => {
+  return h("button", { type: "button", class: "danger", id: "delete-button", onclick: press(async () => {
     if (!(await confirmAction(`Delete ${what}? This cannot be undone.`))) return;
     await api("DELETE", path);
     after();
-  } }, label);
+  }) }, label);
 }

@@ -1,27 +1,23 @@
-// Overview: totals, message rates and queued messages charted over time, alarms, listeners, node.
+// Overview: totals, message rates and queued messages charted from the broker's history, alarms,
+// listeners, node.
 import { get } from "./api.js";
-import { History, lineChart } from "./chart.js";
-import { fmtBytes, fmtNum, h, kv, rate, totals } from "./ui.js";
+import { historyQuery, lineChart } from "./chart.js";
+import { fmtBytes, fmtNum, h, kv, totals } from "./ui.js";
 
 function fmtUptime(ms) {
   const s = Math.floor(ms / 1000), d = Math.floor(s / 86400), hrs = Math.floor((s % 86400) / 3600);
   return d ? `${d} d ${hrs} h` : hrs ? `${hrs} h ${Math.floor((s % 3600) / 60)} min` : `${Math.floor(s / 60)} min ${s % 60} s`;
 }
 
-const rates = new History(["publish", "deliver_get", "ack"]);
-const queued = new History(["messages_ready", "messages_unacknowledged"]);
-
 export function overviewView(main) {
   const box = h("div");
   main.append(h("h2", {}, "Overview"), box);
   return {
     async refresh() {
-      const o = await get("/overview");
+      const o = await get(`/overview?${historyQuery()}`);
       // the node's own figures need the monitoring tag: without it the card shows the overview's
       const node = await get(`/nodes/${encodeURIComponent(o.node)}`).catch(() => ({}));
       const qt = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
-      rates.add({ publish: rate(ms, "publish"), deliver_get: rate(ms, "deliver_get"), ack: rate(ms, "ack") });
-      queued.add({ messages_ready: qt.messages_ready || 0, messages_unacknowledged: qt.messages_unacknowledged || 0 });
       const alarms = o.alarms || [];
       const listeners = o.listeners || [];
       box.replaceChildren(
@@ -31,8 +27,9 @@ export function overviewView(main) {
           ["Channels", ot.channels, "total-channels"], ["Exchanges", ot.exchanges, "total-exchanges"],
           ["Queues", ot.queues, "total-queues"], ["Consumers", ot.consumers, "total-consumers"]])),
         h("div", { class: "grid" },
-          lineChart(rates, ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }),
-          lineChart(queued, ["Ready", "Unacked"], { title: "Queued messages", unit: "" })),
+          lineChart(ms, ["publish", "deliver_get", "ack"], ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }),
+          lineChart(qt, ["messages_ready", "messages_unacknowledged"], ["Ready", "Unacked"],
+            { title: "Queued messages", unit: "", rates: false })),
         h("div", { class: "grid" },
           h("section", { class: "card", id: "alarms", "aria-label": "Alarms" }, h("h3", {}, "Alarms"),
             alarms.length ? alarms.map((a) => h("span", { class: "pill bad" }, `${a} alarm`))

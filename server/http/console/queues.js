@@ -1,9 +1,9 @@
 // Queues and streams: the list with a form to add one, and each queue's page (rates, consumers,
 // bindings, publish, get messages, purge, delete).
 import { api, enc, get } from "./api.js";
-import { History, lineChart } from "./chart.js";
+import { historyQuery, lineChart } from "./chart.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
-import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, rate, refreshNow, toast, totals } from "./ui.js";
+import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, press, rate, refreshNow, toast, totals } from "./ui.js";
 
 export const queueHref = (vhost, name) => `#/queue/${enc(vhost)}/${enc(name)}`;
 
@@ -62,7 +62,6 @@ function addQueueForm(session) {
 
 export function queueView(main, [vhost, name], session) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
-  const history = new History(["publish", "deliver_get", "ack"]);
   const info = h("div");
   const chart = h("div");
   const consumers = new ListView({
@@ -77,36 +76,48 @@ export function queueView(main, [vhost, name], session) {
   let consumerRows = [];
   const bindings = bindingsSection(vhost, { destination: name });
   const reader = session.user.tags.some((t) => t === "administrator" || t === "management");
+  // a stream has no get and no purge (RabbitMQ refuses both): shown once its type is known
+  const purge = h("button", { type: "button", class: "secondary", id: "purge-button", hidden: true,
+    onclick: press(async () => {
+      if (!(await confirmAction(`Purge all ready messages of queue ${name}?`))) return;
+      await api("DELETE", `${path}/contents`);
+      toast(`Queue ${name} purged.`);
+      refreshNow();
+    }) }, "Purge messages");
+  const getSection = reader ? getMessagesForm(vhost, name) : h("section", { class: "card", id: "get-messages-denied" },
+    h("h3", {}, "Get messages"), h("p", { class: "muted" }, "Reading message contents needs the management or administrator tag."));
+  getSection.hidden = true;
   main.append(h("a", { href: "#/queues", class: "back" }, "← Queues"),
     h("h2", {}, `Queue ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), h("div", { class: "grid" }, info, chart),
     h("section", { class: "card", "aria-labelledby": "consumers-title" }, h("h3", { id: "consumers-title" }, "Consumers"), consumers.el),
     bindings.el, publishForm(vhost, "", name),
-    reader ? getMessagesForm(vhost, name) : h("section", { class: "card", id: "get-messages-denied" },
-      h("h3", {}, "Get messages"), h("p", { class: "muted" }, "Reading message contents needs the management or administrator tag.")),
+    getSection,
     h("section", { class: "card", "aria-labelledby": "danger-title" }, h("h3", { id: "danger-title" }, "Purge or delete"),
       h("div", { class: "controls" },
-        h("button", { type: "button", class: "secondary", id: "purge-button", onclick: async () => {
-          if (!(await confirmAction(`Purge all ready messages of queue ${name}?`))) return;
-          await api("DELETE", `${path}/contents`);
-          toast(`Queue ${name} purged.`);
-          refreshNow();
-        } }, "Purge messages"),
+        purge,
         deleteButton("Delete queue", `queue ${name}`, path, () => { toast(`Queue ${name} deleted.`); location.hash = "#/queues"; }))));
   return {
     async refresh() {
-      const q = await get(path);
+      const q = await get(`${path}?${historyQuery()}`);
       consumerRows = q.consumer_details || [];
+      const stream = q.type === "stream";
+      purge.hidden = stream;
+      getSection.hidden = stream;
       const ms = q.message_stats || {};
-      history.add({ publish: rate(ms, "publish"), deliver_get: rate(ms, "deliver_get"), ack: rate(ms, "ack") });
       info.replaceChildren(h("section", { class: "card", id: "queue-totals", "aria-label": "Queued messages" }, totals([
         ["Total", q.messages, "queue-messages"], ["Ready", q.messages_ready, "queue-ready"],
         ["Unacked", q.messages_unacknowledged, "queue-unacked"], ["Consumers", q.consumers, "queue-consumers"]]),
       kv([["Type", q.type], ["State", q.state], ["Durable", String(q.durable)], ["Auto delete", String(q.auto_delete)],
         ["Exclusive", String(q.exclusive)], ["Arguments", JSON.stringify(q.arguments || {})],
-        ["Policy", q.policy || ""], ["Ready bytes", fmtBytes(q.message_bytes_ready)],
+        ["Policy", q.policy || ""],
+        ["Effective policy definition", Object.keys(q.effective_policy_definition || {}).length
+          ? JSON.stringify(q.effective_policy_definition) : ""],
+        ["Ready bytes", fmtBytes(q.message_bytes_ready)],
         ["Memory", fmtBytes(q.memory)], ["Published", fmtNum(ms.publish ?? 0)], ["Delivered / got", fmtNum(ms.deliver_get ?? 0)],
         ["Idle since", q.idle_since || "(in use)"]])));
-      chart.replaceChildren(lineChart(history, ["Publish", "Deliver / get", "Ack"], { title: "Message rates" }));
+      chart.replaceChildren(lineChart(ms, ["publish", "deliver_get", "ack"], ["Publish", "Deliver / get", "Ack"],
+        { title: "Message rates" }), lineChart(q, ["messages_ready", "messages_unacknowledged"], ["Ready", "Unacked"],
+        { title: "Queued messages", unit: "", rates: false }));
       await Promise.all([consumers.refresh(), bindings.refresh()]);
     },
   };

@@ -44,10 +44,22 @@ export function totals(pairs) {
     h("div", { id }, h("dt", {}, k), h("dd", {}, fmtNum(v)))));
 }
 
-export function toast(text) {
-  const el = h("div", { class: "toast", role: "status" }, text);
+export function toast(text, { error = false } = {}) {
+  const el = h("div", { class: error ? "toast error" : "toast", role: error ? "alert" : "status" }, text);
   document.body.append(el);
-  setTimeout(() => el.remove(), 4000);
+  setTimeout(() => el.remove(), error ? 8000 : 4000);
+}
+
+// A button's action: whatever fails in it (the API's refusal, a lost connection) is shown, never
+// swallowed as an unhandled rejection.
+export function press(fn) {
+  return async (ev) => {
+    try {
+      await fn(ev);
+    } catch (err) {
+      toast(`Failed: ${err.message || String(err)}`, { error: true });
+    }
+  };
 }
 
 export function confirmAction(text) {

@@ -23,8 +23,8 @@ def test_every_setting_has_one_group_and_the_count_is_what_it_was_less_the_remov
     assert set(GROUPS.values()) <= set(GROUP_NAMES)
     top = [name for name in Settings.model_fields if name not in GROUP_NAMES]
     assert sorted(top) == ["log_level", "shutdown_grace"]
-    # the flat model's 62, and the 6 of the cluster group added since
-    assert len(GROUPS) + len(top) + len(REMOVED) == 62 + 6
+    # the flat model's 62, the 6 of the cluster group added since, and the rate history's 2
+    assert len(GROUPS) + len(top) + len(REMOVED) == 62 + 6 + 2
     assert sorted(name for name, group in GROUPS.items() if group == "cluster") == [
         "cluster_etcd_endpoints", "cluster_id", "cluster_lease_ttl_s", "cluster_min_in_sync", "cluster_port",
         "node_name"]
@@ -138,3 +138,13 @@ def test_a_bad_value_from_the_file_names_the_file_unless_the_environment_set_it(
     monkeypatch.setenv("HEADRACE_CHANNEL_MAX", "lots")  # the environment's value is the one refused
     with pytest.raises(SettingsError, match=r"^channel_max \(HEADRACE_CHANNEL_MAX\): .*got 'lots'"):
         load_settings(toml)
+
+
+def test_the_rate_history_levels_are_checked(monkeypatch):
+    monkeypatch.setenv("HEADRACE_STATS_RETENTION_BASIC", "[[30, 1], [300, 10]]")
+    assert load_settings().http.stats_retention_basic == [(30, 1), (300, 10)]
+    for bad, says in [("[[30, 0]]", "interval must be positive"), ("[[300, 10], [30, 1]]", "finest"),
+                      ("[[30, 7]]", "not a multiple"), ("[]", "at least one")]:
+        monkeypatch.setenv("HEADRACE_STATS_RETENTION_BASIC", bad)
+        with pytest.raises(SettingsError, match=says):
+            load_settings()
