@@ -29,6 +29,7 @@ from headrace.queues.queue import ENTRY_OVERHEAD
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, User, UserRegistry
 
 from . import limits as limit_rules
+from .compat import COMPAT_3_10, Compat
 from .definition_changes import DefinitionChanges
 from .delivery import Delivery
 from .limits import Limits
@@ -65,7 +66,9 @@ class Broker:
         self, *, ports: ShellPorts, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
         limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
+        compat: Compat = COMPAT_3_10,
     ) -> None:
+        self.compat = compat  # which RabbitMQ release's semantics (compat.py); fixed for the process
         self.vhosts: dict[str, VHost] = {}
         self.users = UserRegistry(failed_per_second=failed_logins_per_second, on_change=self._permissions_changed,
                                   on_user_deleted=self._user_deleted, on_definition=self._user_definition)
@@ -199,7 +202,7 @@ class Broker:
         if target is None:
             raise KeyError(vhost)
         policy = self.policies.set(vhost, name, body, operator=operator)
-        apply_policies(self.policies, self.delivery, target, now)
+        apply_policies(self.policies, self.delivery, target, now, self.compat)
         self._policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return policy
@@ -209,7 +212,7 @@ class Broker:
             return False
         target = self.vhosts.get(vhost)
         if target is not None:
-            apply_policies(self.policies, self.delivery, target, now)
+            apply_policies(self.policies, self.delivery, target, now, self.compat)
         self._policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return True

@@ -20,6 +20,7 @@ from headrace.server.broker import errors
 from headrace.server.broker.reply_to import REPLY_QUEUE
 
 from .channel import ChannelSession
+from .consumer_timeout import consumer_timeout, watch
 
 __all__ = ["cancel", "consume", "flow", "get", "qos"]
 
@@ -44,6 +45,10 @@ def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
                         exclusive=method.exclusive, priority=priority, channel_id=ch.id,
                         owner=ch.session)
     ch.delivery.prepare_consumer(queue, consumer, args, ch.session.now)
+    if not method.no_ack and ch.session.broker.compat.timeout_cancels:
+        timeout = consumer_timeout(ch, queue, args)
+        if timeout is not None:
+            watch(ch, tag, timeout)
     ch.consumers[tag] = (queue, consumer)
     if not method.nowait:
         ch.conn.send_method(ch.id, m.BasicConsumeOk(consumer_tag=tag))
@@ -52,6 +57,7 @@ def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
 
 def cancel(ch: ChannelSession, method: m.BasicCancel) -> None:
     item = ch.consumers.pop(method.consumer_tag, None)
+    ch.timeouts.pop(method.consumer_tag, None)
     if ch.reply is not None and ch.reply.tag == method.consumer_tag:
         ch.cancel_reply()
     elif item is not None:
@@ -80,9 +86,12 @@ def get(ch: ChannelSession, method: m.BasicGet) -> None:
             ch.stamp(acks, tag, ch.session.now)
     else:
         stats.got_no_ack += 1
+    props_raw = msg.props_raw
+    if entry.redelivered and queue.counts_deliveries:
+        props_raw = ch.counted(props_raw, entry)
     ch.conn.send_content(ch.id, m.BasicGetOk(
         delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
-        routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
+        routing_key=msg.routing_key, message_count=queue.messages_ready), props_raw, msg.body)
     if ch.vhost.tracing:
         ch.trace_delivery(queue, entry)
 

@@ -41,6 +41,7 @@ from headrace.server.broker.outbox import MIRROR_BACKLOG_MAX
 from . import consume
 from .publish import publish, publish_run
 from .channel import ChannelSession
+from .consumer_timeout import TIMED_OUT, expire
 from .confirms import ConfirmsAndTx
 from .declare import Declarations
 from .handshake import Handshake
@@ -252,11 +253,12 @@ class Session(SessionState):
             return
         self.now = now
         earliest: float | None = None
+        cancels = self.broker.compat.timeout_cancels
         for channel in list(self.channels.values()):
-            due = channel.ack_due()
+            due = expire(channel, now) if cancels else channel.ack_due()
             if due is None:
                 continue
-            if due > now:
+            if due > now:  # (TIMED_OUT is -1)
                 earliest = due if earliest is None else min(earliest, due)
                 continue
             acks = channel.acks
@@ -333,7 +335,7 @@ CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
     m.BasicGet: consume.get,
     m.BasicAck: ChannelSession.ack,
     m.BasicNack: lambda ch, meth: ch.nack(meth.delivery_tag, meth.multiple, meth.requeue),
-    m.BasicReject: lambda ch, meth: ch.nack(meth.delivery_tag, False, meth.requeue),
+    m.BasicReject: lambda ch, meth: ch.reject(meth.delivery_tag, meth.requeue),
     m.BasicRecover: ChannelSession.recover,
     m.BasicRecoverAsync: ChannelSession.recover,
     m.ChannelFlow: lambda ch, meth: consume.flow(ch, meth.active),
