@@ -27,6 +27,8 @@ def _at_least(version: str, floor: tuple[int, int]) -> bool:
 @dataclass(frozen=True, slots=True)
 class Compat:
     version: str = "3.10"
+    # 3.10 accepts classic mirroring's policy keys (ha-*); 4.0 removed them
+    classic_mirroring: bool = True
     # 4.0: a quorum queue without a delivery-limit gets 20 (``-1`` asks for none)
     quorum_delivery_limit: int | None = None
     # 4.3: a nack (and a consumer timeout) returns a message without counting a failure; a reject
@@ -44,6 +46,7 @@ class Compat:
         four = _at_least(version, (4, 0))
         four_three = _at_least(version, (4, 3))
         return cls(version=version,
+                   classic_mirroring=not four,
                    quorum_delivery_limit=QUORUM_DELIVERY_LIMIT if four else None,
                    split_counts=four_three,
                    quorum_priorities=QUORUM_PRIORITIES if four_three else None,

@@ -35,7 +35,7 @@ from .delivery import Delivery
 from .limits import Limits
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
-from .policies import Policy, PolicyStore, apply_policies
+from .policies import Policy, PolicyStore, apply_policies, refuse_mirroring
 from .ports import ShellPorts
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
@@ -69,6 +69,9 @@ class Broker:
         compat: Compat = COMPAT_3_10,
     ) -> None:
         self.compat = compat  # which RabbitMQ release's semantics (compat.py); fixed for the process
+        # deprecated features clients used since the start that leave no object behind (global
+        # QoS); /api/deprecated-features/used adds those the broker's objects show (http/deprecated.py)
+        self.deprecated_used: set[str] = set()
         self.vhosts: dict[str, VHost] = {}
         self.users = UserRegistry(failed_per_second=failed_logins_per_second, on_change=self._permissions_changed,
                                   on_user_deleted=self._user_deleted, on_definition=self._user_definition)
@@ -201,6 +204,8 @@ class Broker:
         target = self.vhosts.get(vhost)
         if target is None:
             raise KeyError(vhost)
+        if not self.compat.classic_mirroring:
+            refuse_mirroring(body)
         policy = self.policies.set(vhost, name, body, operator=operator)
         apply_policies(self.policies, self.delivery, target, now, self.compat)
         self._policies_changed()

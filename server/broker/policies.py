@@ -40,7 +40,7 @@ from .vhost_view import VHostView
 
 __all__ = [
     "Applied", "Policy", "apply_queue_dedup", "PolicyError", "PolicyStore", "apply_exchange_policy", "apply_policies", "dedup_arguments", "effective_alternate",
-    "effective_queue_arguments", "queue_args", "stream_arguments", "trim_recovered",
+    "effective_queue_arguments", "MIRRORING_KEYS", "queue_args", "refuse_mirroring", "stream_arguments", "trim_recovered",
 ]
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
@@ -90,7 +90,17 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "deduplication-cache-size": (lambda v: _is_int(v, 1), "is not a valid deduplication cache size"),
     "deduplication-cache-ttl": (lambda v: _is_int(v, 1), "is not a valid deduplication cache TTL"),
     "deduplication-header": (lambda v: isinstance(v, str) and bool(v), "is not a valid deduplication header"),
+    # classic mirroring (RabbitMQ 3.10 accepts them; one node has no mirror to make, so they change
+    # nothing; 4.0 removed them: Broker.set_policy refuses them under 4.x semantics)
+    "ha-mode": (lambda v: v in ("all", "exactly", "nodes"), "is not a valid ha-mode value"),
+    "ha-params": (lambda v: _is_int(v, 1) or (isinstance(v, list) and all(_is_str(n) for n in v)),
+                  "is not a valid ha-params value"),
+    "ha-sync-mode": (lambda v: v in ("manual", "automatic"), "is not a valid ha-sync-mode value"),
+    "ha-sync-batch-size": (lambda v: _is_int(v, 1), "is not a valid ha-sync-batch-size value"),
+    "ha-promote-on-shutdown": (lambda v: v in ("always", "when-synced"), "is not a valid ha-promote-on-shutdown value"),
+    "ha-promote-on-failure": (lambda v: v in ("always", "when-synced"), "is not a valid ha-promote-on-failure value"),
 }
+MIRRORING_KEYS = tuple(key for key in _VALIDATORS if key.startswith("ha-"))
 STREAM_KEYS = ("max-age", "max-length-bytes", "stream-max-segment-size-bytes")  # the policy wins
 # policy key -> the declare argument it stands for (dedup.py); the argument wins
 DEDUP_KEYS = {"message-deduplication": "x-message-deduplication", "deduplication-cache-size": "x-cache-size",
@@ -242,6 +252,15 @@ class PolicyStore:
 
 
 _NONE = Applied()
+
+
+def refuse_mirroring(body: Any) -> None:
+    """RabbitMQ 4.0 removed classic mirroring: its keys are settings it does not recognise."""
+    definition = body.get("definition") if isinstance(body, Mapping) else None
+    if isinstance(definition, Mapping):
+        mirroring = {k: v for k, v in definition.items() if k in MIRRORING_KEYS}
+        if mirroring:
+            raise _failed(f"{erlang(mirroring)} are not recognised policy settings")
 
 
 def effective_queue_arguments(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any]:

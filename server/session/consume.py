@@ -101,6 +101,7 @@ def qos(ch: ChannelSession, method: m.BasicQos) -> None:
         raise ConnectionException(ReplyCode.NOT_IMPLEMENTED,
                                   "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % method.prefetch_size, 60, 10)
     if method.global_:
+        ch.session.broker.deprecated_used.add("global_qos")
         ch.global_prefetch = method.prefetch_count
         ch.delivery.consumer_ready(ch.vhost, _consumer_queues(ch), ch.session.now)
     else:
