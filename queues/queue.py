@@ -367,9 +367,15 @@ class Queue(Destination):
     # ------------------------------------------------------------------ upkeep
     def purge(self, left: list[Left] | None = None) -> int:
         """Drop every ready message (``Backlog.purge``: the spill unread unless ``left`` asks for
-        each one); the broker records a purge as one store record sparing the unacked ids."""
+        each one), and those waiting for a delayed retry; the broker records a purge as one store
+        record sparing the unacked ids."""
         count = self._backlog.count
         self._backlog.purge(left)
+        if self._retry is not None and len(self._retry):
+            waiting = self._retry.clear()
+            count += len(waiting)
+            if left is not None:
+                left.extend(left_entry(entry, None) for entry in waiting)
         return count
 
     def unacked_message_ids(self) -> list[int]:
