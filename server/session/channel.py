@@ -55,7 +55,7 @@ class ChannelSession:
         "session", "conn", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "acks", "last_ticket",
-        "delivery", "perms", "confirms", "reply", "stats", "split_counts", "nack_requeue", "lost_requeue",
+        "delivery", "perms", "confirms", "reply", "stats", "split_counts", "nack_requeue", "failed_requeue",
         "timeouts",
     )
 
@@ -91,7 +91,7 @@ class ChannelSession:
         # returns without a failure, a reject or a lost channel with one; before, every return counted
         self.split_counts = session.broker.compat.split_counts
         self.nack_requeue = Settle.RETURN if self.split_counts else Settle.REQUEUE
-        self.lost_requeue = Settle.FAIL if self.split_counts else Settle.REQUEUE
+        self.failed_requeue = Settle.FAIL if self.split_counts else Settle.REQUEUE
         self.timeouts: dict[str, float] = {}  # consumer tag -> its own timeout (4.3: consumer_timeout.py)
 
     # ------------------------------------------------------------------ ConsumerSink
@@ -264,7 +264,7 @@ class ChannelSession:
     def reject(self, tag: int, requeue: bool) -> None:
         """basic.reject: as a nack of one tag, except that under RabbitMQ 4.3's counting a requeue
         counts a failed delivery (toward the delivery limit) where a nack's does not."""
-        action = self.lost_requeue if requeue else Settle.REJECT
+        action = self.failed_requeue if requeue else Settle.REJECT
         if self.tx:
             self.txn.hold_settlement(self._take_tagged(tag, False), action)
             return
@@ -291,7 +291,7 @@ class ChannelSession:
         """basic.recover and channel close: every unacked delivery goes back to its queue."""
         items = list(self.unacked.values())
         self.unacked.clear()
-        self.delivery.settle(self.vhost, items, self.lost_requeue, self.session.now)
+        self.delivery.settle(self.vhost, items, self.failed_requeue, self.session.now)
 
     def cancel_reply(self) -> None:
         """Drop the direct reply-to consumer (basic.cancel of its tag, or the channel closing)."""
