@@ -220,10 +220,10 @@ def test_consumer_timeout_argument_refused(brokers: dict[str, BrokerProcess]) ->
 
 def test_delayed_retry_linear(brokers: dict[str, BrokerProcess]) -> None:
     """4.3: x-delayed-retry-*: a returned message is ready again after min x returns, up to max
-    (300 ms, then 600 capped to 400, then 900 capped to 400)."""
+    (500 ms, then 1000 capped to 600, then 1500 capped to 600)."""
     conn, ch = _channel(brokers["4.3"])
-    _quorum(ch, "retry", **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 300,
-                            "x-delayed-retry-max": 400})
+    _quorum(ch, "retry", **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 500,
+                            "x-delayed-retry-max": 600})
     ch.basic_publish("", "retry", b"m")
     got = _get(ch, "retry")
     assert got is not None
@@ -234,7 +234,7 @@ def test_delayed_retry_linear(brokers: dict[str, BrokerProcess]) -> None:
         got = _get(ch, "retry", timeout=5)
         assert got is not None
         waits.append(time.monotonic() - start)
-    assert waits[0] > 0.28 and waits[1] > 0.38 and 0.38 < waits[2] < 0.8, waits
+    assert waits[0] > 0.48 and waits[1] > 0.58 and 0.58 < waits[2] < 1.3, waits
     conn.close()
 
 
