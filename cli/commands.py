@@ -2,7 +2,7 @@
 
 Owner of the command set ``register`` adds to the ``headrace`` group. The commands live by resource
 group in ``topology_commands.py``, ``message_commands.py``, ``admin_commands.py``,
-``policy_commands.py`` and ``stream_commands.py``; the HTTP client, options and error handling in
+``policy_commands.py``, ``stream_commands.py`` and ``diagnostics_commands.py``; the HTTP client, options and error handling in
 ``client.py``.
 Exit codes: 0 ok, 1 the broker refused (its ``reason`` is printed), 2 usage error (click),
 3 broker unreachable.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from .admin_commands import connections, definitions, mirror, permissions, user, vhost
+from .diagnostics_commands import diagnostics
 from .client import Client, add_connection_options, fail, global_options, pass_client
 from .message_commands import consume, get, publish
 from .policy_commands import policy
@@ -25,6 +26,6 @@ __all__ = ["Client", "fail", "pass_client", "register"]
 def register(cli: click.Group) -> None:
     global_options(cli)
     for command in (overview, exchange, queue, bind, unbind, publish, get, consume, definitions, connections, user,
-                    vhost, permissions, mirror, policy, stream):
+                    vhost, permissions, mirror, policy, stream, diagnostics):
         add_connection_options(command)
         cli.add_command(command)

@@ -33,6 +33,7 @@ def cli(**global_opts: object) -> None:
               help="Write the bound ports here as JSON once listening.")
 @click.option("--fsync", type=click.Choice(["batch", "always", "off"]), help="Message store fsync policy [batch].")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--rabbitmq-compat", help="RabbitMQ release whose semantics to follow: 3.10 (default), 4.0 to 4.3.")
 def serve(config_file: Path | None, **flags: object) -> None:
     """Run the broker in the foreground (SIGINT/SIGTERM stop it gracefully)."""
     from pydantic import ValidationError

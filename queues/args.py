@@ -21,6 +21,9 @@ class QueueArgumentError(ValueError):
 
 
 QUEUE_MODES = ("default", "lazy")  # RabbitMQ's x-queue-mode values
+# RabbitMQ 4.3's x-delayed-retry-type values: which returns of a quorum queue wait before they are
+# ready again (failed: those that counted a failure; returned: those that did not)
+DELAYED_RETRY_TYPES = ("disabled", "all", "failed", "returned")
 
 
 def _int(args: Mapping[str, Any], key: str, queue: str, *, minimum: int, maximum: int | None = None) -> int | None:
@@ -58,6 +61,11 @@ class QueueArgs:
     max_priority: int | None = None
     single_active_consumer: bool = False
     delivery_limit: int | None = None
+    no_delivery_limit: bool = False  # x-delivery-limit -1: no limit, not even a quorum queue's default
+    consumer_timeout_ms: int | None = None  # x-consumer-timeout (read where the release follows it)
+    delayed_retry: str = "disabled"  # x-delayed-retry-type
+    delayed_retry_min_ms: int = 0
+    delayed_retry_max_ms: int | None = None
 
     def exceeded_by(self, count: int, size: int) -> bool:
         """Whether ``count`` ready messages of ``size`` body bytes pass x-max-length(-bytes)."""
@@ -91,6 +99,16 @@ class QueueArgs:
         if dlrk is not None and dlx is None:
             raise QueueArgumentError(f"invalid arg 'x-dead-letter-routing-key' for queue '{queue_name}': "
                                      "x-dead-letter-exchange is not set")
+        limit = _int(args, "x-delivery-limit", queue_name, minimum=-1)
+        retry = _str(args, "x-delayed-retry-type", queue_name) or "disabled"
+        if retry not in DELAYED_RETRY_TYPES:
+            raise QueueArgumentError(f"invalid arg 'x-delayed-retry-type' for queue '{queue_name}': {retry!r} "
+                                     "(expected disabled, all, failed or returned)")
+        retry_min = _int(args, "x-delayed-retry-min", queue_name, minimum=0, maximum=2**32 - 1)
+        retry_max = _int(args, "x-delayed-retry-max", queue_name, minimum=0, maximum=2**32 - 1)
+        if retry != "disabled" and not retry_min:
+            raise QueueArgumentError(f"invalid arg 'x-delayed-retry-type' for queue '{queue_name}': "
+                                     "x-delayed-retry-min must be set to a delay above 0 ms")
         return cls(
             message_ttl_ms=_int(args, "x-message-ttl", queue_name, minimum=0, maximum=2**32 - 1),
             expires_ms=_int(args, "x-expires", queue_name, minimum=1, maximum=2**32 - 1),
@@ -101,7 +119,12 @@ class QueueArgs:
             dead_letter_routing_key=dlrk,
             max_priority=_int(args, "x-max-priority", queue_name, minimum=1, maximum=255),
             single_active_consumer=sac,
-            delivery_limit=_int(args, "x-delivery-limit", queue_name, minimum=0),
+            delivery_limit=limit if limit != -1 else None,
+            no_delivery_limit=limit == -1,
+            consumer_timeout_ms=_int(args, "x-consumer-timeout", queue_name, minimum=1, maximum=2**32 - 1),
+            delayed_retry=retry,
+            delayed_retry_min_ms=retry_min or 0,
+            delayed_retry_max_ms=retry_max,
         )
 
 

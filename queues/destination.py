@@ -64,7 +64,8 @@ class Destination(ABC):
         # whether this queue has ever had a reason for a deadline (a TTL, an x-expires lease, a
         # message with an expiration): until then the delivery owner need not re-arm its timer
         # after every dispatch; once set it stays set, as entries keep their expiry
-        self.timed = self.args.message_ttl_ms is not None or self.args.expires_ms is not None
+        self.timed = (self.args.message_ttl_ms is not None or self.args.expires_ms is not None
+                      or self.args.delayed_retry != "disabled")
         self.backlogged = False  # the last dispatch stopped at its read budget with more to deliver
         self._held = held if held is not None else HeldTally()  # shared by the broker's queues (held.py)
         self._consumers: list[Consumer[Any]] = []
@@ -142,6 +143,14 @@ class Destination(ABC):
     @abstractmethod
     def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None: ...
 
+    def give_back(self, entry: QueueEntry, left: list[Left] | None, failed: bool, now: float) -> None:
+        """A return under RabbitMQ 4.3's counting (``Queue.give_back``); a log just requeues."""
+        self.requeue(entry, left)
+
+    def release_delayed(self, now: float) -> bool:
+        """Whether returns waiting for a delayed retry became ready (only a queue holds any)."""
+        return False
+
     def settle_request(self) -> bool:
         """Whether settling left something for the store to write (and forget it)."""
         return False
@@ -169,7 +178,8 @@ class Destination(ABC):
         """New effective arguments (a policy changed)."""
         self.args = args
         self.counts_deliveries = self.queue_type == "quorum" or args.delivery_limit is not None
-        self.timed = self.timed or args.message_ttl_ms is not None or args.expires_ms is not None
+        self.timed = (self.timed or args.message_ttl_ms is not None or args.expires_ms is not None
+                      or args.delayed_retry != "disabled")
 
     def page_in_wanted(self) -> bool:
         """Whether spilled messages should be read back now."""

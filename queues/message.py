@@ -48,3 +48,6 @@ class QueueEntry:
     delivery_count: int = 0  # times delivered and returned (nack/reject requeue, consumer loss)
     expires_at: float | None = None  # absolute deadline from queue TTL / per-message expiration
     owner: object | None = field(default=None, compare=False)  # consumer (or getter) holding it
+    # every return, failed or not, where the failures are counted apart (RabbitMQ 4.3 semantics:
+    # ``delivery_count`` then counts the failures alone); not kept through a spill or a restart
+    acquired_count: int = 0

@@ -29,6 +29,7 @@ from .consumer import Consumer
 from .destination import Destination
 from .held import HeldTally
 from .message import Message, QueueEntry
+from .retry import RetryHold, retry_delay
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
 
 __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
@@ -39,7 +40,7 @@ ENTRY_OVERHEAD = 320
 
 
 class Queue(Destination):
-    __slots__ = ("_backlog", "_unacked", "_unacked_bytes", "_rr", "_seq", "_ttl")
+    __slots__ = ("_backlog", "_unacked", "_unacked_bytes", "_rr", "_seq", "_ttl", "_retry")
 
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
@@ -56,6 +57,7 @@ class Queue(Destination):
         self._seq = 0
         ttl = self.args.message_ttl_ms
         self._ttl = ttl / 1000 if ttl is not None else None
+        self._retry: RetryHold | None = None  # returns waiting for their delayed retry (retry.py)
 
     # ------------------------------------------------------------------ counts
     @property
@@ -320,6 +322,37 @@ class Queue(Destination):
             return
         self._backlog.requeue(entry)
 
+    def give_back(self, entry: QueueEntry, left: list[Left] | None, failed: bool, now: float) -> None:
+        """A return under RabbitMQ 4.3's rules: every return counts as acquired, only a ``failed``
+        one (reject, a lost channel) toward the delivery limit; it may wait for a delayed retry."""
+        if not self._release(entry):
+            return
+        entry.redelivered = True
+        entry.acquired_count = max(entry.acquired_count, entry.delivery_count) + 1
+        if failed:
+            entry.delivery_count += 1
+            limit = self.args.delivery_limit
+            if limit is not None and entry.delivery_count > limit:
+                self._gone(left, entry, "delivery_limit")
+                return
+        delay = retry_delay(self.args, entry, failed) if self.args.delayed_retry != "disabled" else 0.0
+        if delay > 0:
+            if self._retry is None:
+                self._retry = RetryHold()
+            self._retry.hold(entry, now + delay)
+            return
+        self._backlog.requeue(entry)
+
+    def release_delayed(self, now: float) -> bool:
+        """Returns whose delayed retry is due are ready again, in their place."""
+        retry = self._retry
+        if retry is None or not len(retry):
+            return False
+        due = retry.release_due(now)
+        for entry in due:
+            self._backlog.requeue(entry)
+        return bool(due)
+
     def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if self._release(entry):
             self._gone(left, entry, "rejected")
@@ -334,9 +367,15 @@ class Queue(Destination):
     # ------------------------------------------------------------------ upkeep
     def purge(self, left: list[Left] | None = None) -> int:
         """Drop every ready message (``Backlog.purge``: the spill unread unless ``left`` asks for
-        each one); the broker records a purge as one store record sparing the unacked ids."""
+        each one), and those waiting for a delayed retry; the broker records a purge as one store
+        record sparing the unacked ids."""
         count = self._backlog.count
         self._backlog.purge(left)
+        if self._retry is not None and len(self._retry):
+            waiting = self._retry.clear()
+            count += len(waiting)
+            if left is not None:
+                left.extend(left_entry(entry, None) for entry in waiting)
         return count
 
     def unacked_message_ids(self) -> list[int]:
@@ -352,12 +391,17 @@ class Queue(Destination):
         return expired
 
     def next_deadline(self) -> float | None:
-        return self._backlog.next_deadline()
+        when = self._backlog.next_deadline()
+        if self._retry is not None and (due := self._retry.next_due()) is not None:
+            return due if when is None or due < when else when
+        return when
 
     def delete(self) -> list[Consumer[Any]]:
         """Everything goes (the broker records the store side as one DropQueue)."""
         consumers = Destination.delete(self)
         self._backlog.close()
+        if self._retry is not None:
+            self._retry.clear()
         held = self._held
         held.entries -= len(self._unacked)
         held.bytes -= self._unacked_bytes

@@ -30,6 +30,7 @@ import trio
 import headrace
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Broker, Limits
+from headrace.server.broker.compat import Compat
 from headrace.server.broker.definitions_io import change_records, export_definitions, import_definitions
 from headrace.server.broker.ports import ShellPorts
 from headrace.server.config import Settings
@@ -100,6 +101,7 @@ class App:
                 max_tx_bytes=settings.limits.max_tx_bytes,
                 consumer_timeout_ms=settings.limits.consumer_timeout_ms,
             ),
+            compat=Compat.of(settings.compat.rabbitmq_compat),
         )
         self.broker.stream_data_dir = self.data_dir
         saturation = self.broker.delivery.saturation

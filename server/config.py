@@ -33,6 +33,7 @@ from pydantic.fields import FieldInfo
 from .config_groups import (
     AuthSettings,
     ClusterSettings,
+    CompatSettings,
     HttpSettings,
     LimitsSettings,
     NetworkSettings,
@@ -75,9 +76,19 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=lambda: LimitsSettings.model_validate({}))
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings.model_validate({}))
     cluster: ClusterSettings = Field(default_factory=lambda: ClusterSettings.model_validate({}))
+    compat: CompatSettings = Field(default_factory=lambda: CompatSettings.model_validate({}))
     # the process as a whole
     shutdown_grace: float = Field(5.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @property
+    def max_message_size(self) -> int:
+        """The largest message body accepted: the setting, else the compat release's default
+        (RabbitMQ 4.0 lowered it from 128 MiB to 16 MiB)."""
+        size = self.limits.max_message_size
+        if size is not None:
+            return size
+        return 128 * 1024 * 1024 if self.compat.rabbitmq_compat == "3.10" else 16 * 1024 * 1024
 
     @classmethod
     def settings_customise_sources(

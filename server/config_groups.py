@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["AuthSettings", "ClusterSettings", "HttpSettings", "LimitsSettings", "NetworkSettings",
-           "SparkSettings", "StorageSettings", "MiB"]
+__all__ = ["AuthSettings", "ClusterSettings", "CompatSettings", "HttpSettings", "LimitsSettings",
+           "NetworkSettings", "SparkSettings", "StorageSettings", "MiB", "RABBITMQ_COMPAT"]
 
 MiB = 1024 * 1024
 # bound on the samples one level of the rate history keeps per object (memory per object)
@@ -207,7 +207,8 @@ class LimitsSettings(_Group):
     failed_logins_per_second: float = Field(10.0, gt=0)
     max_queues_per_vhost: int = Field(100_000, ge=1)
     max_exchanges_per_vhost: int = Field(100_000, ge=1)
-    max_message_size: int = Field(128 * MiB, ge=1, le=512 * MiB)
+    # None: the rabbitmq_compat release's default (3.10: 128 MiB; 4.0 and later: 16 MiB)
+    max_message_size: int | None = Field(None, ge=1, le=512 * MiB)
     # bytes of uncommitted publishes one transactional channel may hold (beyond: 406 on the channel)
     max_tx_bytes: int = Field(64 * MiB, ge=1)
     # persistent publishes a connection may have waiting for fsync before it stops being read
@@ -226,6 +227,18 @@ class LimitsSettings(_Group):
         if self.memory_high_watermark <= 1:
             return int(_total_memory() * self.memory_high_watermark)
         return int(self.memory_high_watermark)
+
+
+# the RabbitMQ releases whose semantics the broker can follow (docs/compat.md says what each changes)
+RABBITMQ_COMPAT = ("3.10", "4.0", "4.1", "4.2", "4.3")
+
+
+class CompatSettings(_Group):
+    """Which RabbitMQ release's semantics the broker follows where 4.x changed 3.10's: defaults
+    (a quorum queue's delivery limit, the largest message) and rules (what a nack counts, what a
+    consumer timeout does). 3.10 stays the default, so clients written against it see no change."""
+
+    rabbitmq_compat: Literal["3.10", "4.0", "4.1", "4.2", "4.3"] = "3.10"
 
 
 class AuthSettings(_Group):

@@ -29,12 +29,13 @@ from headrace.queues.queue import ENTRY_OVERHEAD
 from headrace.server.auth import FAILED_LOGINS_PER_SECOND, Permission, User, UserRegistry
 
 from . import limits as limit_rules
+from .compat import COMPAT_3_10, Compat
 from .definition_changes import DefinitionChanges
 from .delivery import Delivery
 from .limits import Limits
 from .outbox import MIRROR_BACKLOG_MAX, STORE_BACKLOG_MAX, MirrorOutbox, StoreOutbox
 from .parameters import RuntimeParameters
-from .policies import Policy, PolicyStore, apply_policies
+from .policies import Policy, PolicyStore, apply_policies, refuse_mirroring
 from .ports import ShellPorts
 from .reply_to import ReplyRegistry
 from .saturation import SATURATION_TICK
@@ -65,7 +66,12 @@ class Broker:
         self, *, ports: ShellPorts, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
         limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
+        compat: Compat = COMPAT_3_10,
     ) -> None:
+        self.compat = compat  # which RabbitMQ release's semantics (compat.py); fixed for the process
+        # deprecated features clients used since the start that leave no object behind (global
+        # QoS); /api/deprecated-features/used adds those the broker's objects show (http/deprecated.py)
+        self.deprecated_used: set[str] = set()
         self.vhosts: dict[str, VHost] = {}
         self.users = UserRegistry(failed_per_second=failed_logins_per_second, on_change=self._permissions_changed,
                                   on_user_deleted=self._user_deleted, on_definition=self._user_definition)
@@ -198,8 +204,10 @@ class Broker:
         target = self.vhosts.get(vhost)
         if target is None:
             raise KeyError(vhost)
+        if not self.compat.classic_mirroring:
+            refuse_mirroring(body)
         policy = self.policies.set(vhost, name, body, operator=operator)
-        apply_policies(self.policies, self.delivery, target, now)
+        apply_policies(self.policies, self.delivery, target, now, self.compat)
         self._policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return policy
@@ -209,7 +217,7 @@ class Broker:
             return False
         target = self.vhosts.get(vhost)
         if target is not None:
-            apply_policies(self.policies, self.delivery, target, now)
+            apply_policies(self.policies, self.delivery, target, now, self.compat)
         self._policies_changed()
         self.definitions.changed("operator_policies" if operator else "policies", (vhost, name))
         return True

@@ -19,7 +19,7 @@ from typing import Any
 from headrace.queues import Destination, Left, x_death_headers
 from headrace.server.amqp.properties import decode_properties, encode_properties, replace_headers
 
-__all__ = ["DeadLetter", "completes_cycle", "dead_letter_message", "with_delivery_count"]
+__all__ = ["DeadLetter", "completes_cycle", "dead_letter_message", "with_counts", "with_delivery_count"]
 
 
 @dataclass(slots=True)
@@ -68,4 +68,16 @@ def with_delivery_count(props_raw: bytes, count: int) -> bytes:
     """Queues with a delivery limit tell consumers how often a message was returned."""
     headers = dict(decode_properties(props_raw).headers or {})
     headers["x-delivery-count"] = count
+    return replace_headers(props_raw, headers)
+
+
+def with_counts(props_raw: bytes, delivery_count: int, acquired_count: int) -> bytes:
+    """RabbitMQ 4.3's two headers of a quorum queue's redelivery: ``x-delivery-count`` the failed
+    deliveries (what the delivery limit compares), ``x-acquired-count`` every one; each only once
+    above 0."""
+    headers = dict(decode_properties(props_raw).headers or {})
+    if delivery_count:
+        headers["x-delivery-count"] = delivery_count
+    if acquired_count:
+        headers["x-acquired-count"] = acquired_count
     return replace_headers(props_raw, headers)

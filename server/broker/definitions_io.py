@@ -246,7 +246,7 @@ def import_definitions(broker: Broker, doc: dict[str, Any], now: float) -> None:
         vhost = broker.add_vhost(mirror.get("vhost", "/"))
         vhost.set_mirror(_field(mirror, "exchange"), False)
     for vhost_name in touched:  # queues and exchanges that existed before the import
-        apply_policies(broker.policies, broker.delivery, broker.vhosts[vhost_name], now)
+        apply_policies(broker.policies, broker.delivery, broker.vhosts[vhost_name], now, broker.compat)
 
 
 def import_settings(broker: Broker, doc: dict[str, Any]) -> None:

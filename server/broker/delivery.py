@@ -374,6 +374,8 @@ class Delivery:
             if queue is None or queue.deleted:
                 continue  # a dead letter's publish above may have led to its deletion
             left: list[Left] = []
+            if queue.release_delayed(now):
+                self._dispatch(vhost, queue, now)
             if queue.expire(now, left):
                 self._settled(vhost, queue, left, now)
             if queue.args.expires_ms is not None and queue.idle_expired(now):

@@ -33,19 +33,22 @@ from typing import Any
 from headrace.exchanges import Exchange
 from headrace.queues import QueueArgs, QueueArgumentError
 
+from .compat import COMPAT_3_10, Compat
 from .dedup import Dedup, window_id
 from .delivery import Delivery
 from .vhost_view import VHostView
 
 __all__ = [
     "Applied", "Policy", "apply_queue_dedup", "PolicyError", "PolicyStore", "apply_exchange_policy", "apply_policies", "dedup_arguments", "effective_alternate",
-    "effective_queue_arguments", "queue_args", "stream_arguments", "trim_recovered",
+    "effective_queue_arguments", "MIRRORING_KEYS", "queue_args", "refuse_mirroring", "stream_arguments", "trim_recovered",
 ]
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 _APPLY_TO_TYPE = {"classic": "classic_queues", "quorum": "quorum_queues", "stream": "streams"}
 MIN_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")  # lower wins
-ARG_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow")  # the x-argument wins
+# the x-argument wins (consumer-timeout and delayed-retry-*: RabbitMQ 4.x's keys)
+ARG_KEYS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "consumer-timeout", "delayed-retry-type",
+            "delayed-retry-min", "delayed-retry-max")
 OPERATOR_KEYS = frozenset({*MIN_KEYS, "max-in-memory-length", "max-in-memory-bytes"})
 _MAX_AGE = re.compile(r"^[0-9]+[YMDhms]$")
 
@@ -71,7 +74,12 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max-in-memory-bytes": (lambda v: _is_int(v, 0), "is not a valid maximum memory in bytes"),
     "queue-mode": (lambda v: v in ("default", "lazy"), "is not a valid queue-mode value"),  # accepted, ignored
     "overflow": (lambda v: v in ("drop-head", "reject-publish", "reject-publish-dlx"), "is not a valid overflow value"),
-    "delivery-limit": (lambda v: _is_int(v, 0), "is not a valid delivery limit"),
+    "delivery-limit": (lambda v: _is_int(v, -1), "is not a valid delivery limit"),
+    "consumer-timeout": (lambda v: _is_int(v, 1), "is not a valid consumer timeout"),
+    "delayed-retry-type": (lambda v: v in ("disabled", "all", "failed", "returned"),
+                           "is not a valid delayed retry type"),
+    "delayed-retry-min": (lambda v: _is_int(v, 0), "is not a valid delayed retry minimum"),
+    "delayed-retry-max": (lambda v: _is_int(v, 0), "is not a valid delayed retry maximum"),
     "max-age": (lambda v: isinstance(v, str) and bool(_MAX_AGE.match(v)), "is not a valid max age"),
     "max-segment-size": (lambda v: _is_int(v, 0), "is not a valid segment size"),
     "stream-max-segment-size-bytes": (lambda v: _is_int(v, 0), "is not a valid segment size"),
@@ -82,7 +90,17 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "deduplication-cache-size": (lambda v: _is_int(v, 1), "is not a valid deduplication cache size"),
     "deduplication-cache-ttl": (lambda v: _is_int(v, 1), "is not a valid deduplication cache TTL"),
     "deduplication-header": (lambda v: isinstance(v, str) and bool(v), "is not a valid deduplication header"),
+    # classic mirroring (RabbitMQ 3.10 accepts them; one node has no mirror to make, so they change
+    # nothing; 4.0 removed them: Broker.set_policy refuses them under 4.x semantics)
+    "ha-mode": (lambda v: v in ("all", "exactly", "nodes"), "is not a valid ha-mode value"),
+    "ha-params": (lambda v: _is_int(v, 1) or (isinstance(v, list) and all(_is_str(n) for n in v)),
+                  "is not a valid ha-params value"),
+    "ha-sync-mode": (lambda v: v in ("manual", "automatic"), "is not a valid ha-sync-mode value"),
+    "ha-sync-batch-size": (lambda v: _is_int(v, 1), "is not a valid ha-sync-batch-size value"),
+    "ha-promote-on-shutdown": (lambda v: v in ("always", "when-synced"), "is not a valid ha-promote-on-shutdown value"),
+    "ha-promote-on-failure": (lambda v: v in ("always", "when-synced"), "is not a valid ha-promote-on-failure value"),
 }
+MIRRORING_KEYS = tuple(key for key in _VALIDATORS if key.startswith("ha-"))
 STREAM_KEYS = ("max-age", "max-length-bytes", "stream-max-segment-size-bytes")  # the policy wins
 # policy key -> the declare argument it stands for (dedup.py); the argument wins
 DEDUP_KEYS = {"message-deduplication": "x-message-deduplication", "deduplication-cache-size": "x-cache-size",
@@ -236,6 +254,15 @@ class PolicyStore:
 _NONE = Applied()
 
 
+def refuse_mirroring(body: Any) -> None:
+    """RabbitMQ 4.0 removed classic mirroring: its keys are settings it does not recognise."""
+    definition = body.get("definition") if isinstance(body, Mapping) else None
+    if isinstance(definition, Mapping):
+        mirroring = {k: v for k, v in definition.items() if k in MIRRORING_KEYS}
+        if mirroring:
+            raise _failed(f"{erlang(mirroring)} are not recognised policy settings")
+
+
 def effective_queue_arguments(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any]:
     """The ``x-`` arguments a queue runs with: its own, with the policy's keys merged per key."""
     out = dict(arguments)
@@ -284,25 +311,26 @@ def effective_alternate(arguments: Mapping[str, Any], definition: Mapping[str, A
 
 
 def queue_args(store: PolicyStore, vhost: str, name: str, arguments: Mapping[str, Any], own: QueueArgs,
-               queue_type: str = "classic") -> QueueArgs:
+               queue_type: str = "classic", compat: Compat = COMPAT_3_10) -> QueueArgs:
     """The ``QueueArgs`` a queue runs with under the policies that apply to it now (``own`` is its
-    declared arguments, already validated)."""
+    declared arguments, already validated), with the compat release's defaults for its type."""
     definition = store.applied(vhost, "queue", name, queue_type).definition
-    if not definition:
-        return own
-    try:
-        return QueueArgs.parse(effective_queue_arguments(arguments, definition), name)
-    except QueueArgumentError:
-        return own
+    if definition:
+        try:
+            own = QueueArgs.parse(effective_queue_arguments(arguments, definition), name)
+        except QueueArgumentError:
+            pass
+    return compat.queue_defaults(own, queue_type)
 
 
-def apply_policies(store: PolicyStore, delivery: Delivery, vhost: VHostView, now: float) -> None:
+def apply_policies(store: PolicyStore, delivery: Delivery, vhost: VHostView, now: float,
+                   compat: Compat = COMPAT_3_10) -> None:
     """A policy changed: every queue and exchange of ``vhost`` takes its effective arguments now
     (a lower max-length drops or refuses at once per the overflow mode; a new DLX takes the next
     dead letter; an alternate exchange takes the next unroutable message)."""
     for queue in list(vhost.queues.values()):
         args = queue_args(store, vhost.name, queue.name, queue.arguments, QueueArgs.parse(queue.arguments, queue.name),
-                          queue.queue_type)
+                          queue.queue_type, compat)
         if args != queue.args:
             delivery.apply_args(vhost, queue, args, now)
         apply_queue_dedup(store, delivery.dedup, vhost.name, queue.name, queue.arguments, queue.queue_type)

@@ -55,6 +55,10 @@ class Settle(Enum):
     ACK = "ack"
     REQUEUE = "requeue"
     REJECT = "reject"  # nack/reject without requeue: dead-lettered where the queue says so
+    # RabbitMQ 4.3's returns (compat.Compat.split_counts), which count a failure apart from an
+    # acquisition: RETURN (a nack, a consumer timeout) counts none, FAIL (a reject, a lost channel) one
+    RETURN = "return"
+    FAIL = "fail"
 
 
 class Republish(Protocol):
@@ -150,6 +154,8 @@ class Settlement:
         record = self.store.enabled
         ack = action is Settle.ACK  # once, not per message: an Enum member read costs ~90 ns
         requeue = action is Settle.REQUEUE
+        give_back = action is Settle.RETURN or action is Settle.FAIL
+        failed = action is Settle.FAIL
         for queue, entry in items:
             if queue in touched:
                 left = touched[queue]
@@ -161,9 +167,13 @@ class Settlement:
                 queue.ack(entry, left)
             elif requeue:
                 queue.requeue(entry, left)
+            elif give_back:
+                queue.give_back(entry, left, failed, now)
             else:
                 queue.reject(entry, left)
         for queue, left in touched.items():
+            if give_back:
+                self.arm(vhost, queue)  # a delayed retry's due time
             if left:
                 self.settled(vhost, queue, left, now)
             elif queue.settle_request():

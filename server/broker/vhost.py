@@ -34,6 +34,7 @@ from .bound_from import BoundFrom
 from .definition_changes import DefinitionChanges
 from .delayed import DELAYED_TYPE, DelayedMessages
 from .delivery import Delivery
+from .compat import Compat
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
@@ -77,6 +78,7 @@ class VHostOwner(Protocol):
 
     delivery: Delivery
     policies: PolicyStore
+    compat: Compat  # which RabbitMQ release's defaults a new queue takes (compat.py)
     definitions: DefinitionChanges
     retired: Retired  # the counts of deleted queues and exchanges (totals.py)
     stream_data_dir: Path | None
@@ -286,7 +288,7 @@ class VHost:
             args = QueueArgs.parse(arguments, name)
         except QueueArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None
-        args = queue_args(self.broker.policies, self.name, name, arguments, args, kind)
+        args = queue_args(self.broker.policies, self.name, name, arguments, args, kind, self.broker.compat)
         self.broker.check_limit("queues", self)
         if kind == "stream":
             assert self.broker.stream_data_dir is not None

@@ -109,7 +109,7 @@ class AMQPConnectionHandler:
             channel_max=settings.network.channel_max,
             frame_max=settings.network.frame_max,
             heartbeat=settings.network.heartbeat,
-            max_message_size=settings.limits.max_message_size,
+            max_message_size=settings.max_message_size,
         )
         self._wake_event = trio.Event()
         self._woken = False

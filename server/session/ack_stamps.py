@@ -23,13 +23,25 @@ MAX_GRAIN = 1.0
 
 
 class AckStamps:
-    __slots__ = ("limit", "grain", "stamps", "next_at")
+    __slots__ = ("limit", "grain", "slack", "stamps", "next_at")
 
     def __init__(self, limit: float) -> None:
         self.limit = limit  # seconds a delivery may stay unacked
         self.grain = min(MAX_GRAIN, limit / 10)
+        self.slack = self.grain  # the largest grain a stamp was made with (grains only shrink)
         self.stamps: deque[tuple[int, float]] = deque()  # (first tag, time), tags and times rising
         self.next_at = 0.0  # deliveries before this time share the last stamp
+
+    def tighten(self, limit: float) -> None:
+        """A consumer with a shorter timeout joined (RabbitMQ 4.3's per-consumer timeout): the
+        channel's deadline follows the shortest; older stamps keep their own grain (``slack``)."""
+        if limit < self.limit:
+            self.limit = limit
+            self.grain = min(self.grain, limit / 10)
+
+    def times(self) -> tuple[list[int], list[float]]:
+        """The stamps' first tags and times, for a walk over the unacked deliveries."""
+        return [tag for tag, _ in self.stamps], [at for _, at in self.stamps]
 
     def stamp(self, tag: int, now: float) -> bool:
         """A delivery needing an ack at ``now`` opens a new stamp (the caller checked ``next_at``).

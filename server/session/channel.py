@@ -22,7 +22,7 @@ from headrace.server.amqp import methods as m
 from headrace.server.amqp.errors import ChannelException, ConnectionException
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import Settle, errors
-from headrace.server.broker.dead_letters import with_delivery_count
+from headrace.server.broker.dead_letters import with_counts, with_delivery_count
 from headrace.server.broker.node import connection_label
 from headrace.server.broker.reply_to import ReplyConsumer
 
@@ -55,7 +55,8 @@ class ChannelSession:
         "session", "conn", "out", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "acks", "last_ticket",
-        "delivery", "perms", "confirms", "reply", "stats",
+        "delivery", "perms", "confirms", "reply", "stats", "split_counts", "nack_requeue", "failed_requeue",
+        "timeouts",
     )
 
     def __init__(self, session: SessionState, channel_id: int, perms: Permissions,
@@ -87,6 +88,12 @@ class ChannelSession:
         self.acks = AckStamps(timeout_ms / 1000) if timeout_ms else None
         self.last_ticket = 0  # store ticket of this channel's latest persistent publish
         self.reply: ReplyConsumer | None = None  # the direct reply-to consumer, if any
+        # RabbitMQ 4.3 counts a failed return apart from an acquisition (broker/compat.py): a nack
+        # returns without a failure, a reject or a lost channel with one; before, every return counted
+        self.split_counts = session.broker.compat.split_counts
+        self.nack_requeue = Settle.RETURN if self.split_counts else Settle.REQUEUE
+        self.failed_requeue = Settle.FAIL if self.split_counts else Settle.REQUEUE
+        self.timeouts: dict[str, float] = {}  # consumer tag -> its own timeout (4.3: consumer_timeout.py)
 
     # ------------------------------------------------------------------ ConsumerSink
     def has_capacity(self) -> bool:
@@ -113,13 +120,22 @@ class ChannelSession:
         if entry.redelivered:
             self.stats.redelivered += 1
         props_raw = msg.props_raw
-        if entry.delivery_count and queue.counts_deliveries:
-            props_raw = with_delivery_count(props_raw, entry.delivery_count)
+        if entry.redelivered and queue.counts_deliveries:
+            props_raw = self.counted(props_raw, entry)
         self.out.send_deliver(self.id, consumer.tag, tag, entry.redelivered, msg.exchange,
                               msg.routing_key, props_raw, msg.body)
         self.session.wake()
         if self.vhost.tracing:
             self.trace_delivery(queue, entry)
+
+    def counted(self, props_raw: bytes, entry: QueueEntry) -> bytes:
+        """A redelivery's properties with the counts its queue keeps: ``x-delivery-count`` (every
+        return; RabbitMQ 4.3: the failed ones) and, under 4.3, ``x-acquired-count``."""
+        if self.split_counts:
+            return with_counts(props_raw, entry.delivery_count, max(entry.acquired_count, entry.delivery_count))
+        if entry.delivery_count:
+            return with_delivery_count(props_raw, entry.delivery_count)
+        return props_raw
 
     def trace_delivery(self, queue: Destination, entry: QueueEntry) -> None:
         """The firehose's copy of a delivery from a traced vhost (broker/firehose.py)."""
@@ -240,11 +256,20 @@ class ChannelSession:
         self._settle(items, Settle.ACK)
 
     def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
-        action = Settle.REQUEUE if requeue else Settle.REJECT
-        if self.tx:  # a reject is a nack of one tag; both held like an ack
+        action = self.nack_requeue if requeue else Settle.REJECT
+        if self.tx:  # a nack of several tags is held like an ack
             self.txn.hold_settlement(self._take_tagged(tag, multiple), action)
             return
         self._settle(self._take(tag, multiple), action)
+
+    def reject(self, tag: int, requeue: bool) -> None:
+        """basic.reject: as a nack of one tag, except that under RabbitMQ 4.3's counting a requeue
+        counts a failed delivery (toward the delivery limit) where a nack's does not."""
+        action = self.failed_requeue if requeue else Settle.REJECT
+        if self.tx:
+            self.txn.hold_settlement(self._take_tagged(tag, False), action)
+            return
+        self._settle(self._take(tag, False), action)
 
     def settle_held(self, taken: Tagged, action: Settle) -> None:
         """tx.commit applies a settlement the transaction held."""
@@ -267,7 +292,7 @@ class ChannelSession:
         """basic.recover and channel close: every unacked delivery goes back to its queue."""
         items = list(self.unacked.values())
         self.unacked.clear()
-        self.delivery.settle(self.vhost, items, Settle.REQUEUE, self.session.now)
+        self.delivery.settle(self.vhost, items, self.failed_requeue, self.session.now)
 
     def cancel_reply(self) -> None:
         """Drop the direct reply-to consumer (basic.cancel of its tag, or the channel closing)."""
@@ -297,6 +322,7 @@ class ChannelSession:
         for tag, (queue, _) in list(self.consumers.items()):
             self.delivery.remove_consumer(self.vhost, queue, tag, now)
         self.consumers.clear()
+        self.timeouts.clear()
         self.tx_rollback()  # what the transaction took is unacked again, and requeued with the rest
         self.requeue_all()
         self.pending_confirms.clear()

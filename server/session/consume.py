@@ -22,6 +22,7 @@ from headrace.server.broker import errors
 from headrace.server.broker.reply_to import REPLY_QUEUE
 
 from .channel import ChannelSession
+from .consumer_timeout import consumer_timeout, watch
 
 __all__ = ["CHANNEL_METHODS", "cancel", "consume", "flow", "get", "qos"]
 
@@ -46,6 +47,10 @@ def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
                         exclusive=method.exclusive, priority=priority, channel_id=ch.id,
                         owner=ch.session)
     ch.delivery.prepare_consumer(queue, consumer, args, ch.session.now)
+    if not method.no_ack and ch.session.broker.compat.timeout_cancels:
+        timeout = consumer_timeout(ch, queue, args)
+        if timeout is not None:
+            watch(ch, tag, timeout)
     ch.consumers[tag] = (queue, consumer)
     if not method.nowait:
         ch.conn.send_method(ch.id, m.BasicConsumeOk(consumer_tag=tag))
@@ -54,6 +59,7 @@ def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
 
 def cancel(ch: ChannelSession, method: m.BasicCancel) -> None:
     item = ch.consumers.pop(method.consumer_tag, None)
+    ch.timeouts.pop(method.consumer_tag, None)
     if ch.reply is not None and ch.reply.tag == method.consumer_tag:
         ch.cancel_reply()
     elif item is not None:
@@ -82,9 +88,12 @@ def get(ch: ChannelSession, method: m.BasicGet) -> None:
             ch.stamp(acks, tag, ch.session.now)
     else:
         stats.got_no_ack += 1
+    props_raw = msg.props_raw
+    if entry.redelivered and queue.counts_deliveries:
+        props_raw = ch.counted(props_raw, entry)
     ch.conn.send_content(ch.id, m.BasicGetOk(
         delivery_tag=tag, redelivered=entry.redelivered, exchange=msg.exchange,
-        routing_key=msg.routing_key, message_count=queue.messages_ready), msg.props_raw, msg.body)
+        routing_key=msg.routing_key, message_count=queue.messages_ready), props_raw, msg.body)
     if ch.vhost.tracing:
         ch.trace_delivery(queue, entry)
 
@@ -94,6 +103,7 @@ def qos(ch: ChannelSession, method: m.BasicQos) -> None:
         raise ConnectionException(ReplyCode.NOT_IMPLEMENTED,
                                   "NOT_IMPLEMENTED - prefetch_size!=0 (%d)" % method.prefetch_size, 60, 10)
     if method.global_:
+        ch.session.broker.deprecated_used.add("global_qos")
         ch.global_prefetch = method.prefetch_count
         ch.delivery.consumer_ready(ch.vhost, _consumer_queues(ch), ch.session.now)
     else:
@@ -134,7 +144,7 @@ CHANNEL_METHODS: dict[type, Callable[[ChannelSession, Any], None]] = {
     m.BasicGet: get,
     m.BasicAck: ChannelSession.ack,
     m.BasicNack: lambda ch, meth: ch.nack(meth.delivery_tag, meth.multiple, meth.requeue),
-    m.BasicReject: lambda ch, meth: ch.nack(meth.delivery_tag, False, meth.requeue),
+    m.BasicReject: lambda ch, meth: ch.reject(meth.delivery_tag, meth.requeue),
     m.BasicRecover: ChannelSession.recover,
     m.BasicRecoverAsync: ChannelSession.recover,
     m.ChannelFlow: lambda ch, meth: flow(ch, meth.active),

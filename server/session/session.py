@@ -42,6 +42,7 @@ from headrace.server.broker import Broker, VHost
 from .consume import CHANNEL_METHODS
 from .publish import publish, publish_run, run_end
 from .channel import ChannelSession
+from .consumer_timeout import TIMED_OUT, expire
 from .confirms import ConfirmsAndTx
 from .declare import Declarations
 from .handshake import Handshake
@@ -318,11 +319,12 @@ class Session:
             return
         self.ctx.now = now
         earliest: float | None = None
+        cancels = self.broker.compat.timeout_cancels
         for channel in list(self.channels.values()):
-            due = channel.ack_due()
+            due = expire(channel, now) if cancels else channel.ack_due()
             if due is None:
                 continue
-            if due > now:
+            if due > now:  # (TIMED_OUT is -1)
                 earliest = due if earliest is None else min(earliest, due)
                 continue
             acks = channel.acks

@@ -8,7 +8,7 @@ import pytest
 
 from headrace.server.config import GROUPS, REMOVED, Settings, SettingsError, load_settings, unknown_env
 
-GROUP_NAMES = ("network", "http", "storage", "spark", "limits", "auth", "cluster")
+GROUP_NAMES = ("network", "http", "storage", "spark", "limits", "auth", "cluster", "compat")
 
 
 @pytest.fixture(autouse=True)
@@ -23,8 +23,8 @@ def test_every_setting_has_one_group_and_the_count_is_what_it_was_less_the_remov
     assert set(GROUPS.values()) <= set(GROUP_NAMES)
     top = [name for name in Settings.model_fields if name not in GROUP_NAMES]
     assert sorted(top) == ["log_level", "shutdown_grace"]
-    # the flat model's 62, the 6 of the cluster group added since, and the rate history's 2
-    assert len(GROUPS) + len(top) + len(REMOVED) == 62 + 6 + 2
+    # the flat model's 62, the 6 of the cluster group, the rate history's 2 and rabbitmq_compat added since
+    assert len(GROUPS) + len(top) + len(REMOVED) == 62 + 6 + 2 + 1
     assert sorted(name for name, group in GROUPS.items() if group == "cluster") == [
         "cluster_etcd_endpoints", "cluster_id", "cluster_lease_ttl_s", "cluster_min_in_sync", "cluster_port",
         "node_name"]
@@ -148,3 +148,15 @@ def test_the_rate_history_levels_are_checked(monkeypatch):
         monkeypatch.setenv("HEADRACE_STATS_RETENTION_BASIC", bad)
         with pytest.raises(SettingsError, match=says):
             load_settings()
+
+
+def test_rabbitmq_compat_chooses_the_message_size_default(monkeypatch):
+    """max_message_size unset follows the release (3.10: 128 MiB; 4.x: 16 MiB); set, it wins."""
+    assert load_settings().max_message_size == 128 * 1024 * 1024
+    monkeypatch.setenv("HEADRACE_RABBITMQ_COMPAT", "4.2")
+    assert load_settings().compat.rabbitmq_compat == "4.2"
+    assert load_settings().max_message_size == 16 * 1024 * 1024
+    assert load_settings(max_message_size=1000).max_message_size == 1000
+    monkeypatch.setenv("HEADRACE_RABBITMQ_COMPAT", "5.0")
+    with pytest.raises(SettingsError, match="rabbitmq_compat"):
+        load_settings()
