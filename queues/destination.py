@@ -203,9 +203,11 @@ class Destination(ABC):
         self.had_consumer = True  # auto-delete applies only after the first consumer left
         self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
 
-    def remove_consumer(self, tag: str) -> Consumer[Any] | None:
-        for i, consumer in enumerate(self._consumers):
-            if consumer.tag == tag:
+    def remove_consumer(self, consumer: Consumer[Any]) -> Consumer[Any] | None:
+        """By identity, not tag: a tag is unique on its channel only, so two channels may both
+        consume from this queue under the same tag."""
+        for i, c in enumerate(self._consumers):
+            if c is consumer:
                 del self._consumers[i]
                 self._held.consumers -= 1
                 self._mixed_priorities = len({c.priority for c in self._consumers}) > 1

@@ -308,13 +308,13 @@ class Delivery:
         queue.touch(now)
         self._dispatch(vhost, queue, now)
 
-    def remove_consumer(self, vhost: VHostView, queue: Destination, tag: str, now: float) -> None:
+    def remove_consumer(self, vhost: VHostView, queue: Destination, consumer: Consumer[Any], now: float) -> None:
         """Cancel a consumer; an auto-delete queue goes when its last consumer has. The consumers
         left are dispatched to at once: with a single active consumer the next one is active now,
         and waits for nothing else to happen before it is given what is ready."""
         if queue.deleted:
             return
-        queue.remove_consumer(tag)
+        queue.remove_consumer(consumer)
         queue.touch(now)
         if queue.auto_delete and not queue.consumer_count and queue.had_consumer:
             vhost.delete_queue(queue.name)

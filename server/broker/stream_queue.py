@@ -91,10 +91,11 @@ class StreamQueue(Destination):
         self.end = 0  # committed end: the offset the next append gets
         self.first = 0  # oldest offset still on disk
         self.last_timestamp_ms: int | None = None
-        self.readers: dict[str, StreamReader] = {}
+        # by the consumer itself: a tag is unique on its channel only (two channels may share one)
+        self.readers: dict[Consumer[Any], StreamReader] = {}
         self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
         self.track_pending = False  # tracked changed since the flusher last wrote it
-        self.groups: dict[str, list[str]] = {}  # single active consumer: group -> member tags, oldest first
+        self.groups: dict[str, list[Consumer[Any]]] = {}  # single active consumer: group -> members, oldest first
         self._in_flight = 0
         self._turn = 0  # which consumer starts the next dispatch
         self._sources: dict[bytes, str] = {}  # record meta bytes -> source exchange
@@ -162,10 +163,10 @@ class StreamQueue(Destination):
         if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
             start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
         reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name)
-        self.readers[consumer.tag] = reader
+        self.readers[consumer] = reader
         if sac and name is not None:
             reader.group, reader.index, reader.active = name, index, False
-            self.groups.setdefault(name, []).append(consumer.tag)
+            self.groups.setdefault(name, []).append(consumer)
             self._rebalance(name)
 
     def _sac(self, arguments: Mapping[str, Any], name: str | None) -> bool:
@@ -193,8 +194,8 @@ class StreamQueue(Destination):
     def _rebalance(self, group: str) -> None:
         """Make member ``index mod members`` of ``group`` the active one (``_take_over`` starts it)."""
         members = self.groups.get(group, [])
-        for position, tag in enumerate(members):
-            reader = self.readers[tag]
+        for position, member in enumerate(members):
+            reader = self.readers[member]
             active = position == reader.index % len(members)
             if active and not reader.active:
                 reader.resume = True
@@ -206,8 +207,8 @@ class StreamQueue(Destination):
         reads on right after the group's last acked offset (its own start when the group has
         none), so what the group acked is not delivered again and what it had not acked is."""
         group = reader.group
-        for tag in self.groups.get(group or "", ()):
-            other = self.readers[tag]
+        for member in self.groups.get(group or "", ()):
+            other = self.readers[member]
             if other is not reader and other.consumer.unacked:
                 return False
         reader.resume = False
@@ -239,18 +240,18 @@ class StreamQueue(Destination):
     def _at_time(self, timestamp_ms: int) -> int:
         return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end)
 
-    def remove_consumer(self, tag: str) -> Consumer[Any] | None:
-        reader = self.readers.pop(tag, None)
+    def remove_consumer(self, consumer: Consumer[Any]) -> Consumer[Any] | None:
+        reader = self.readers.pop(consumer, None)
         if reader is not None:
             reader.cursor.close()
             if reader.group is not None:  # the group's partitions move to the members left
                 members = self.groups[reader.group]
-                members.remove(tag)
+                members.remove(consumer)
                 if members:
                     self._rebalance(reader.group)
                 else:
                     del self.groups[reader.group]
-        return super().remove_consumer(tag)
+        return super().remove_consumer(consumer)
 
     def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,
                  budget: Any = None) -> int:
@@ -372,9 +373,9 @@ class StreamQueue(Destination):
     # ------------------------------------------------------------------ reporting
     def describe_consumers(self) -> list[dict[str, Any]]:
         """Each consumer's next offset and lag (messages committed it has not been sent yet)."""
-        return [{"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
+        return [{"consumer_tag": reader.consumer.tag, "name": reader.name, "offset": reader.cursor.offset,
                  "lag": max(self.end - reader.cursor.offset, 0), "single_active_group": reader.group,
-                 "active": reader.active} for tag, reader in self.readers.items()]
+                 "active": reader.active} for reader in self.readers.values()]
 
     def log_info(self) -> dict[str, Any]:
         """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""
