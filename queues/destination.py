@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from .args import QueueArgs
+from .args import QueueArgs, QueueArgumentError
 from .consumer import Consumer
 from .held import HeldTally
 from .message import Message, QueueEntry
@@ -147,7 +147,21 @@ class Destination(ABC):
         return False
 
     def prepare_consumer(self, consumer: Consumer[Any], arguments: Mapping[str, Any], now: float) -> None:
-        """Before basic.consume-ok: refuse what the type refuses, place what it places."""
+        """Before basic.consume-ok: refuse what the type refuses, place what it places. A queue
+        that is no log takes no group arguments: ``x-super-stream`` is a stream consumer's, and
+        ``x-single-active-consumer`` on a consumer asks for a stream's group; on a classic or
+        quorum queue single active consumer is the queue's argument. RabbitMQ ignores both here,
+        which leaves a consumer believing it reads alone while it shares the queue round-robin,
+        so they are refused (``QueueArgumentError``, a 406); ``false``, or ``true`` on a queue
+        declared single-active, asks nothing the queue does not do and is accepted."""
+        where = f"queue '{self.name}' in vhost '{self.vhost}' of queue type rabbit_{self.queue_type}_queue"
+        if "x-super-stream" in arguments:
+            raise QueueArgumentError(f"invalid arg 'x-super-stream' for {where}: a consumer argument of stream "
+                                     "queues only")
+        sac = arguments.get("x-single-active-consumer")
+        if sac is not None and sac is not False and not (sac is True and self.args.single_active_consumer):
+            raise QueueArgumentError(f"invalid arg 'x-single-active-consumer' for {where}: as a consumer argument "
+                                     "it is for stream queues; declare the queue with it instead")
 
     # ------------------------------------------------------------------ upkeep
     @abstractmethod

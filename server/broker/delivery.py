@@ -32,7 +32,7 @@ from typing import Any
 from headrace.exchanges import Exchange
 from headrace.persistence.store_ops import Delay, DropQueue, Publish, Undelay
 from headrace.persistence.stream_log import StreamAppend
-from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message
+from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message, QueueArgumentError
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
@@ -300,7 +300,10 @@ class Delivery:
                          now: float) -> None:
         """Before basic.consume-ok: the queue's type refuses what RabbitMQ refuses (a stream places
         the consumer's cursor)."""
-        queue.prepare_consumer(consumer, arguments or {}, now)
+        try:
+            queue.prepare_consumer(consumer, arguments or {}, now)
+        except QueueArgumentError as exc:
+            raise errors.precondition_failed(str(exc)) from None
 
     def add_consumer(self, vhost: VHostView, queue: Destination, consumer: Consumer[Any], now: float) -> None:
         self.check_consumer_allowed(vhost, queue, consumer.exclusive)

@@ -202,3 +202,20 @@ def test_cli_add_list_delete(broker):
     assert not [q for q in json.loads(r.output) if q["name"].startswith(name)]
     r = run(broker, "stream", "delete-super", name)
     assert r.exit_code == 1 and f"no super stream '{name}' in vhost '/'" in r.output
+
+
+def test_a_partition_must_be_a_stream(broker):
+    conn, ch = open_channel(broker)
+    name = unique("mixed")
+    ch.exchange_declare(name, "direct", durable=True, arguments={"x-super-stream": True})
+    ch.queue_declare(f"{name}-0", durable=True)  # a classic queue
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_bind(f"{name}-0", name, "0", arguments={"x-stream-partition-order": 0})
+    assert (info.value.reply_code, info.value.reply_text) == (
+        406, f"PRECONDITION_FAILED - Invalid argument, 'x-stream-partition-order' on a binding to queue '{name}-0', "
+             "which is not a stream: a super stream's partitions are streams")
+    ch = conn.channel()
+    ch.queue_bind(f"{name}-0", name, "0")  # a plain binding to it is an ordinary direct binding
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.get(f"/api/super-streams/%2F/{name}").json()["problems"] == ["no partition is bound"]
+    conn.close()
