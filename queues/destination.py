@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .args import QueueArgs, QueueArgumentError
-from .consumer import Consumer
+from .consumer import Consumer, GroupPosition
 from .held import HeldTally
 from .message import Message, QueueEntry
 from .outcome import EnqueueOutcome, Left, QueueStats
@@ -113,6 +113,11 @@ class Destination(ABC):
 
     def describe_consumers(self) -> list[dict[str, Any]]:
         """Each consumer's position and lag, where the type reads by position (a log)."""
+        return []
+
+    def describe_groups(self) -> list[GroupPosition]:
+        """Each consumer group's active member, committed offset and lag, where the type has
+        groups (a log's single active consumers and named consumers)."""
         return []
 
     # ------------------------------------------------------------------ the message path

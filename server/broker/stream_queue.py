@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from headrace.persistence.stream_log import StreamBatch, StreamCursor, offset_at_time, stream_stats
-from headrace.queues import LOGGED, Consumer, Destination, EnqueueOutcome, Left, Message, QueueArgs, QueueEntry
+from headrace.queues import (LOGGED, Consumer, Destination, EnqueueOutcome, GroupPosition, Left, Message, QueueArgs,
+                             QueueEntry)
 from headrace.queues.held import HeldTally
 from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.names import InvalidName, check_name
@@ -376,6 +377,20 @@ class StreamQueue(Destination):
         return [{"consumer_tag": reader.consumer.tag, "name": reader.name, "offset": reader.cursor.offset,
                  "lag": max(self.end - reader.cursor.offset, 0), "single_active_group": reader.group,
                  "active": reader.active} for reader in self.readers.values()]
+
+    def describe_groups(self) -> list[GroupPosition]:
+        """The single-active groups with members, then the names with only a stored offset. Lag
+        counts from the group's last acked offset (with none yet, from the active member's next
+        offset, or from the first offset when no member reads), as Kafka's consumer lag does."""
+        out: list[GroupPosition] = []
+        for name in [*self.groups, *(n for n in self.tracked if n not in self.groups)]:
+            members = self.groups.get(name, [])
+            active = next((self.readers[m] for m in members if self.readers[m].active), None)
+            committed = self.tracked.get(name)
+            start = committed + 1 if committed is not None else active.cursor.offset if active else self.first
+            out.append(GroupPosition(name, len(members), active.consumer if active else None, committed,
+                                     max(self.end - max(start, self.first), 0)))
+        return out
 
     def log_info(self) -> dict[str, Any]:
         """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""
