@@ -65,6 +65,7 @@ class StreamReader:
     index: int = 0  # the stream's partition index in its super stream (0 for a stream alone)
     active: bool = True  # reads; a waiting member of a group does not
     resume: bool = False  # just made active: reads once the member it replaces has settled its deliveries
+    start: int = 0  # where it began: a group with no acked offset resumes there
 
 
 @dataclass(slots=True)
@@ -163,7 +164,8 @@ class StreamQueue(Destination):
         index = self._partition_index(arguments) if sac else 0  # every check before anything is kept
         if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
             start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
-        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name)
+        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name,
+                              start=start)
         self.readers[consumer] = reader
         if sac and name is not None:
             reader.group, reader.index, reader.active = name, index, False
@@ -205,18 +207,20 @@ class StreamQueue(Destination):
     def _take_over(self, reader: StreamReader) -> bool:
         """Whether a newly active member may read: not while the member it replaces still has
         deliveries out (their acks move the group's offset; the settle dispatches again). Then it
-        reads on right after the group's last acked offset (its own start when the group has
-        none), so what the group acked is not delivered again and what it had not acked is."""
+        reads on right after the group's last acked offset, or from its own start when the group
+        has acked nothing (a member made active again has read on past what it gave back), so
+        what the group acked is not delivered again and what it had not acked is."""
         group = reader.group
         for member in self.groups.get(group or "", ()):
             other = self.readers[member]
             if other is not reader and other.consumer.unacked:
                 return False
         reader.resume = False
-        if group is not None and group in self.tracked:
+        offset = self.tracked[group] + 1 if group is not None and group in self.tracked else reader.start
+        if offset != reader.cursor.offset:
             wanted = reader.cursor.filter
             reader.cursor.close()
-            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, self.tracked[group] + 1, wanted)
+            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, offset, wanted)
         return True
 
     def _start_offset(self, spec: object, now: float) -> int:

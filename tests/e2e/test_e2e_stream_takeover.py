@@ -103,3 +103,17 @@ def test_demoted_member_rejects_and_the_new_one_is_sent_those_again(broker, http
     assert [offset for _, offset in b.held[part]] == list(range(PREFETCH))
     a.conn.close()
     b.conn.close()
+
+
+def test_a_partition_moving_back_before_any_ack_resends_what_was_returned(broker, http):
+    """No ack in the group yet: the partition goes a -> b -> a, each returning what it held; a,
+    active again, starts over from its own start, so nothing it sent before and got back is lost."""
+    part, a, b = demoted(broker, http)
+    for tag, _ in a.held[part]:
+        a.ch.basic_nack(tag, requeue=True)
+    assert wait_until(lambda: (a.pump(), len(b.held[part]) == PREFETCH)[1], b.conn, timeout=5), b.held[part]
+    a.held[part].clear()
+    b.conn.close()  # b leaves holding them unacked: partition 1 is a's again
+    assert wait_until(lambda: len(a.held[part]) == PREFETCH, a.conn, timeout=5), a.held[part]
+    assert [offset for _, offset in a.held[part]] == list(range(PREFETCH))
+    a.conn.close()
