@@ -219,3 +219,34 @@ def test_a_partition_must_be_a_stream(broker):
     with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
         assert http.get(f"/api/super-streams/%2F/{name}").json()["problems"] == ["no partition is bound"]
     conn.close()
+
+
+def test_cli_lists_a_groups_partitions(broker):
+    name, group = unique("cli-grp"), unique("g")
+    assert run(broker, "stream", "add-super", name, "--partitions", "2").exit_code == 0
+    conn, ch = open_channel(broker)
+    ch.confirm_delivery()
+    for key in ("0", "0", "1"):
+        ch.basic_publish(name, key, b"m")
+    ch.basic_qos(prefetch_count=10)
+    got: list[int] = []
+    args = {"x-single-active-consumer": True, "x-stream-consumer-name": group, "x-stream-offset": "first",
+            "x-super-stream": name}
+    for i in range(2):
+        ch.basic_consume(f"{name}-{i}", lambda c, m, p, b: (got.append(1), c.basic_ack(m.delivery_tag)),
+                         arguments=args, consumer_tag=f"member-{i}")
+    wait_until(lambda: len(got) == 3, conn)
+
+    def listed() -> list[list[str]]:
+        r = run(broker, "stream", "groups", name, "--format", "tsv")
+        assert r.exit_code == 0, r.output
+        return [line.split("\t") for line in r.output.splitlines()]
+
+    assert wait_until(lambda: listed()[1:] == [[group, name, f"{name}-0", "member-0", "0", "1", "0"],
+                                               [group, name, f"{name}-1", "member-1", "0", "0", "0"]]), listed()
+    assert listed()[0] == ["group", "stream", "partition", "active", "waiting", "committed_offset", "lag"]
+    r = run(broker, "stream", "groups", "--json")
+    assert any(g["name"] == group and g["members"] == 1 for g in json.loads(r.output))
+    r = run(broker, "stream", "groups", unique("none"))
+    assert r.exit_code == 1 and "no stream" in r.output
+    conn.close()
