@@ -30,7 +30,7 @@ def group_json(vhost: VHost, view: GroupView) -> dict[str, Any]:
     rows = []
     for p in view.partitions:
         position = p.position
-        active = None if position is None or position.active is None else position.active
+        active = None if position is None else position.active
         member: dict[str, Any] | None = None
         if active is not None:
             described = consumer_json(vhost, p.stream, active)
