@@ -53,3 +53,21 @@ def list_super(c: Client) -> None:
         rows = [{**r, "partitions": " ".join(p["name"] for p in r["partitions"]),
                  "problems": "; ".join(r["problems"])} for r in rows]
     c.show(rows, ["name", "partition_count", "partitions", "consistent", "problems"])
+
+
+@stream.command("groups")
+@click.argument("name", required=False)
+@pass_client
+def groups(c: Client, name: str | None) -> None:
+    """Consumer groups (of every stream and super stream, or of NAME's): one row per group and
+    partition, with the active member, the group's committed offset and its lag."""
+    path = f"/api/stream-groups/{c.v}" + (f"/{quote(name, safe='')}" if name else "")
+    found = c.call("GET", path)
+    if c.as_json:
+        c.show(found, [])
+        return
+    rows = [{"group": g["name"], "stream": g["stream"], "partition": p["stream"],
+             "active": (p["active_consumer"] or {}).get("consumer_tag", ""), "waiting": p["waiting"],
+             "committed_offset": "" if p["committed_offset"] is None else p["committed_offset"], "lag": p["lag"]}
+            for g in found for p in g["partitions"]]
+    c.show(rows, ["group", "stream", "partition", "active", "waiting", "committed_offset", "lag"])

@@ -118,6 +118,10 @@ class Exchange(ABC):
         self.published_out = 0
 
     # ------------------------------------------------------------------ bindings
+    def check_destination(self, b: Binding, is_log: bool) -> None:
+        """Before ``bind``: refuse (``ArgumentError``) a destination this exchange cannot bind
+        that way; ``is_log`` says the destination is a stream. Any will do here."""
+
     def bind(self, b: Binding) -> bool:
         if b in self._bindings:
             return False

@@ -65,6 +65,13 @@ class SuperStreamExchange(DirectExchange):
         self._partitions: tuple[Destination, ...] | None = None  # in order, made after a change
         self._picked: dict[str, tuple[Destination]] = {}
 
+    def check_destination(self, b: Binding, is_log: bool) -> None:
+        """A partition is a stream: a classic or quorum queue bound with a partition order would
+        make a super stream that stream clients and consumer groups cannot read."""
+        if not is_log and _order(b) is not None:
+            raise ArgumentError(f"Invalid argument, '{PARTITION_ORDER}' on a binding to {b.kind.value} "
+                                f"'{b.destination}', which is not a stream: a super stream's partitions are streams")
+
     def bind(self, b: Binding) -> bool:
         """A partition binding is checked first: its order a non-negative integer, and no other
         stream's (two partitions at one place would make the order, and so the routes, ambiguous)."""

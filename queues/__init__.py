@@ -4,7 +4,7 @@ Nothing here calls up into the broker: what happened to a message comes back as 
 
 from .args import Overflow, QueueArgs, QueueArgumentError
 from .backing import Backing
-from .consumer import Consumer, ConsumerSink
+from .consumer import Consumer, ConsumerSink, GroupPosition
 from .dead_letter import x_death_headers
 from .destination import Destination
 from .message import Message, QueueEntry
@@ -21,6 +21,7 @@ __all__ = [
     "ConsumerSink",
     "Destination",
     "EnqueueOutcome",
+    "GroupPosition",
     "Left",
     "Message",
     "Overflow",

@@ -52,3 +52,15 @@ class Consumer(Generic[Q]):
         if not self.no_ack and self.prefetch and self.unacked >= self.prefetch:
             return False
         return self.sink.has_capacity()
+
+
+@dataclass(slots=True)
+class GroupPosition:
+    """One consumer group's place on one log (a stream, or a super stream's partition), as the
+    HTTP API and ``/metrics`` show it. A group is a consumer name: its single-active members now,
+    or only the offset it acked last (a group whose members all left keeps that)."""
+    group: str
+    members: int  # single-active members on this log now (0: none, or plain named consumers)
+    active: Consumer[Any] | None  # the member that reads now
+    committed: int | None  # the group's last acked offset
+    lag: int  # committed messages after the committed offset (none yet: after the active one's position)

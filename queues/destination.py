@@ -28,8 +28,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from .args import QueueArgs
-from .consumer import Consumer
+from .args import QueueArgs, QueueArgumentError
+from .consumer import Consumer, GroupPosition
 from .held import HeldTally
 from .message import Message, QueueEntry
 from .outcome import EnqueueOutcome, Left, QueueStats
@@ -116,6 +116,11 @@ class Destination(ABC):
         """Each consumer's position and lag, where the type reads by position (a log)."""
         return []
 
+    def describe_groups(self) -> list[GroupPosition]:
+        """Each consumer group's active member, committed offset and lag, where the type has
+        groups (a log's single active consumers and named consumers)."""
+        return []
+
     # ------------------------------------------------------------------ the message path
     @abstractmethod
     def enqueue(self, message: Message, now: float, left: list[Left] | None = None) -> EnqueueOutcome:
@@ -156,7 +161,21 @@ class Destination(ABC):
         return False
 
     def prepare_consumer(self, consumer: Consumer[Any], arguments: Mapping[str, Any], now: float) -> None:
-        """Before basic.consume-ok: refuse what the type refuses, place what it places."""
+        """Before basic.consume-ok: refuse what the type refuses, place what it places. A queue
+        that is no log takes no group arguments: ``x-super-stream`` is a stream consumer's, and
+        ``x-single-active-consumer`` on a consumer asks for a stream's group; on a classic or
+        quorum queue single active consumer is the queue's argument. RabbitMQ ignores both here,
+        which leaves a consumer believing it reads alone while it shares the queue round-robin,
+        so they are refused (``QueueArgumentError``, a 406); ``false``, or ``true`` on a queue
+        declared single-active, asks nothing the queue does not do and is accepted."""
+        where = f"queue '{self.name}' in vhost '{self.vhost}' of queue type rabbit_{self.queue_type}_queue"
+        if "x-super-stream" in arguments:
+            raise QueueArgumentError(f"invalid arg 'x-super-stream' for {where}: a consumer argument of stream "
+                                     "queues only")
+        sac = arguments.get("x-single-active-consumer")
+        if sac is not None and sac is not False and not (sac is True and self.args.single_active_consumer):
+            raise QueueArgumentError(f"invalid arg 'x-single-active-consumer' for {where}: as a consumer argument "
+                                     "it is for stream queues; declare the queue with it instead")
 
     # ------------------------------------------------------------------ upkeep
     @abstractmethod
@@ -213,9 +232,11 @@ class Destination(ABC):
         self.had_consumer = True  # auto-delete applies only after the first consumer left
         self._mixed_priorities = len({c.priority for c in self._consumers}) > 1
 
-    def remove_consumer(self, tag: str) -> Consumer[Any] | None:
-        for i, consumer in enumerate(self._consumers):
-            if consumer.tag == tag:
+    def remove_consumer(self, consumer: Consumer[Any]) -> Consumer[Any] | None:
+        """By identity, not tag: a tag is unique on its channel only, so two channels may both
+        consume from this queue under the same tag."""
+        for i, c in enumerate(self._consumers):
+            if c is consumer:
                 del self._consumers[i]
                 self._held.consumers -= 1
                 self._mixed_priorities = len({c.priority for c in self._consumers}) > 1

@@ -32,7 +32,7 @@ from typing import Any
 from headrace.exchanges import Exchange
 from headrace.persistence.store_ops import Delay, DropQueue, Publish, Undelay
 from headrace.persistence.stream_log import StreamAppend
-from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message
+from headrace.queues import ACCEPTED, LOGGED, Consumer, Destination, Left, Message, QueueArgumentError
 from headrace.server.amqp.properties import decode_properties, quick_props, replace_headers
 
 from . import errors
@@ -300,7 +300,10 @@ class Delivery:
                          now: float) -> None:
         """Before basic.consume-ok: the queue's type refuses what RabbitMQ refuses (a stream places
         the consumer's cursor)."""
-        queue.prepare_consumer(consumer, arguments or {}, now)
+        try:
+            queue.prepare_consumer(consumer, arguments or {}, now)
+        except QueueArgumentError as exc:
+            raise errors.precondition_failed(str(exc)) from None
 
     def add_consumer(self, vhost: VHostView, queue: Destination, consumer: Consumer[Any], now: float) -> None:
         self.check_consumer_allowed(vhost, queue, consumer.exclusive)
@@ -308,13 +311,13 @@ class Delivery:
         queue.touch(now)
         self._dispatch(vhost, queue, now)
 
-    def remove_consumer(self, vhost: VHostView, queue: Destination, tag: str, now: float) -> None:
+    def remove_consumer(self, vhost: VHostView, queue: Destination, consumer: Consumer[Any], now: float) -> None:
         """Cancel a consumer; an auto-delete queue goes when its last consumer has. The consumers
         left are dispatched to at once: with a single active consumer the next one is active now,
         and waits for nothing else to happen before it is given what is ready."""
         if queue.deleted:
             return
-        queue.remove_consumer(tag)
+        queue.remove_consumer(consumer)
         queue.touch(now)
         if queue.auto_delete and not queue.consumer_count and queue.had_consumer:
             vhost.delete_queue(queue.name)

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from headrace.persistence.stream_log import StreamBatch, StreamCursor, offset_at_time, stream_stats
-from headrace.queues import LOGGED, Consumer, Destination, EnqueueOutcome, Left, Message, QueueArgs, QueueEntry
+from headrace.queues import (LOGGED, Consumer, Destination, EnqueueOutcome, GroupPosition, Left, Message, QueueArgs,
+                             QueueEntry)
 from headrace.queues.held import HeldTally
 from headrace.server.amqp.errors import ChannelException
 from headrace.server.amqp.names import InvalidName, check_name
@@ -64,6 +65,7 @@ class StreamReader:
     index: int = 0  # the stream's partition index in its super stream (0 for a stream alone)
     active: bool = True  # reads; a waiting member of a group does not
     resume: bool = False  # just made active: reads once the member it replaces has settled its deliveries
+    start: int = 0  # where it began: a group with no acked offset resumes there
 
 
 @dataclass(slots=True)
@@ -91,10 +93,11 @@ class StreamQueue(Destination):
         self.end = 0  # committed end: the offset the next append gets
         self.first = 0  # oldest offset still on disk
         self.last_timestamp_ms: int | None = None
-        self.readers: dict[str, StreamReader] = {}
+        # by the consumer itself: a tag is unique on its channel only (two channels may share one)
+        self.readers: dict[Consumer[Any], StreamReader] = {}
         self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
         self.track_pending = False  # tracked changed since the flusher last wrote it
-        self.groups: dict[str, list[str]] = {}  # single active consumer: group -> member tags, oldest first
+        self.groups: dict[str, list[Consumer[Any]]] = {}  # single active consumer: group -> members, oldest first
         self._in_flight = 0
         self._turn = 0  # which consumer starts the next dispatch
         self._sources: dict[bytes, str] = {}  # record meta bytes -> source exchange
@@ -161,11 +164,12 @@ class StreamQueue(Destination):
         index = self._partition_index(arguments) if sac else 0  # every check before anything is kept
         if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
             start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
-        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name)
-        self.readers[consumer.tag] = reader
+        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name,
+                              start=start)
+        self.readers[consumer] = reader
         if sac and name is not None:
             reader.group, reader.index, reader.active = name, index, False
-            self.groups.setdefault(name, []).append(consumer.tag)
+            self.groups.setdefault(name, []).append(consumer)
             self._rebalance(name)
 
     def _sac(self, arguments: Mapping[str, Any], name: str | None) -> bool:
@@ -193,8 +197,8 @@ class StreamQueue(Destination):
     def _rebalance(self, group: str) -> None:
         """Make member ``index mod members`` of ``group`` the active one (``_take_over`` starts it)."""
         members = self.groups.get(group, [])
-        for position, tag in enumerate(members):
-            reader = self.readers[tag]
+        for position, member in enumerate(members):
+            reader = self.readers[member]
             active = position == reader.index % len(members)
             if active and not reader.active:
                 reader.resume = True
@@ -203,18 +207,20 @@ class StreamQueue(Destination):
     def _take_over(self, reader: StreamReader) -> bool:
         """Whether a newly active member may read: not while the member it replaces still has
         deliveries out (their acks move the group's offset; the settle dispatches again). Then it
-        reads on right after the group's last acked offset (its own start when the group has
-        none), so what the group acked is not delivered again and what it had not acked is."""
+        reads on right after the group's last acked offset, or from its own start when the group
+        has acked nothing (a member made active again has read on past what it gave back), so
+        what the group acked is not delivered again and what it had not acked is."""
         group = reader.group
-        for tag in self.groups.get(group or "", ()):
-            other = self.readers[tag]
+        for member in self.groups.get(group or "", ()):
+            other = self.readers[member]
             if other is not reader and other.consumer.unacked:
                 return False
         reader.resume = False
-        if group is not None and group in self.tracked:
+        offset = self.tracked[group] + 1 if group is not None and group in self.tracked else reader.start
+        if offset != reader.cursor.offset:
             wanted = reader.cursor.filter
             reader.cursor.close()
-            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, self.tracked[group] + 1, wanted)
+            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, offset, wanted)
         return True
 
     def _start_offset(self, spec: object, now: float) -> int:
@@ -239,18 +245,18 @@ class StreamQueue(Destination):
     def _at_time(self, timestamp_ms: int) -> int:
         return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end)
 
-    def remove_consumer(self, tag: str) -> Consumer[Any] | None:
-        reader = self.readers.pop(tag, None)
+    def remove_consumer(self, consumer: Consumer[Any]) -> Consumer[Any] | None:
+        reader = self.readers.pop(consumer, None)
         if reader is not None:
             reader.cursor.close()
             if reader.group is not None:  # the group's partitions move to the members left
                 members = self.groups[reader.group]
-                members.remove(tag)
+                members.remove(consumer)
                 if members:
                     self._rebalance(reader.group)
                 else:
                     del self.groups[reader.group]
-        return super().remove_consumer(tag)
+        return super().remove_consumer(consumer)
 
     def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,
                  budget: Any = None) -> int:
@@ -372,9 +378,23 @@ class StreamQueue(Destination):
     # ------------------------------------------------------------------ reporting
     def describe_consumers(self) -> list[dict[str, Any]]:
         """Each consumer's next offset and lag (messages committed it has not been sent yet)."""
-        return [{"consumer_tag": tag, "name": reader.name, "offset": reader.cursor.offset,
+        return [{"consumer_tag": reader.consumer.tag, "name": reader.name, "offset": reader.cursor.offset,
                  "lag": max(self.end - reader.cursor.offset, 0), "single_active_group": reader.group,
-                 "active": reader.active} for tag, reader in self.readers.items()]
+                 "active": reader.active} for reader in self.readers.values()]
+
+    def describe_groups(self) -> list[GroupPosition]:
+        """The single-active groups with members, then the names with only a stored offset. Lag
+        counts from the group's last acked offset (with none yet, from the active member's next
+        offset, or from the first offset when no member reads), as Kafka's consumer lag does."""
+        out: list[GroupPosition] = []
+        for name in [*self.groups, *(n for n in self.tracked if n not in self.groups)]:
+            members = self.groups.get(name, [])
+            active = next((self.readers[m] for m in members if self.readers[m].active), None)
+            committed = self.tracked.get(name)
+            start = committed + 1 if committed is not None else active.cursor.offset if active else self.first
+            out.append(GroupPosition(name, len(members), active.consumer if active else None, committed,
+                                     max(self.end - max(start, self.first), 0)))
+        return out
 
     def log_info(self) -> dict[str, Any]:
         """What the HTTP API and CLI show: size on disk, offsets, and each consumer's lag."""

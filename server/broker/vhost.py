@@ -361,6 +361,7 @@ class VHost:
         destination = (self.get_queue(destination) if kind is QUEUE else self._bindable_destination(destination)).name
         binding = Binding.make(source, destination, kind, routing_key, arguments)
         try:
+            exchange.check_destination(binding, kind is QUEUE and self.queues[destination].is_log)
             added = exchange.bind(binding)
         except ArgumentError as exc:
             raise errors.precondition_failed(str(exc)) from None

@@ -25,6 +25,7 @@ from . import (
     policies,
     queues,
     relations,
+    stream_groups,
     super_streams,
     users,
     vhosts,
@@ -35,6 +36,7 @@ __all__ = ["RESOURCES", "router"]
 
 # relations first: its fixed paths (/api/users/without-permissions) precede users' /api/users/{name}
 RESOURCES = (relations, overview, nodes, vhosts, users, permissions, parameters, connections, exchanges, queues,
-             bindings, messages, definitions, health, health_checks, deprecated, mirrors, policies, super_streams, console)
+             bindings, messages, definitions, health, health_checks, deprecated, mirrors, policies, super_streams,
+             stream_groups, console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -128,7 +128,7 @@ class HTTPConsumer:
     def _stop(self, now: float) -> None:
         self.closed = True
         queue = self.queue
-        self.delivery.remove_consumer(self.vhost, queue, self.tag, now)
+        self.delivery.remove_consumer(self.vhost, queue, self.consumer, now)
         self.delivery.settle(self.vhost, [(queue, entry) for entry in self.unacked.values()], Settle.REQUEUE, now)
         self.unacked.clear()
 

@@ -12,6 +12,7 @@ from operator import attrgetter
 
 from headrace.queues import Destination
 from headrace.server.broker import Broker
+from headrace.server.broker.stream_groups import stream_groups
 
 __all__ = ["escape_label", "render_metrics"]
 
@@ -65,6 +66,17 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
                [(f'{{vhost="{escape_label(v.name)}"}}', max((c["lag"] for q in v.queues.values()
                                                      for c in q.describe_consumers()), default=0))
                 for v in broker.vhosts.values()])
+    # consumer groups: a super stream's group is one sample, its partitions' lags summed
+    group_views = {v.name: stream_groups(v) for v in broker.vhosts.values()}
+    if per_queue:
+        family("headrace_stream_group_lag", "gauge",
+               "Messages a stream consumer group has yet to ack, over a super stream's partitions.",
+               [(f'{{vhost="{escape_label(g.vhost)}",stream="{escape_label(g.stream)}",'
+                 f'group="{escape_label(g.name)}"}}', g.lag) for views in group_views.values() for g in views])
+    else:
+        family("headrace_vhost_stream_group_lag_max", "gauge", "Largest lag of a stream consumer group.",
+               [(f'{{vhost="{escape_label(name)}"}}', max((g.lag for g in views), default=0))
+                for name, views in group_views.items()])
     family("headrace_connections", "gauge", "Open AMQP connections.", [("", len(broker.connections))])
     family("headrace_channels", "gauge", "Open AMQP channels.",
            [("", sum(len(s.channels) for s in broker.connections.values()))])

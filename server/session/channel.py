@@ -319,8 +319,8 @@ class ChannelSession:
         """The channel is gone: cancel its consumers and return every unacked message."""
         self.cancel_reply()
         now = self.session.now
-        for tag, (queue, _) in list(self.consumers.items()):
-            self.delivery.remove_consumer(self.vhost, queue, tag, now)
+        for queue, consumer in list(self.consumers.values()):
+            self.delivery.remove_consumer(self.vhost, queue, consumer, now)
         self.consumers.clear()
         self.timeouts.clear()
         self.tx_rollback()  # what the transaction took is unacked again, and requeued with the rest

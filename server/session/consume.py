@@ -63,7 +63,7 @@ def cancel(ch: ChannelSession, method: m.BasicCancel) -> None:
     if ch.reply is not None and ch.reply.tag == method.consumer_tag:
         ch.cancel_reply()
     elif item is not None:
-        ch.delivery.remove_consumer(ch.vhost, item[0], method.consumer_tag, ch.session.now)
+        ch.delivery.remove_consumer(ch.vhost, item[0], item[1], ch.session.now)
     if not method.nowait:
         ch.conn.send_method(ch.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
 

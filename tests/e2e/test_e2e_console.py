@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(90)
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 WAIT = 10.0
-TABS = ("overview", "connections", "channels", "exchanges", "queues", "admin", "mirrors")
+TABS = ("overview", "connections", "channels", "exchanges", "queues", "streams", "admin", "mirrors")
 
 
 def wait(driver: WebDriver, cond, timeout: float = WAIT):
@@ -453,5 +453,43 @@ def test_connection_and_channel_pages_show_the_client_and_its_channels(browser, 
         assert q in row(browser, "channel-consumers", tag).text
         assert kv_value(browser, "Connection") == name
         shot(browser, "channel")
+    finally:
+        conn.close()
+
+
+def test_streams_tab_shows_super_streams_and_each_groups_partitions(browser, broker):
+    """A super stream read by a consumer group of one pika member: the tab lists the super stream
+    with its partitions, and one row per partition with the active member, committed offset and lag."""
+    base, name, group = broker.http_url, unique("console-ss"), unique("console-grp")
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=5) as http:
+        assert http.put(f"/api/super-streams/%2F/{name}", json={"partitions": 2}).status_code == 201
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for key in ("0", "0", "0", "1"):
+            ch.basic_publish(name, key, b"m")
+        ch.basic_qos(prefetch_count=10)
+        got: list[int] = []
+        args = {"x-single-active-consumer": True, "x-stream-consumer-name": group, "x-stream-offset": "first",
+                "x-super-stream": name}
+        for i in range(2):
+            ch.basic_consume(f"{name}-{i}", lambda c, m, p, b: (got.append(1), c.basic_ack(m.delivery_tag)),
+                             arguments=args, consumer_tag=f"member-{i}")
+        while len(got) < 4:
+            conn.process_data_events(time_limit=0.05)
+        login(browser, base)
+        Select(css(browser, "#refresh")).select_by_value("2000")
+        go(browser, base, "streams")
+        cell = lambda d, key, col: row(d, "stream-groups", key).find_element(By.CSS_SELECTOR, f'td[data-col="{col}"]').text
+        key0 = f"/|{name}|{group}|{name}-0"
+        wait(browser, lambda d: cell(d, key0, "committed_offset") == "2")
+        active = row(browser, "stream-groups", key0).find_element(By.CSS_SELECTOR, 'td[data-col="active"] span')
+        assert active.text == "member-0" and active.get_attribute("title").startswith("channel ")
+        assert (cell(browser, key0, "lag"), cell(browser, key0, "waiting")) == ("0", "0")
+        ss = row(browser, "super-streams", f"/|{name}")
+        assert ss.find_element(By.CSS_SELECTOR, 'td[data-col="partition_count"]').text == "2"
+        assert ss.find_element(By.CSS_SELECTOR, 'td[data-col="groups"]').text == group
+        shot(browser, "streams-groups")
     finally:
         conn.close()

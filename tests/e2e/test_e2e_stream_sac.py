@@ -147,3 +147,42 @@ def test_sac_needs_a_consumer_name_and_a_real_partition(broker, http):
              "partition of super stream 'other' (NAME-<n>)")
     assert consumers_of(http, stream) == []  # a refused consumer leaves nothing behind
     conn.close()
+
+
+def test_group_arguments_on_queue_types_that_refuse_them(broker, http):
+    """The queue argument x-single-active-consumer on a stream: RabbitMQ 3.10's refusal. The
+    consumer arguments of stream groups on a classic or quorum queue (which RabbitMQ ignores,
+    leaving the consumer sharing the queue round-robin): refused, unless the queue itself is
+    single-active and the consumer only says so too."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    stream, classic, sac, quorum = unique("s"), unique("c"), unique("c-sac"), unique("qq")
+
+    def refused(action) -> tuple[int, str]:
+        nonlocal ch
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            action(ch)
+        ch = conn.channel()
+        return info.value.reply_code, info.value.reply_text
+
+    ch = conn.channel()
+    assert refused(lambda c: c.queue_declare(stream, durable=True, arguments={
+        "x-queue-type": "stream", "x-single-active-consumer": True})) == (
+        406, f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue '{stream}' in vhost '/' of "
+             "queue type rabbit_stream_queue")
+    ch.queue_declare(classic, durable=True)
+    ch.queue_declare(sac, durable=True, arguments={"x-single-active-consumer": True})
+    ch.queue_declare(quorum, durable=True, arguments={"x-queue-type": "quorum"})
+    consume = lambda q, args: lambda c: c.basic_consume(q, lambda *a: None, arguments=args)  # noqa: E731
+    assert refused(consume(classic, {"x-single-active-consumer": True, "x-stream-consumer-name": "g"})) == (
+        406, f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue '{classic}' in vhost '/' of "
+             "queue type rabbit_classic_queue: as a consumer argument it is for stream queues; declare the queue "
+             "with it instead")
+    assert refused(consume(quorum, {"x-super-stream": "invoices"})) == (
+        406, f"PRECONDITION_FAILED - invalid arg 'x-super-stream' for queue '{quorum}' in vhost '/' of queue type "
+             "rabbit_quorum_queue: a consumer argument of stream queues only")
+    # nothing asked that the queue does not do: accepted, as RabbitMQ accepts them
+    ch.basic_consume(sac, lambda *a: None, arguments={"x-single-active-consumer": True})
+    ch.basic_consume(classic, lambda *a: None, arguments={"x-single-active-consumer": False,
+                                                          "x-stream-consumer-name": "g"})
+    assert wait_until(lambda: http.get(f"/api/queues/%2F/{classic}").json().get("consumers") == 1)
+    conn.close()

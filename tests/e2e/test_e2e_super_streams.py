@@ -202,3 +202,51 @@ def test_cli_add_list_delete(broker):
     assert not [q for q in json.loads(r.output) if q["name"].startswith(name)]
     r = run(broker, "stream", "delete-super", name)
     assert r.exit_code == 1 and f"no super stream '{name}' in vhost '/'" in r.output
+
+
+def test_a_partition_must_be_a_stream(broker):
+    conn, ch = open_channel(broker)
+    name = unique("mixed")
+    ch.exchange_declare(name, "direct", durable=True, arguments={"x-super-stream": True})
+    ch.queue_declare(f"{name}-0", durable=True)  # a classic queue
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_bind(f"{name}-0", name, "0", arguments={"x-stream-partition-order": 0})
+    assert (info.value.reply_code, info.value.reply_text) == (
+        406, f"PRECONDITION_FAILED - Invalid argument, 'x-stream-partition-order' on a binding to queue '{name}-0', "
+             "which is not a stream: a super stream's partitions are streams")
+    ch = conn.channel()
+    ch.queue_bind(f"{name}-0", name, "0")  # a plain binding to it is an ordinary direct binding
+    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as http:
+        assert http.get(f"/api/super-streams/%2F/{name}").json()["problems"] == ["no partition is bound"]
+    conn.close()
+
+
+def test_cli_lists_a_groups_partitions(broker):
+    name, group = unique("cli-grp"), unique("g")
+    assert run(broker, "stream", "add-super", name, "--partitions", "2").exit_code == 0
+    conn, ch = open_channel(broker)
+    ch.confirm_delivery()
+    for key in ("0", "0", "1"):
+        ch.basic_publish(name, key, b"m")
+    ch.basic_qos(prefetch_count=10)
+    got: list[int] = []
+    args = {"x-single-active-consumer": True, "x-stream-consumer-name": group, "x-stream-offset": "first",
+            "x-super-stream": name}
+    for i in range(2):
+        ch.basic_consume(f"{name}-{i}", lambda c, m, p, b: (got.append(1), c.basic_ack(m.delivery_tag)),
+                         arguments=args, consumer_tag=f"member-{i}")
+    wait_until(lambda: len(got) == 3, conn)
+
+    def listed() -> list[list[str]]:
+        r = run(broker, "stream", "groups", name, "--format", "tsv")
+        assert r.exit_code == 0, r.output
+        return [line.split("\t") for line in r.output.splitlines()]
+
+    assert wait_until(lambda: listed()[1:] == [[group, name, f"{name}-0", "member-0", "0", "1", "0"],
+                                               [group, name, f"{name}-1", "member-1", "0", "0", "0"]]), listed()
+    assert listed()[0] == ["group", "stream", "partition", "active", "waiting", "committed_offset", "lag"]
+    r = run(broker, "stream", "groups", "--json")
+    assert any(g["name"] == group and g["members"] == 1 for g in json.loads(r.output))
+    r = run(broker, "stream", "groups", unique("none"))
+    assert r.exit_code == 1 and "no stream" in r.output
+    conn.close()

@@ -45,7 +45,8 @@ def test_settling_deliveries_of_a_deleted_queue_changes_nothing_and_tells_the_co
     vhost = broker.vhosts["/"]
     queue = vhost.declare_queue("q", owner=None, now=NOW)
     sink = Sink()
-    broker.delivery.add_consumer(vhost, queue, Consumer("c", sink, prefetch=10), NOW)
+    consumer = Consumer("c", sink, prefetch=10)
+    broker.delivery.add_consumer(vhost, queue, consumer, NOW)
     for _ in range(3):
         broker.delivery.publish(vhost, "", "q", TRANSIENT, b"m", NOW)
     assert len(sink.got) == 3
@@ -53,7 +54,7 @@ def test_settling_deliveries_of_a_deleted_queue_changes_nothing_and_tells_the_co
     assert sink.cancelled == ["c"]
     broker.delivery.settle(vhost, sink.got, Settle.REQUEUE, NOW)
     broker.delivery.consumer_ready(vhost, [queue], NOW)
-    broker.delivery.remove_consumer(vhost, queue, "c", NOW)
+    broker.delivery.remove_consumer(vhost, queue, consumer, NOW)
     assert queue.messages_ready == 0 and len(sink.got) == 3
     # a queue of the same name declared afterwards is a new queue: nothing comes back into it
     again = vhost.declare_queue("q", owner=None, now=NOW)

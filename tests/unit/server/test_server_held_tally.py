@@ -34,6 +34,7 @@ class Sink:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.got: list[tuple[Queue, QueueEntry]] = []
+        self.consumer: Consumer | None = None
 
     def has_capacity(self) -> bool:
         return len(self.got) < self.capacity
@@ -109,13 +110,13 @@ def test_the_tally_is_the_sum_over_the_queues(steps):
                         broker.delivery.publish(vhost, "", name, props, b"x" * size, now)
                 elif kind == "consume" and args[0] in vhost.queues and args[0] not in sinks:
                     sink = sinks[args[0]] = Sink(args[1])
-                    broker.delivery.add_consumer(vhost, vhost.queues[args[0]],
-                                                 Consumer(args[0], sink, prefetch=args[1], no_ack=args[2]), now)
+                    sink.consumer = Consumer(args[0], sink, prefetch=args[1], no_ack=args[2])
+                    broker.delivery.add_consumer(vhost, vhost.queues[args[0]], sink.consumer, now)
                 elif kind == "cancel" and args[0] in sinks:
                     sink = sinks.pop(args[0])
                     queue = vhost.queues.get(args[0])
                     if queue is not None:
-                        broker.delivery.remove_consumer(vhost, queue, args[0], now)
+                        broker.delivery.remove_consumer(vhost, queue, sink.consumer, now)
                         broker.delivery.settle(vhost, sink.got, Settle.REQUEUE, now)
                 elif kind == "get" and args[0] in vhost.queues:
                     entry = broker.delivery.get(vhost, vhost.queues[args[0]], now, no_ack=args[1], owner=held)
