@@ -24,6 +24,7 @@ from . import (
     policies,
     queues,
     relations,
+    shovels,
     super_streams,
     users,
     vhosts,
@@ -34,6 +35,7 @@ __all__ = ["RESOURCES", "router"]
 
 # relations first: its fixed paths (/api/users/without-permissions) precede users' /api/users/{name}
 RESOURCES = (relations, overview, nodes, vhosts, users, permissions, parameters, connections, exchanges, queues,
-             bindings, messages, definitions, health, health_checks, mirrors, policies, super_streams, console)
+             bindings, messages, definitions, health, health_checks, mirrors, policies, super_streams, shovels,
+             console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from headrace.server.auth import TopicPermission
 from headrace.server.broker import VHost
+from headrace.server.broker.shovels import parse_shovel
 
 from .listing import page, visible_vhosts
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
@@ -69,6 +70,11 @@ def get_parameter(ctx: Context, req: Request, component: str, vhost: VHost, name
 def put_parameter(ctx: Context, req: Request, component: str, vhost: VHost, name: str) -> Response:
     _policymaker(req)
     body = ValueBody.model_validate(req.json())
+    if component == "shovel":  # checked as RabbitMQ's shovel plugin checks it, before it is stored
+        try:
+            parse_shovel(body.value)
+        except ValueError as exc:
+            raise HTTPError(400, "bad_request", f"Validation failed: {exc}") from None
     existed = ctx.broker.parameters.set_parameter(component, vhost.name, name, body.value)
     return Response(204 if existed else 201)
 
