@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -38,6 +38,9 @@ class Peer:
     conn: ClientConnection
     lock: trio.Lock
     what: str  # "source" or "destination", for the reason of a failure
+    # what came in the same read as a reply ``call`` waited for (the first deliveries come with
+    # basic.consume-ok): ``events`` returns it first
+    held: list[ClientEvent] = field(default_factory=list)
 
     async def flush(self) -> None:
         async with self.lock:  # the other side's task may settle here too: one writer at a time
@@ -49,6 +52,9 @@ class Peer:
                     raise LinkError(f"{self.what}: connection lost ({exc})") from None
 
     async def events(self) -> list[ClientEvent]:
+        if self.held:
+            held, self.held = self.held, []
+            return held
         try:
             data = await self.stream.receive_some(READ_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -69,8 +75,9 @@ class Peer:
             while True:
                 events = await self.events()
                 await self.flush()  # a channel.close-ok
-                for event in events:
+                for i, event in enumerate(events):
                     if type(event) is Reply and type(event.method) is reply and event.channel == channel:
+                        self.held = events[i + 1:]
                         return event.method
                     if type(event) is ChannelClosed and event.channel == channel:
                         raise LinkError(f"{self.what}: {event.reply_code} {event.reply_text}")
@@ -148,13 +155,20 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
     if ledger.done():
         return
     await src.call(m.BasicConsume(0, queue, "shovel", no_ack=spec.ack_mode == "no-ack"), m.BasicConsumeOk)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_forward, spec, src, dest, ledger, nursery.cancel_scope)
-        if spec.ack_mode == "on-confirm":
-            nursery.start_soon(_confirms, src, dest, ledger, nursery.cancel_scope)
-        else:
-            nursery.start_soon(_drain, dest)
-        nursery.start_soon(_heartbeats, src, dest)
+    failure: LinkError | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_forward, spec, src, dest, ledger, nursery.cancel_scope)
+            if spec.ack_mode == "on-confirm":
+                nursery.start_soon(_confirms, src, dest, ledger, nursery.cancel_scope)
+            else:
+                nursery.start_soon(_drain, dest)
+            nursery.start_soon(_heartbeats, src, dest)
+    except* LinkError as group:  # the first side to fail ends the link: the reason is its
+        first = group.exceptions[0]
+        failure = first if isinstance(first, LinkError) else LinkError(str(first))
+    if failure is not None:
+        raise failure
 
 
 async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done: trio.CancelScope) -> None:

@@ -143,6 +143,9 @@ class Shovels:
                 except LinkError as exc:
                     run.set_state("terminated", str(exc))
                     log.info("shovel '%s' in vhost '%s': %s", run.name, run.vhost, exc)
+                except Exception as exc:  # a fault of ours ends this link only, never the broker
+                    run.set_state("terminated", f"internal error: {exc!r}")
+                    log.exception("shovel '%s' in vhost '%s' failed", run.name, run.vhost)
                 finally:
                     if run.ledger is not None:
                         run.forwarded += run.ledger.acked
