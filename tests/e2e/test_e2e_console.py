@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(90)
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 WAIT = 10.0
-TABS = ("overview", "connections", "channels", "exchanges", "queues", "admin", "mirrors")
+TABS = ("overview", "connections", "channels", "exchanges", "queues", "admin", "mirrors", "shovels")
 
 
 def wait(driver: WebDriver, cond, timeout: float = WAIT):

@@ -6,11 +6,12 @@ import { exchangeView, exchangesView } from "./exchanges.js";
 import { mirrorsView } from "./mirrors.js";
 import { overviewView } from "./overview.js";
 import { queueView, queuesView } from "./queues.js";
+import { shovelsView } from "./shovels.js";
 import { onRefresh } from "./ui.js";
 
 const ROUTES = {
   overview: overviewView, connections: connectionsView, channels: channelsView, exchanges: exchangesView,
-  queues: queuesView, admin: adminView, mirrors: mirrorsView, exchange: exchangeView, queue: queueView,
+  queues: queuesView, admin: adminView, mirrors: mirrorsView, shovels: shovelsView, exchange: exchangeView, queue: queueView,
 };
 const TAB_OF = { exchange: "exchanges", queue: "queues" };
 const $ = (id) => document.getElementById(id);

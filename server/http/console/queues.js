@@ -3,6 +3,7 @@
 import { api, enc, get } from "./api.js";
 import { History, lineChart } from "./chart.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
+import { moveMessagesForm } from "./shovels.js";
 import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, rate, refreshNow, toast, totals } from "./ui.js";
 
 export const queueHref = (vhost, name) => `#/queue/${enc(vhost)}/${enc(name)}`;
@@ -83,6 +84,7 @@ export function queueView(main, [vhost, name], session) {
     bindings.el, publishForm(vhost, "", name),
     reader ? getMessagesForm(vhost, name) : h("section", { class: "card", id: "get-messages-denied" },
       h("h3", {}, "Get messages"), h("p", { class: "muted" }, "Reading message contents needs the management or administrator tag.")),
+    reader && moveMessagesForm(vhost, name),
     h("section", { class: "card", "aria-labelledby": "danger-title" }, h("h3", { id: "danger-title" }, "Purge or delete"),
       h("div", { class: "controls" },
         h("button", { type: "button", class: "secondary", id: "purge-button", onclick: async () => {
