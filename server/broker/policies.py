@@ -82,6 +82,9 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "deduplication-cache-size": (lambda v: _is_int(v, 1), "is not a valid deduplication cache size"),
     "deduplication-cache-ttl": (lambda v: _is_int(v, 1), "is not a valid deduplication cache TTL"),
     "deduplication-header": (lambda v: isinstance(v, str) and bool(v), "is not a valid deduplication header"),
+    # exchange federation (federation.py): an upstream's name, or an upstream set's (``all``)
+    "federation-upstream": (lambda v: isinstance(v, str) and bool(v), "is not a valid federation upstream value"),
+    "federation-upstream-set": (lambda v: isinstance(v, str) and bool(v), "is not a valid federation upstream set value"),
 }
 STREAM_KEYS = ("max-age", "max-length-bytes", "stream-max-segment-size-bytes")  # the policy wins
 # policy key -> the declare argument it stands for (dedup.py); the argument wins

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["ACK_MODES", "Endpoint", "Ledger", "ShovelSpec", "parse_shovel", "parse_uri", "redact"]
+__all__ = ["ACK_MODES", "Endpoint", "FederationHop", "Ledger", "ShovelSpec", "parse_shovel", "parse_uri", "redact"]
 
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 _KNOWN = {
@@ -42,6 +42,18 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class FederationHop:
+    """What makes a link a federation link (``federation.py``): the durable queue on the upstream
+    and the keys (with arguments) it is bound with, and the hop count's rule."""
+    queue: str
+    bindings: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    max_hops: int
+    upstream: str  # the upstream parameter's name
+    upstream_exchange: str
+    exchange_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class ShovelSpec:
     src_uris: tuple[str, ...]
     dest_uris: tuple[str, ...]
@@ -57,6 +69,7 @@ class ShovelSpec:
     prefetch_count: int = 1000
     delete_after: int | str = "never"  # "never", "queue-length" or a count
     reconnect_delay: float = 5.0
+    federation: FederationHop | None = None
 
 
 def redact(uri: str) -> str:

@@ -92,6 +92,8 @@ class Context(Protocol):
 
     def shovel_status(self, vhost: str | None) -> list[dict[str, Any]]: ...
 
+    def federation_status(self, vhost: str | None) -> list[dict[str, Any]]: ...
+
 
 @dataclass(slots=True)
 class Request:

@@ -102,6 +102,9 @@ class HTTPServer:
     def shovel_status(self, vhost: str | None) -> list[dict[str, Any]]:
         return self.app.shovels.status(vhost)  # type: ignore[no-any-return]
 
+    def federation_status(self, vhost: str | None) -> list[dict[str, Any]]:
+        return self.app.shovels.link_status(vhost)  # type: ignore[no-any-return]
+
     def store_io(self) -> dict[str, int]:
         """The message store's I/O counts (``MessageStore.io_counts``: ints the flusher's thread
         keeps; reading them needs no lock)."""

@@ -12,6 +12,7 @@ destination confirmed it, and a failure costs at most a redelivery (at-least-onc
 from __future__ import annotations
 
 import ssl
+from urllib.parse import quote
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,7 +21,9 @@ import trio
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.client import (ChannelClosed, ClientConnection, ClientEvent, Closed, Confirm, Delivery,
                                          Ready, Reply)
-from headrace.server.broker.shovels import Endpoint, Ledger, ShovelSpec
+from headrace.server.amqp.properties import decode_properties, replace_headers
+from headrace.server.broker.node import NODE_NAME
+from headrace.server.broker.shovels import Endpoint, FederationHop, Ledger, ShovelSpec, redact
 
 __all__ = ["LinkError", "Peer", "open_peer", "run_link"]
 
@@ -38,6 +41,7 @@ class Peer:
     conn: ClientConnection
     lock: trio.Lock
     what: str  # "source" or "destination", for the reason of a failure
+    uri: str  # where it connected, without a password (``x-received-from``)
     # what came in the same read as a reply ``call`` waited for (the first deliveries come with
     # basic.consume-ok): ``events`` returns it first
     held: list[ClientEvent] = field(default_factory=list)
@@ -102,7 +106,8 @@ async def open_peer(endpoint: Endpoint, host: str, port: int, user: str, passwor
             stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
             if endpoint.tls:
                 stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=host)
-            peer = Peer(stream, ClientConnection(user, password, endpoint.vhost, name=name), trio.Lock(), what)
+            uri = redact(f"amqp{'s' if endpoint.tls else ''}://{user}@{host}:{port}/{quote(endpoint.vhost, safe='')}")
+            peer = Peer(stream, ClientConnection(user, password, endpoint.vhost, name=name), trio.Lock(), what, uri)
             try:
                 await peer.flush()
                 while not peer.conn.open:
@@ -145,6 +150,14 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
     if spec.src_queue is not None:
         queue = spec.src_queue
         count = await declare_queue(src, queue, spec.src_queue_args)
+    elif spec.federation is not None:  # a durable queue on the upstream, bound with the exchange's keys
+        hop = spec.federation
+        queue = hop.queue
+        # the upstream exchange is declared as the federated one is (RabbitMQ's plugin does too)
+        await src.call(m.ExchangeDeclare(0, hop.upstream_exchange, hop.exchange_type, durable=True), m.ExchangeDeclareOk)
+        await src.call(m.QueueDeclare(0, queue, durable=True, arguments=dict(spec.src_queue_args)), m.QueueDeclareOk)
+        for key, args in hop.bindings:
+            await src.call(m.QueueBind(0, queue, hop.upstream_exchange, key, arguments=dict(args)), m.QueueBindOk)
     else:
         ok = await src.call(m.QueueDeclare(0, "", exclusive=True, auto_delete=True), m.QueueDeclareOk)
         assert type(ok) is m.QueueDeclareOk
@@ -182,7 +195,14 @@ async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done
                     "" if spec.dest_queue is not None else event.exchange)
                 key = spec.dest_queue if spec.dest_queue is not None else (
                     spec.dest_exchange_key if spec.dest_exchange_key is not None else event.routing_key)
-                dest.conn.publish(exchange, key, event.props_raw, event.body)
+                props: bytes | None = event.props_raw
+                if spec.federation is not None:
+                    props = received_from(spec.federation, event.props_raw, src.uri)
+                if props is None:  # made its hops: settled at the upstream, not published
+                    if spec.ack_mode != "no-ack":
+                        src.conn.send(m.BasicAck(event.delivery_tag, False))
+                    continue
+                dest.conn.publish(exchange, key, props, event.body)
                 acks += ledger.published(event.delivery_tag)
             elif type(event) is ChannelClosed:
                 raise LinkError(f"source: {event.reply_code} {event.reply_text}")
@@ -193,6 +213,18 @@ async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done
         await src.flush()
         if ledger.done():
             done.cancel()
+
+
+def received_from(hop: FederationHop, props_raw: bytes, uri: str) -> bytes | None:
+    """The properties with this hop added to ``x-received-from`` (RabbitMQ's header: a list of
+    tables, the latest last), or None when the message already made ``max-hops`` hops."""
+    headers = dict(decode_properties(props_raw).headers or {})
+    hops = list(headers.get("x-received-from") or [])
+    if len(hops) >= hop.max_hops:
+        return None
+    hops.append({"uri": uri, "exchange": hop.upstream_exchange, "redelivered": False, "cluster-name": NODE_NAME})
+    headers["x-received-from"] = hops
+    return replace_headers(props_raw, headers)
 
 
 async def _confirms(src: Peer, dest: Peer, ledger: Ledger, done: trio.CancelScope) -> None:

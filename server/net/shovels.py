@@ -21,6 +21,7 @@ import trio
 
 from headrace.server.broker import Broker
 from headrace.server.broker.definition_changes import Change
+from headrace.server.broker.federation import LinkKey, federation_links
 from headrace.server.broker.node import NODE_NAME
 from headrace.server.broker.shovels import Endpoint, Ledger, ShovelSpec, parse_shovel, parse_uri, redact
 from headrace.server.net.shovel_link import LinkError, Peer, open_peer, run_link
@@ -30,6 +31,9 @@ __all__ = ["ShovelRun", "Shovels"]
 log = logging.getLogger("headrace.shovel")
 
 COMPONENT = "shovel"
+# what can start or stop a shovel or a federation link (a policy naming an upstream, an exchange's
+# bindings, which its link binds on the upstream)
+_WATCHED = frozenset({"parameters", "vhosts", "policies", "exchanges", "bindings"})
 MAX_BACKOFF = 30.0
 
 
@@ -45,7 +49,23 @@ class ShovelRun:
     spec: ShovelSpec | None = None
     ledger: Ledger | None = None
     forwarded: int = 0  # settled at the source over every link, for the status and the count
+    upstream: str | None = None  # a federation link's upstream (its ``name`` is the exchange)
     total: int | None = None  # messages to move in all (``src-delete-after``), once known
+
+    def link_status(self) -> dict[str, Any]:
+        """RabbitMQ's ``/api/federation-links`` entry of an exchange link."""
+        spec = self.spec
+        out: dict[str, Any] = {
+            "node": NODE_NAME, "vhost": self.vhost, "exchange": self.name, "type": "exchange",
+            "upstream": self.upstream, "id": f"{self.vhost}/{self.name}/{self.upstream}",
+            "upstream_exchange": spec.src_exchange if spec is not None else None,
+            "status": "error" if self.state == "terminated" else self.state,
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))}
+        if spec is not None:
+            out["uri"] = redact(spec.src_uris[0])
+        if self.state == "terminated":
+            out["error"] = self.reason
+        return out
 
     def set_state(self, state: str, reason: str = "") -> None:
         self.state, self.reason, self.since = state, reason, time.time()
@@ -89,15 +109,20 @@ class Shovels:
         self.default_pass = default_pass
         self.after_batch = after_batch  # logs the self-deletion of a finished shovel
         self.runs: dict[tuple[str, str], ShovelRun] = {}
+        self.links: dict[LinkKey, ShovelRun] = {}  # federation links, run the same way
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     def definitions_changed(self, changes: Iterable[Change]) -> None:
-        if any(c.section in ("parameters", "vhosts") for c in changes):
+        if any(c.section in _WATCHED for c in changes):
             self._wake.set()
 
     def status(self, vhost: str | None = None) -> list[dict[str, Any]]:
         return [run.status() for key, run in sorted(self.runs.items()) if vhost is None or key[0] == vhost]
+
+    def link_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return [run.link_status() for key, run in sorted(self.links.items(), key=lambda kv: repr(kv[0]))
+                if vhost is None or key.vhost == vhost]
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -122,12 +147,21 @@ class Shovels:
             if key not in self.runs:
                 run = self.runs[key] = ShovelRun(key[0], key[1], value)
                 nursery.start_soon(self._supervise, run)
+        links = federation_links(self.broker)
+        for link, run in list(self.links.items()):
+            if link not in links or links[link] != run.value:  # a binding, the upstream or the policy changed
+                run.scope.cancel()
+                del self.links[link]
+        for link, spec in links.items():
+            if link not in self.links:
+                run = self.links[link] = ShovelRun(link.vhost, link.exchange, spec, upstream=link.upstream)
+                nursery.start_soon(self._supervise, run)
 
     async def _supervise(self, run: ShovelRun) -> None:
         """Links one after another, with a growing pause after each failure (reset once a link ran)."""
         with run.scope:
             try:
-                run.spec = parse_shovel(run.value)
+                run.spec = run.value if type(run.value) is ShovelSpec else parse_shovel(run.value)
             except ValueError as exc:
                 run.set_state("terminated", f"invalid definition: {exc}")
                 return
@@ -155,7 +189,7 @@ class Shovels:
                 attempt += 1
                 await trio.sleep(delay)
                 delay = min(max(delay, 0.5) * 2, MAX_BACKOFF)
-        if self.runs.get((run.vhost, run.name)) is run:
+        if run.upstream is None and self.runs.get((run.vhost, run.name)) is run:
             del self.runs[(run.vhost, run.name)]
             log.info("shovel '%s' in vhost '%s' moved its %s messages: deleted", run.name, run.vhost, run.total)
             self.broker.parameters.clear_parameter(COMPONENT, run.vhost, run.name)
@@ -164,7 +198,7 @@ class Shovels:
     async def _link(self, run: ShovelRun, spec: ShovelSpec, attempt: int) -> None:
         src_uri = spec.src_uris[attempt % len(spec.src_uris)]
         dest_uri = spec.dest_uris[attempt % len(spec.dest_uris)]
-        name = f"Shovel {run.name}"
+        name = f"Shovel {run.name}" if run.upstream is None else f"Federation link (upstream: {run.upstream})"
         dest = await self._open(parse_uri(dest_uri, run.vhost), name, "destination")
         try:
             src = await self._open(parse_uri(src_uri, run.vhost), name, "source")

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pika
@@ -35,7 +36,7 @@ def shovel_status(broker: Any, name: str) -> dict[str, Any] | None:
 
 
 def queue_count(broker: Any, queue: str) -> int:
-    r = api(broker, "GET", f"/api/queues/%2F/{queue}")
+    r = api(broker, "GET", f"/api/queues/%2F/{quote(queue, safe='')}")
     return int(r.json().get("messages", 0)) if r.status_code == 200 else -1
 
 
@@ -150,6 +151,29 @@ def test_exchange_to_exchange_keeps_properties(broker):
     method, props, body = ch.basic_get(out, auto_ack=True)
     assert body == b"yes" and props.message_id == "m1" and props.headers == {"h": 1}
     conn.close()
+    api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
+
+
+def test_a_shovel_imported_in_definitions_runs(broker):
+    src, dest, name = unique("imp-src"), unique("imp-dst"), unique("imported")
+    doc = {"parameters": [{"vhost": "/", "component": "shovel", "name": name, "value": {
+        "src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://", "dest-queue": dest}}]}
+    assert api(broker, "POST", "/api/definitions", doc).status_code in (200, 201, 204)
+    assert wait_until(lambda: (shovel_status(broker, name) or {}).get("state") == "running", timeout=10)
+    publish(broker.url, src, [b"imported"])
+    assert wait_until(lambda: queue_count(broker, dest) == 1, timeout=10)
+    api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
+
+
+def test_an_unreachable_destination_is_terminated_with_the_reason(broker):
+    name = unique("unreachable")
+    port = free_port()  # nothing listens there
+    assert put_shovel(broker, name, {"src-uri": "amqp://", "src-queue": unique("u-src"),
+                                     "dest-uri": f"amqp://127.0.0.1:{port}", "dest-queue": "x",
+                                     "reconnect-delay": 5}).status_code == 201
+    assert wait_until(lambda: (shovel_status(broker, name) or {}).get("state") == "terminated", timeout=10)
+    status = shovel_status(broker, name)
+    assert status is not None and f"destination: cannot connect to 127.0.0.1:{port}" in status["reason"], status
     api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
 
 
