@@ -13,6 +13,7 @@ import pika
 import pika.exceptions
 import pytest
 from e2e_support import wait_until
+from test_e2e_console import go, login, row, wait
 from test_e2e_shovels import api, free_port, queue_count
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,7 +40,7 @@ def local_queue(broker: Any, exchange: str, queue: str, key: str) -> None:
     conn.close()
 
 
-def test_a_federated_exchange_gets_the_upstreams_messages_for_its_keys(broker_factory, tmp_path):
+def test_a_federated_exchange_gets_the_upstreams_messages_for_its_keys(broker_factory, tmp_path, browser):
     up_port = free_port()
     up = broker_factory("--amqp-port", str(up_port), data_dir=tmp_path / "up")
     down = broker_factory(data_dir=tmp_path / "down")
@@ -50,6 +51,9 @@ def test_a_federated_exchange_gets_the_upstreams_messages_for_its_keys(broker_fa
     assert wait_until(link_running(down), timeout=10), api(down, "GET", "/api/federation-links").json()
     link = api(down, "GET", "/api/federation-links/%2F").json()[0]
     assert (link["exchange"], link["upstream"], link["upstream_exchange"], link["type"]) == ("fx", "up", "fx", "exchange")
+    login(browser, down.http_url)  # the console's Shovels tab lists the link
+    go(browser, down.http_url, "shovels")
+    wait(browser, lambda d: "running" in row(d, "federation-links", link["id"]).text)
 
     conn = pika.BlockingConnection(pika.URLParameters(up.url))  # the link declared fx upstream
     ch = conn.channel()

@@ -1,5 +1,5 @@
 // Shovels: the dynamic shovels' status (/api/shovels) with their definitions (the "shovel" runtime
-// parameters), a form to add one, and a delete button on each.
+// parameters), a form to add one, a delete button on each; then the federation links' status.
 import { api, enc, get } from "./api.js";
 import { act, confirmAction, field, h, ListView, refreshNow, toast } from "./ui.js";
 
@@ -34,10 +34,24 @@ export function shovelsView(main, _params, session) {
         .map((d) => ({ state: "starting", ...byKey.get(`${d.vhost}|${d.name}`), vhost: d.vhost, name: d.name, value: d.value }));
     },
   });
+  const links = new ListView({
+    id: "federation-links", empty: "No federation links.", rowKey: (l) => l.id,
+    columns: [
+      { key: "vhost", label: "Virtual host" }, { key: "exchange", label: "Exchange" },
+      { key: "upstream", label: "Upstream" }, { key: "uri", label: "URI" },
+      { key: "upstream_exchange", label: "Upstream exchange" },
+      { key: "status", label: "State", render: (l) => (l.error ? `${l.status}: ${l.error}` : l.status) },
+    ],
+    load: async () => (await get("/federation-links")).filter((l) => !session.vhost || l.vhost === session.vhost)
+      .map((l) => ({ ...l, name: l.exchange })),
+  });
   main.append(h("h2", {}, "Shovels"),
     h("p", { class: "muted" }, "Dynamic shovels move messages from a queue or exchange to another, on this broker (amqp://) or another."),
-    list.el, addShovelForm(session));
-  return list;
+    list.el, addShovelForm(session),
+    h("h2", {}, "Federation links"),
+    h("p", { class: "muted" }, "Exchanges federated from upstreams (a policy with federation-upstream or federation-upstream-set)."),
+    links.el);
+  return { async refresh() { await Promise.all([list.refresh(), links.refresh()]); } };
 }
 
 function addShovelForm(session) {
