@@ -5,6 +5,7 @@ lost when either broker is killed -9 under load."""
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -177,10 +178,23 @@ def test_an_unreachable_destination_is_terminated_with_the_reason(broker):
     api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
 
 
+_TAKEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port a broker keeps across its restarts: below the kernel's ephemeral range (32768 up), so
+    no outgoing connection takes it while the broker is down, and free when chosen."""
+    while True:
+        port = random.randrange(20000, 32000)
+        if port in _TAKEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _TAKEN.add(port)
+        return port
 
 
 def test_shovel_restarts_with_the_broker_and_is_in_the_definitions(broker_factory, tmp_path):
