@@ -128,7 +128,10 @@ class Shovels:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             while True:
-                self._reconcile(nursery)
+                try:
+                    self._reconcile(nursery)
+                except Exception:  # a fault of ours leaves the running links as they are, never ends the broker
+                    log.exception("shovels and federation links could not be brought up to date")
                 await self._wake.wait()
                 self._wake = trio.Event()
 
