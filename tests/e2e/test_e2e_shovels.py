@@ -273,4 +273,5 @@ def test_on_confirm_loses_nothing_when_each_broker_is_killed(broker_factory, tmp
     conn.close()
     missing = sent - set(got)
     assert not missing, f"{len(missing)} of {len(sent)} confirmed messages lost, e.g. {sorted(missing)[:5]}"
-    assert len(sent) > 1500
+    # the waits above saw 1500 arrivals, some of them the at-least-once duplicates of a kill
+    assert len(sent) > 1000
