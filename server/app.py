@@ -42,6 +42,7 @@ from headrace.server.http.sampler import StatsSampler
 from headrace.server.net.clock import Clock
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
+from headrace.server.net.shovels import Shovels
 from headrace.server.net.socket_bounds import (HELD_RCVBUF, RCVBUF_MAX, Window, bound_listeners, bound_window,
                                                handshake_rtt, shrinker)
 from headrace.server.net.startup import DataDirLock, StartupError
@@ -113,6 +114,8 @@ class App:
         self.memory = MemoryWatch(self.broker, self.gate, settings.limits.memory_limit_bytes,
                                   settings.limits.memory_calculation_strategy)
         self.amqp_handlers: set[AMQPConnectionHandler] = set()
+        self.shovels = Shovels(self.broker, self._local_amqp, settings.auth.default_user, settings.auth.default_pass,
+                               self.after_batch)
         self.admission = Admission(settings.limits.max_unauthenticated)
         self.bound: dict[str, tuple[str, int]] = {}
         self._tls: ssl.SSLContext | None = None
@@ -145,7 +148,14 @@ class App:
         to the flusher as log records. Returns the ticket the batch's replies wait for (0: none)."""
         if not self.broker.definitions:
             return 0
-        return self.storage.definitions.add(change_records(self.broker, self.broker.definitions.take()))
+        changes = self.broker.definitions.take()
+        self.shovels.definitions_changed(changes)  # a shovel parameter among them: start or stop it
+        return self.storage.definitions.add(change_records(self.broker, changes))
+
+    def _local_amqp(self) -> tuple[str, int]:
+        """Where a shovel's ``amqp://`` (no host) connects: this broker's AMQP listener."""
+        host, port = self.bound["amqp"]
+        return ("127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host), port
 
     async def definitions_synced(self, ticket: int) -> None:
         """Until the definition changes of ``ticket`` are on disk."""
@@ -207,6 +217,7 @@ class App:
             root.start_soon(self.stream_pump.run, self.broker)
             root.start_soon(self.sender.run)
             root.start_soon(run_alarms, self.memory, self.storage.disk)
+            root.start_soon(self.shovels.run)
             await self.storage.start(root, self.broker, self.gate)
             if agent is not None:
                 root.start_soon(self._run_cluster, agent)
@@ -224,6 +235,7 @@ class App:
                     task_status.started(self)
                     if self.own_process:
                         tune_gc()
+                self.shovels.stop()
                 log.info("shutting down: closing %d AMQP connections", len(self.amqp_handlers))
                 for handler in list(self.amqp_handlers):
                     handler.force_close(ReplyCode.CONNECTION_FORCED, "CONNECTION_FORCED - broker shutdown")

@@ -99,6 +99,9 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ha-sync-batch-size": (lambda v: _is_int(v, 1), "is not a valid ha-sync-batch-size value"),
     "ha-promote-on-shutdown": (lambda v: v in ("always", "when-synced"), "is not a valid ha-promote-on-shutdown value"),
     "ha-promote-on-failure": (lambda v: v in ("always", "when-synced"), "is not a valid ha-promote-on-failure value"),
+    # exchange federation (federation.py): an upstream's name, or an upstream set's (``all``)
+    "federation-upstream": (lambda v: isinstance(v, str) and bool(v), "is not a valid federation upstream value"),
+    "federation-upstream-set": (lambda v: isinstance(v, str) and bool(v), "is not a valid federation upstream set value"),
 }
 MIRRORING_KEYS = tuple(key for key in _VALIDATORS if key.startswith("ha-"))
 STREAM_KEYS = ("max-age", "max-length-bytes", "stream-max-segment-size-bytes")  # the policy wins

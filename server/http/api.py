@@ -25,6 +25,7 @@ from . import (
     policies,
     queues,
     relations,
+    shovels,
     stream_groups,
     super_streams,
     users,
@@ -37,6 +38,6 @@ __all__ = ["RESOURCES", "router"]
 # relations first: its fixed paths (/api/users/without-permissions) precede users' /api/users/{name}
 RESOURCES = (relations, overview, nodes, vhosts, users, permissions, parameters, connections, exchanges, queues,
              bindings, messages, definitions, health, health_checks, deprecated, mirrors, policies, super_streams,
-             stream_groups, console)
+             stream_groups, shovels, console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -11,6 +11,8 @@ from pydantic import BaseModel
 
 from headrace.server.auth import TopicPermission
 from headrace.server.broker import VHost
+from headrace.server.broker.federation import parse_upstream, parse_upstream_set
+from headrace.server.broker.shovels import parse_shovel
 
 from .listing import page, visible_vhosts
 from .routes import Context, HTTPError, Request, Response, Routes, json_response, user_of
@@ -69,6 +71,14 @@ def get_parameter(ctx: Context, req: Request, component: str, vhost: VHost, name
 def put_parameter(ctx: Context, req: Request, component: str, vhost: VHost, name: str) -> Response:
     _policymaker(req)
     body = ValueBody.model_validate(req.json())
+    # checked as RabbitMQ's shovel and federation plugins check them, before they are stored
+    check = {"shovel": parse_shovel, "federation-upstream": parse_upstream,
+             "federation-upstream-set": parse_upstream_set}.get(component)
+    if check is not None:
+        try:
+            check(body.value)
+        except ValueError as exc:
+            raise HTTPError(400, "bad_request", f"Validation failed: {exc}") from None
     existed = ctx.broker.parameters.set_parameter(component, vhost.name, name, body.value)
     return Response(204 if existed else 201)
 

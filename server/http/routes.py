@@ -91,6 +91,10 @@ class Context(Protocol):
 
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]: ...
 
+    def shovel_status(self, vhost: str | None) -> list[dict[str, Any]]: ...
+
+    def federation_status(self, vhost: str | None) -> list[dict[str, Any]]: ...
+
 
 @dataclass(slots=True)
 class Request:

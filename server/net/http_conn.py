@@ -98,6 +98,12 @@ class HTTPServer:
         storage = getattr(self.app, "storage", None)
         return storage.store.disk_bytes() if storage is not None else 0
 
+    def shovel_status(self, vhost: str | None) -> list[dict[str, Any]]:
+        return self.app.shovels.status(vhost)  # type: ignore[no-any-return]
+
+    def federation_status(self, vhost: str | None) -> list[dict[str, Any]]:
+        return self.app.shovels.link_status(vhost)  # type: ignore[no-any-return]
+
     def store_io(self) -> dict[str, int]:
         """The message store's I/O counts (``MessageStore.io_counts``: ints the flusher's thread
         keeps; reading them needs no lock)."""

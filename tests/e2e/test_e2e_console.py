@@ -25,6 +25,8 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 WAIT = 10.0
 TABS = ("overview", "connections", "channels", "exchanges", "queues", "streams", "admin", "mirrors")
 
+TABS = ("overview", "connections", "channels", "exchanges", "queues", "admin", "mirrors", "shovels")
+
 
 def wait(driver: WebDriver, cond, timeout: float = WAIT):
     """Poll ``cond(driver)`` until it is truthy (a re-rendered element is simply looked up again)."""

@@ -7,12 +7,13 @@ import { mirrorsView } from "./mirrors.js";
 import { overviewView } from "./overview.js";
 import { queueView, queuesView } from "./queues.js";
 import { streamsView } from "./streams.js";
+import { shovelsView } from "./shovels.js";
 import { onRefresh } from "./ui.js";
 
 const ROUTES = {
   overview: overviewView, connections: connectionsView, channels: channelsView, exchanges: exchangesView,
-  queues: queuesView, streams: streamsView, admin: adminView, mirrors: mirrorsView, exchange: exchangeView,
-  queue: queueView, connection: connectionView, channel: channelView,
+  queues: queuesView, streams: streamsView, admin: adminView, mirrors: mirrorsView, shovels: shovelsView,
+  exchange: exchangeView, queue: queueView, connection: connectionView, channel: channelView,
 };
 const TAB_OF = { exchange: "exchanges", queue: "queues", connection: "connections", channel: "channels" };
 const $ = (id) => document.getElementById(id);

@@ -3,6 +3,7 @@
 import { api, enc, get } from "./api.js";
 import { historyQuery, lineChart } from "./chart.js";
 import { bindingsSection, deleteButton, publishForm } from "./forms.js";
+import { moveMessagesForm } from "./shovels.js";
 import { act, confirmAction, field, fmtBytes, fmtNum, fmtRate, h, kv, ListView, press, rate, refreshNow, toast, totals } from "./ui.js";
 
 export const queueHref = (vhost, name) => `#/queue/${enc(vhost)}/${enc(name)}`;
@@ -92,6 +93,7 @@ export function queueView(main, [vhost, name], session) {
     h("section", { class: "card", "aria-labelledby": "consumers-title" }, h("h3", { id: "consumers-title" }, "Consumers"), consumers.el),
     bindings.el, publishForm(vhost, "", name),
     getSection,
+    reader && moveMessagesForm(vhost, name),
     h("section", { class: "card", "aria-labelledby": "danger-title" }, h("h3", { id: "danger-title" }, "Purge or delete"),
       h("div", { class: "controls" },
         purge,
