@@ -106,7 +106,7 @@ def _cancel(ch: ChannelSession, tag: str, now: float) -> None:
     then its unacked deliveries back, counting no failure (RabbitMQ 4.3)."""
     queue, consumer = ch.consumers[tag]
     ch.timeouts.pop(tag, None)
-    ch.delivery.remove_consumer(ch.vhost, queue, tag, now)
+    ch.delivery.remove_consumer(ch.vhost, queue, consumer, now)
     ch.consumer_cancelled(consumer)
     held = [t for t, (_, entry) in ch.unacked.items() if entry.owner is consumer]
     items = [ch.unacked.pop(t) for t in held]
