@@ -80,7 +80,8 @@ class HTTPServer:
             fd_total=resource.getrlimit(resource.RLIMIT_NOFILE)[0], processors=os.cpu_count() or 1,
             listeners=[Listener(name, host, port) for name, (host, port) in getattr(self.app, "bound", {}).items()],
             mem_limit=settings.limits.memory_limit_bytes, disk_free_limit=settings.limits.disk_free_limit,
-            cert_not_after=self._cert_not_after, data_dir=str(settings.storage.data_dir))
+            cert_not_after=self._cert_not_after, data_dir=str(settings.storage.data_dir),
+            cluster=self.app.cluster.status() if getattr(self.app, "cluster", None) is not None else [])
 
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]:
         """A mirror log's span on disk: first and next offset, bytes, segments (stats its files; the
