@@ -373,7 +373,7 @@ async def serve(settings: Settings, own_process: bool = False, *,
     if settings.cluster.etcd_endpoints:
         from headrace.server.net.cluster_node import ClusterNode
 
-        await ClusterNode(settings).serve()
+        await ClusterNode(settings, App).serve()
         return
     app = App(settings)
     app.own_process = own_process

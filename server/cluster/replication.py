@@ -171,7 +171,7 @@ class ReplicationConnection:
             body = _REFUSE.pack(event.epoch, len(reason)) + reason
         return HEADER.pack(kind, len(body)) + body
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray) -> list[Event]:
         """The whole events ``data`` completes, in order; ``b""`` is the peer's end of stream."""
         if self._closed:
             raise ReplicationError("data after the end of the stream")

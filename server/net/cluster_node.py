@@ -26,7 +26,8 @@ import json
 import logging
 import signal
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import trio
 
@@ -50,8 +51,20 @@ clog = logging.getLogger("headrace.cluster")
 RETRY_PAUSE = 0.2
 
 
+class LeaderApp(Protocol):
+    """The broker a leader runs (``server/app.App``, passed in by it: the shell below the app
+    does not import it)."""
+
+    cluster_failure: str
+
+    async def serve(self, *, task_status: trio.TaskStatus[Any] = ...) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class ClusterNode:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, make_app: Callable[..., LeaderApp]) -> None:
+        self.make_app = make_app
         self.settings = settings
         self.data_dir = Path(settings.storage.data_dir)
         self.lock = DataDirLock(self.data_dir)
@@ -70,7 +83,7 @@ class ClusterNode:
         self.agent.core.blocked = is_incomplete(self.data_dir)
         self.follower = ReplicationFollower(self.data_dir, self.node, self._set_blocked)
         self.leader: ReplicationLeader | None = None
-        self.app: Any = None  # the App while leading
+        self.app: LeaderApp | None = None  # the broker while leading
 
     def _set_blocked(self, blocked: bool) -> None:
         self.agent.core.blocked = blocked
@@ -140,8 +153,6 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ leading
     async def _lead(self, notice: Lead) -> None:
-        from headrace.server.app import App
-
         c = self.settings.cluster
         try:
             members = await self.agent.members()
@@ -158,7 +169,7 @@ class ClusterNode:
             write_in_sync=self.agent.write_in_sync, lag_timeout=c.cluster_lag_timeout_s)
         await leader.set_in_sync(set(in_sync) | {self.node})
         try:
-            app = self.app = App(self.settings, lock=self.lock, replication=leader, cluster=self)
+            app = self.app = self.make_app(self.settings, lock=self.lock, replication=leader, cluster=self)
             done = trio.Event()
             asked = False
 

@@ -55,7 +55,7 @@ class FollowerState:
     connected: bool = False
     copying: bool = True  # a copy is under way: not counted, not joined to the set
     consistent_at: int = 0
-    wake: trio.Event = field(default_factory=trio.Event)
+    ready: trio.Event = field(default_factory=trio.Event)
 
 
 class ReplicationLeader:
@@ -108,7 +108,7 @@ class ReplicationLeader:
             _, dropped = self.backlog.popleft()
             self.backlog_bytes -= len(dropped)
         for f in self.followers.values():
-            f.wake.set()
+            f.ready.set()
         return self.tap.position
 
     async def replicated(self, wait: bool) -> None:
@@ -252,7 +252,7 @@ class ReplicationLeader:
         else:
             await self._copy(conn, stream, f)
         while True:
-            f.wake = trio.Event()
+            f.ready = trio.Event()
             while f.sent < self.position:
                 if self.backlog and self.backlog[0][0] > f.sent + 1:
                     raise ReplicationError(f"{f.name} fell behind the backlog: it will get a copy")
@@ -260,8 +260,8 @@ class ReplicationLeader:
                 await stream.send_all(b"".join(conn.send(Append(self.epoch, pos, payload)) for pos, payload in batch))
                 f.sent = batch[-1][0]
             with trio.move_on_after(HEARTBEAT_INTERVAL):
-                await f.wake.wait()
-            if not f.wake.is_set():
+                await f.ready.wait()
+            if not f.ready.is_set():
                 await stream.send_all(conn.send(Heartbeat(self.epoch, self.committed)))
 
     def _batches_after(self, sent: int) -> list[tuple[int, bytes]]:
