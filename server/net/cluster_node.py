@@ -102,6 +102,9 @@ class ClusterNode:
     async def serve(self) -> None:
         try:
             self._check_ports()
+            # imported now, not when the first leadership starts the HTTP listener: an import of
+            # a second or more on a busy machine would block the loop and with it the lease's renewal
+            import headrace.server.net.http_conn  # noqa: F401
             try:
                 await self.agent.start()
             except ClusterError as exc:

@@ -1,9 +1,12 @@
-"""Three clustered nodes with the module's real etcd: confirms wait for a second disk, a kill -9
-of the leader under confirmed load loses nothing confirmed, a follower's kill does not stop
-service, and every node answers clients (a follower forwards them to the leader)."""
+"""Three clustered nodes with the module's real etcd: confirms wait for a second disk; under
+confirmed load, a kill -9 of the leader (two rounds), a kill -9 of a follower, a frozen leader
+(SIGSTOP past its lease, then SIGCONT) and an etcd restart lose nothing confirmed and service goes
+on; every node answers clients (a follower forwards them to the leader); unacked deliveries of a
+dead leader come back redelivered."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
@@ -19,12 +22,13 @@ QUEUE = "orders"
 
 def start_three(broker_factory: Any, etcd: Any, cluster_name: str, tmp_path: Any) -> list[Node]:
     nodes = [Node(broker_factory, etcd, cluster_name, f"hr{i}@localhost", tmp_path / f"n{i}") for i in (1, 2, 3)]
-    nodes[0].start()
-    wait_for(nodes[0].leads, 10.0)
-    for n in nodes[1:]:
-        n.start()
+    starts = [threading.Thread(target=n.start) for n in nodes]  # together: a process takes seconds to start
+    for t in starts:
+        t.start()
+    for t in starts:
+        t.join()
     names = {n.name for n in nodes}
-    wait_for(lambda: in_sync(nodes[0]) == names, 20.0)
+    wait_for(lambda: in_sync(leader_of(nodes)) == names, 20.0)
     return nodes
 
 
@@ -69,12 +73,24 @@ class Publisher(threading.Thread):
                     time.sleep(0.05)
 
 
+def connect(node: Node, timeout: float = 10.0) -> pika.BlockingConnection:
+    """A client's connection that tries again while the node changes role (it listens again)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.amqp_port, connection_attempts=1))
+        except pika.exceptions.AMQPConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def logs(nodes: list[Node]) -> str:
     return "\n".join(f"--- {n.name}\n" + "".join([x for x in n.lines if "httpx" not in x][-30:]) for n in nodes)
 
 
 def drain(node: Node) -> list[int]:
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.amqp_port))
+    conn = connect(node)
     ch = conn.channel()
     got = []
     while True:
@@ -144,8 +160,80 @@ def test_a_follower_forwards_clients_to_the_leader_and_confirms_need_a_second_di
         assert n.proc.stop() == 0, n.proc.log[-3000:]
 
 
-@pytest.mark.parametrize("victim", ["follower"])
-def test_service_goes_on_when_a_follower_is_killed(etcd, cluster_name, broker_factory, tmp_path, victim) -> None:
+def fault(kind: str, nodes: list[Node], etcd: Any) -> None:
+    """Do one fault to a running cluster and heal it."""
+    leader = leader_of(nodes)
+    if kind == "follower killed":
+        victim = next(n for n in nodes if n is not leader)
+        victim.proc.kill()
+        time.sleep(TTL)
+        victim.start()
+    elif kind == "leader frozen":
+        leader.proc.signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: any(n.leads() for n in nodes if n is not leader), TTL + 10.0)
+        finally:
+            leader.proc.signal(signal.SIGCONT)
+    elif kind == "etcd restarted":
+        etcd.restart()
+
+
+@pytest.mark.parametrize("kind", ["follower killed", "leader frozen", "etcd restarted"])
+def test_a_fault_under_confirmed_load_loses_nothing_confirmed(etcd, cluster_name, broker_factory, tmp_path,
+                                                             kind: str) -> None:
+    nodes = start_three(broker_factory, etcd, cluster_name, tmp_path)
+    publisher = Publisher(nodes)
+    publisher.start()
+    try:
+        wait_for(lambda: len(publisher.confirmed) > 200, 20.0)
+        fault(kind, nodes, etcd)
+        before = len(publisher.confirmed)
+        try:
+            wait_for(lambda: len(publisher.confirmed) > before + 100, TTL + 20.0)
+            names = {n.name for n in nodes}
+            wait_for(lambda: in_sync(leader_of(nodes)) == names, 30.0)
+        except AssertionError:
+            raise AssertionError(f"the cluster did not recover from {kind}:\n" + logs(nodes)) from None
+    finally:
+        publisher.stop.set()
+        publisher.join(15)
+    got = drain(leader_of(nodes))
+    lost = publisher.confirmed - set(got)
+    assert not lost, f"{len(lost)} confirmed messages lost, e.g. {sorted(lost)[:10]}"
+    for n in nodes:
+        assert n.proc.stop() == 0, n.proc.log[-3000:]
+
+
+def test_unacked_deliveries_of_a_dead_leader_come_back_redelivered(etcd, cluster_name, broker_factory,
+                                                                   tmp_path) -> None:
+    nodes = start_three(broker_factory, etcd, cluster_name, tmp_path)
+    leader = leader_of(nodes)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", leader.amqp_port))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("work", durable=True)
+    for i in range(10):
+        ch.basic_publish("", "work", str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    taken = [ch.basic_get("work")[0] for _ in range(4)]  # delivered, never acked
+    assert all(m is not None and not m.redelivered for m in taken)
+    follower = next(n for n in nodes if n is not leader)
+    wait_for(lambda: (rows := {r["name"]: r for r in follower.nodes()}) and
+             all(r.get("replication_lag", 1) == 0 for r in rows.values()), 5.0)
+    leader.proc.kill()
+    new = leader_of([n for n in nodes if n is not leader])
+    conn = connect(new)
+    ch = conn.channel()
+    got = []
+    while (m := ch.basic_get("work", auto_ack=True))[0] is not None:
+        got.append((int(m[2]), m[0].redelivered))
+    conn.close()
+    assert got == [(i, i < 4) for i in range(10)]
+    leader.start()
+    for n in nodes:
+        assert n.proc.stop() == 0, n.proc.log[-3000:]
+
+
+def test_service_goes_on_when_a_follower_is_killed(etcd, cluster_name, broker_factory, tmp_path) -> None:
     nodes = start_three(broker_factory, etcd, cluster_name, tmp_path)
     leader = leader_of(nodes)
     dead = next(n for n in nodes if n is not leader)
