@@ -92,7 +92,10 @@ class ReplicaFiles:
             self._dirty.add(op.path)
 
     def _keep_only(self, keep: set[str]) -> None:
-        """Delete every file of the directory the leader's snapshot does not list."""
+        """Delete every file of the directory the leader's snapshot does not list. A copy starts
+        here: files kept open from before may have been replaced since (this node led meanwhile,
+        its own writers renamed new files over them), so every open file is closed first."""
+        self._sync_and_close_all()
         for rel in _files(self.root):
             if rel not in keep and rel not in _OWN:
                 self._forget_under(rel)
@@ -149,9 +152,13 @@ class ReplicaFiles:
         self._dirs.clear()
 
     def close(self) -> None:
+        """Closes every open file (synced after each batch already). Called whenever the node
+        stops following: while it leads, its own writers replace files under these names."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self._dirty.clear()
+        self._dirs.clear()
 
 
 def _files(root: Path) -> list[str]:

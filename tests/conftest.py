@@ -131,6 +131,23 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
         proc.kill()
 
 
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[type]:
+    """``broker_factory`` for brokers a whole module shares (a cluster the tests leave whole)."""
+    started: list[BrokerProcess] = []
+    base = tmp_path_factory.mktemp("brokers")
+
+    def make(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> BrokerProcess:
+        proc = BrokerProcess(data_dir or base / f"b{len(started)}", *args, env=env)
+        proc.data_dir.mkdir(parents=True, exist_ok=True)
+        started.append(proc)
+        return proc.start()
+
+    yield make  # type: ignore[misc]
+    for proc in started:
+        proc.kill()
+
+
 class Tmpfs:
     """A tmpfs mounted on a directory of its own: a small real filesystem to fill up."""
 

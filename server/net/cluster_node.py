@@ -164,6 +164,7 @@ class ClusterNode:
             members = {}
         known = self.agent.core.in_sync
         in_sync = [n for n in known if n in members or n == self.node] if known is not None else []
+        self.follower.close()  # its open files: the broker's writers replace files under their names
         tap = replica_tap.Tap(self.data_dir)
         replica_tap.install(tap)
         leader = self.leader = ReplicationLeader(

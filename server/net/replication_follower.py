@@ -57,6 +57,7 @@ class ReplicationFollower:
             self.log.position = 0  # another leader, or a copy cut short: a fresh copy
             self.copying, self.consistent_at = False, 0
         self.log.epoch = max(self.log.epoch, epoch)
+        self.files.close()  # nothing kept open from an earlier period (module docstring of replica_files)
         stream = await trio.open_tcp_stream(host, port)
         self.connected_to = leader
         conn = ReplicationConnection("follower")

@@ -167,3 +167,16 @@ def test_the_file_list_of_a_copy_deletes_what_the_leader_does_not_have_but_keeps
     ReplicaFiles(copy).apply(encode_op(KEEP_ONLY, ".", 0, b"keep-me"))
     assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == [
         "cluster.instance", "keep-me", "lock"]
+
+
+def test_a_copy_writes_into_the_files_that_are_there_now_not_into_ones_replaced_since(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    files = ReplicaFiles(copy)
+    files.apply(encode_op(WRITE, "definitions.log", 0, b"old"))  # kept open between batches
+    files.sync()
+    # this node led meanwhile: its own writer put a new file under the name
+    (copy / "definitions.log.new").write_bytes(b"new")
+    (copy / "definitions.log.new").replace(copy / "definitions.log")
+    files.apply(encode_op(KEEP_ONLY, ".", 0, b"definitions.log") + encode_op(WRITE, "definitions.log", 0, b"copied"))
+    files.sync()
+    assert (copy / "definitions.log").read_bytes() == b"copied"
