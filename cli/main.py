@@ -33,6 +33,10 @@ def cli(**global_opts: object) -> None:
               help="Write the bound ports here as JSON once listening.")
 @click.option("--fsync", type=click.Choice(["batch", "always", "off"]), help="Message store fsync policy [batch].")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--node-name", help="This node's name in a cluster [headrace@localhost].")
+@click.option("--cluster-etcd-endpoints", help="etcd client URLs, comma-separated: run as a cluster node.")
+@click.option("--cluster-id", help="The cluster's key prefix in etcd [default].")
+@click.option("--cluster-port", type=int, help="The replication listener's port [25672].")
 def serve(config_file: Path | None, **flags: object) -> None:
     """Run the broker in the foreground (SIGINT/SIGTERM stop it gracefully)."""
     from pydantic import ValidationError

@@ -58,6 +58,8 @@ class ClusterView(Protocol):
 
     def status(self) -> list[dict[str, object]]: ...
 
+    def leave(self, name: str) -> bool: ...
+
 
 class App:
     def __init__(self, settings: Settings, *, lock: DataDirLock | None = None, replication: Replication | None = None,

@@ -30,7 +30,7 @@ from headrace.persistence.records import MAX_RECORD_SIZE
 
 __all__ = [
     "Ack", "Append", "Closed", "Event", "FollowerLog", "Gap", "Heartbeat", "Hello", "PROTOCOL_VERSION",
-    "Refuse", "ReplicationConnection", "ReplicationError", "Snapshot", "SnapshotDone",
+    "Leave", "Refuse", "ReplicationConnection", "ReplicationError", "Snapshot", "SnapshotDone",
 ]
 
 PROTOCOL_VERSION = 1
@@ -102,16 +102,26 @@ class SnapshotDone:
 
 
 @dataclass(slots=True, frozen=True)
+class Leave:
+    """The operator removed the follower from the cluster (``headrace cluster leave``): it stops."""
+
+    epoch: int
+
+
+@dataclass(slots=True, frozen=True)
 class Closed:
     """The peer closed its side at a frame boundary."""
 
 
-Event = Hello | Append | Heartbeat | Ack | Refuse | Snapshot | SnapshotDone | Closed
+Event = Hello | Append | Heartbeat | Ack | Refuse | Snapshot | SnapshotDone | Leave | Closed
 
-_TYPES: dict[type, int] = {Hello: 1, Append: 2, Heartbeat: 3, Ack: 4, Refuse: 5, Snapshot: 6, SnapshotDone: 7}
-_FROM_LEADER = frozenset({1, 2, 3, 6, 7})
+_TYPES: dict[type, int] = {Hello: 1, Append: 2, Heartbeat: 3, Ack: 4, Refuse: 5, Snapshot: 6, SnapshotDone: 7,
+                           Leave: 8}
+_FROM_LEADER = frozenset({1, 2, 3, 6, 7, 8})
 _FROM_FOLLOWER = frozenset({1, 4, 5})
-_NAMES = {1: "hello", 2: "append", 3: "heartbeat", 4: "ack", 5: "refuse", 6: "snapshot", 7: "snapshot-done"}
+_NAMES = {1: "hello", 2: "append", 3: "heartbeat", 4: "ack", 5: "refuse", 6: "snapshot", 7: "snapshot-done",
+          8: "leave"}
+_ONE = struct.Struct(">Q")  # leave
 _THREE = struct.Struct(">QQQ")  # snapshot-done
 _SNAP = struct.Struct(">QI")  # snapshot: epoch, crc
 
@@ -140,7 +150,7 @@ class ReplicationConnection:
     def peer(self) -> Hello | None:
         return self._peer_hello
 
-    def send(self, event: Hello | Append | Heartbeat | Ack | Refuse | Snapshot | SnapshotDone) -> bytes:
+    def send(self, event: Hello | Append | Heartbeat | Ack | Refuse | Snapshot | SnapshotDone | Leave) -> bytes:
         kind = _TYPES[type(event)]
         if kind not in self._may_send:
             raise ReplicationError(f"a {self.our_role} does not send {_NAMES[kind]}")
@@ -164,6 +174,8 @@ class ReplicationConnection:
             body = _THREE.pack(event.epoch, event.position, event.consistent_at)
         elif isinstance(event, Heartbeat):
             body = _TWO.pack(event.epoch, event.committed)
+        elif isinstance(event, Leave):
+            body = _ONE.pack(event.epoch)
         elif isinstance(event, Ack):
             body = _TWO.pack(event.epoch, event.position)
         else:
@@ -233,6 +245,10 @@ class ReplicationConnection:
             if zlib.crc32(payload) != crc:
                 raise ReplicationError("snapshot piece: CRC mismatch")
             return Snapshot(epoch, payload)
+        if kind == 8:
+            if len(body) != _ONE.size:
+                raise ReplicationError(f"leave of {len(body)} bytes")
+            return Leave(*_ONE.unpack(body))
         if kind == 7:
             if len(body) != _THREE.size:
                 raise ReplicationError(f"snapshot-done of {len(body)} bytes")

@@ -81,6 +81,18 @@ def get_node(ctx: Context, req: Request, name: str) -> Response:
     raise HTTPError(404, "not_found", f"node '{name}' not found")
 
 
+@routes.delete("/api/cluster/nodes/{name}", admin=True)
+def leave_cluster(ctx: Context, req: Request, name: str) -> Response:
+    """``headrace cluster leave NAME``: a follower is told to stop and leaves the in-sync set; the
+    leader stops, handing over at once (its lease revoked). RabbitMQ's ``forget_cluster_node``."""
+    left = ctx.cluster_leave(name)
+    if left is None:
+        raise HTTPError(400, "bad_request", "this node is not in a cluster (cluster_etcd_endpoints is not set)")
+    if not left:
+        raise HTTPError(404, "not_found", f"node '{name}' is not in the cluster")
+    return Response(204)
+
+
 # RabbitMQ's breakdown keys; headrace fills those it has a figure for, the rest are 0
 _RABBIT_MEMORY_KEYS = (
     "connection_readers", "connection_writers", "connection_channels", "connection_other", "queue_procs",

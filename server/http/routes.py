@@ -88,6 +88,8 @@ class Context(Protocol):
 
     def node_facts(self) -> NodeFacts: ...
 
+    def cluster_leave(self, name: str) -> bool | None: ...  # None: not clustered
+
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]: ...
 
 

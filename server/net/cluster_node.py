@@ -241,6 +241,9 @@ class ClusterNode:
                 await self.follower.follow(notice.leader, host, port, notice.epoch)
             except (OSError, ReplicationError, ValueError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 clog.info("replication from %s: %s", notice.leader, exc)
+            if self.follower.removed:
+                self._stop()  # ``headrace cluster leave``: gone for good, its lease given back
+                return
             await trio.sleep(RETRY_PAUSE)
 
     def _write_ports(self, bound: dict[str, int]) -> None:
@@ -250,6 +253,15 @@ class ClusterNode:
         tmp = Path(str(path) + ".tmp")
         tmp.write_text(json.dumps(bound))
         tmp.replace(path)
+
+    def leave(self, name: str) -> bool:
+        """``headrace cluster leave NAME`` (asked of the leader): the follower is told to stop and
+        leaves the in-sync set; the leader itself stops, handing over at once. False: unknown."""
+        if name == self.node:
+            self._stop()
+            return True
+        leader = self.leader
+        return leader is not None and leader.remove(name)
 
     def status(self) -> list[dict[str, object]]:
         """Every node as this one sees it (the leader's view: the followers' acks and lag)."""

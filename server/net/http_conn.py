@@ -67,6 +67,11 @@ class HTTPServer:
         self.started_at = time.time()
         self._cert_not_after = _cert_expiry(app.settings.network.tls_certfile)
 
+    def cluster_leave(self, name: str) -> bool | None:
+        """``DELETE /api/cluster/nodes/{name}``: None when this broker is not clustered."""
+        cluster = getattr(self.app, "cluster", None)
+        return None if cluster is None else bool(cluster.leave(name))
+
     def node_facts(self) -> NodeFacts:
         """What /api/nodes and the health checks say of this process: descriptors from /proc, the
         listeners the app bound, the TLS certificate's expiry (read once at start)."""

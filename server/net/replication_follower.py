@@ -21,8 +21,9 @@ from pathlib import Path
 import trio
 
 from headrace.persistence.replica_files import ReplicaFiles, is_incomplete
-from headrace.server.cluster.replication import (Ack, Append, Closed, FollowerLog, Gap, Heartbeat, Hello, Refuse,
-                                                 ReplicationConnection, ReplicationError, Snapshot, SnapshotDone)
+from headrace.server.cluster.replication import (Ack, Append, Closed, FollowerLog, Gap, Heartbeat, Hello, Leave,
+                                                 Refuse, ReplicationConnection, ReplicationError, Snapshot,
+                                                 SnapshotDone)
 
 __all__ = ["ReplicationFollower"]
 
@@ -45,6 +46,7 @@ class ReplicationFollower:
         self.copying = False
         self.consistent_at = 0
         self.connected_to = ""
+        self.removed = False  # the leader said ``Leave``: the node stops
 
     @property
     def complete(self) -> bool:
@@ -84,6 +86,11 @@ class ReplicationFollower:
                     return False
             elif isinstance(event, Closed):
                 end = True
+            elif isinstance(event, Leave):
+                if self.log.hello(Hello(event.epoch, 0, "-")) is None:  # only the current leader's
+                    log.warning("replication: %s removed this node from the cluster: it stops", self.connected_to)
+                    self.removed = True
+                    return False
             elif isinstance(event, Heartbeat):
                 refused = self.log.heartbeat(event)
                 if refused is not None:

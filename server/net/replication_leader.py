@@ -33,8 +33,8 @@ import trio
 from headrace.persistence.replica_files import snapshot_ops
 from headrace.persistence.replica_tap import MAX_BATCH_BYTES, Tap
 from headrace.server.net.flusher import NotCommitted
-from headrace.server.cluster.replication import (Ack, Append, Closed, Heartbeat, Hello, Refuse, ReplicationConnection,
-                                                 ReplicationError, Snapshot, SnapshotDone)
+from headrace.server.cluster.replication import (Ack, Append, Closed, Heartbeat, Hello, Leave, Refuse,
+                                                 ReplicationConnection, ReplicationError, Snapshot, SnapshotDone)
 
 __all__ = ["FollowerState", "ReplicationLeader"]
 
@@ -54,6 +54,7 @@ class FollowerState:
     sent: int = 0
     connected: bool = False
     copying: bool = True  # a copy is under way: not counted, not joined to the set
+    leaving: bool = False  # removed by the operator: told to stop at the next wake
     consistent_at: int = 0
     ready: trio.Event = field(default_factory=trio.Event)
 
@@ -83,6 +84,7 @@ class ReplicationLeader:
         self._isr_writing = False
         self.joining: set[str] = set()
         self.stopped = False
+        self.removed: set[str] = set()  # removed by the operator while this node leads
 
     @property
     def min_in_sync(self) -> int:
@@ -177,6 +179,7 @@ class ReplicationLeader:
             history.popleft()
         old = history[0][1] if history[0][0] <= now - self.lag_timeout else 0
         want = set(self.in_sync)
+        want -= self.removed
         for name in list(want - {self.node}):
             f = self.followers.get(name)
             if f is None or not f.connected or f.copying:
@@ -188,7 +191,8 @@ class ReplicationLeader:
                 if f.acked < old:
                     want.discard(name)
         for f in self.followers.values():
-            if f.name not in want and f.connected and not f.copying and f.acked >= self.committed:
+            if f.name not in want and f.connected and not f.copying and f.name not in self.removed \
+                    and f.acked >= self.committed:
                 want.add(f.name)
         if want != self.in_sync:
             await self.set_in_sync(want)
@@ -253,6 +257,10 @@ class ReplicationLeader:
             await self._copy(conn, stream, f)
         while True:
             f.ready = trio.Event()
+            if f.leaving:
+                await stream.send_all(conn.send(Leave(self.epoch)))
+                self.followers.pop(f.name, None)
+                return
             while f.sent < self.position:
                 if self.backlog and self.backlog[0][0] > f.sent + 1:
                     raise ReplicationError(f"{f.name} fell behind the backlog: it will get a copy")
@@ -313,6 +321,19 @@ class ReplicationLeader:
                 elif isinstance(event, Closed):
                     scope.cancel()
                     return
+
+    def remove(self, name: str) -> bool:
+        """The operator removes follower ``name``: it is told to stop, and the next review takes
+        it out of the in-sync set (in etcd); False when no such node is known."""
+        f = self.followers.get(name)
+        if f is None and name not in self.in_sync:
+            return False
+        self.members = max(self.members - 1, 1)
+        self.removed.add(name)
+        if f is not None:
+            f.leaving = True
+            f.ready.set()
+        return True
 
     def status(self) -> dict[str, dict[str, object]]:
         """Per follower: connected, in sync, and the lag in batches and bytes (for /api/nodes)."""

@@ -6,16 +6,21 @@ dead leader come back redelivered."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pika
 import pika.exceptions
 import pytest
 
+from conftest import free_port
 from nodes import TTL, Node, in_sync, wait_for
 
 QUEUE = "orders"
@@ -216,6 +221,42 @@ def test_unacked_deliveries_of_a_dead_leader_come_back_redelivered(cluster: list
     conn.close()
     assert got == [(i, i < 4) for i in range(10)]
     healthy(cluster)
+
+
+def headrace(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "headrace", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_fourth_node_joins_a_running_cluster_and_leaves_it(cluster: list[Node], etcd: Any,
+                                                             tmp_path: Path) -> None:
+    healthy(cluster)
+    leader = leader_of(cluster)
+    cluster_id = leader.cluster_name
+    ports = [str(free_port()) for _ in range(3)]
+    fourth = subprocess.Popen(
+        [sys.executable, "-m", "headrace", "cluster", "join", etcd.endpoint, "--node-name", "hr4@localhost",
+         "--cluster-id", cluster_id, "--cluster-port", ports[0], "--amqp-port", ports[1], "--http-port", ports[2],
+         "--data-dir", str(tmp_path / "n4")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "HEADRACE_CLUSTER_LEASE_TTL_S": str(TTL)})
+    try:
+        names = {n.name for n in cluster}
+        wait_for(lambda: in_sync(leader) == names | {"hr4@localhost"}, 30.0)
+        url = f"http://127.0.0.1:{ports[2]}"  # through the new node, forwarded to the leader
+        shown = headrace("cluster", "status", "--url", url, "--format", "tsv")
+        assert shown.returncode == 0, shown.stderr
+        rows = [line.split("\t") for line in shown.stdout.strip().splitlines()[1:]]
+        assert sorted((r[0], r[1]) for r in rows) == sorted(
+            [(n, "leader" if n == leader.name else "follower") for n in names | {"hr4@localhost"}])
+        left = headrace("cluster", "leave", "hr4@localhost", "--url", url)
+        assert left.returncode == 0 and "hr4@localhost is leaving the cluster" in left.stdout, left
+        assert fourth.wait(15) == 0
+        wait_for(lambda: in_sync(leader) == names, 10.0)
+        unknown = headrace("cluster", "leave", "nobody@nowhere", "--url", f"http://127.0.0.1:{leader.http_port}")
+        assert unknown.returncode == 1 and "node 'nobody@nowhere' is not in the cluster" in unknown.stderr
+    finally:
+        fourth.kill()
+        fourth.wait()
 
 
 def test_the_cluster_stops_gracefully(cluster: list[Node]) -> None:
