@@ -53,14 +53,11 @@ def leave(c: Client, node: str) -> None:
 @click.option("--amqp-port", type=int, help="AMQP port [5672].")
 @click.option("--http-port", type=int, help="HTTP API port [15672].")
 @click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False), help="Data directory [./headrace-data].")
-@click.pass_context
-def join(ctx: click.Context, etcd_endpoints: str, node_name: str, cluster_id: str, cluster_port: int,
-         **flags: object) -> None:
+def join(etcd_endpoints: str, node_name: str, cluster_id: str, cluster_port: int, **flags: object) -> None:
     """Run this node in the cluster whose etcd is at ETCD_ENDPOINTS (comma-separated URLs): it gets
     a copy of the leader's data, joins the in-sync set, and serves (forwarding to the leader)."""
-    from .main import serve
+    from .serving import run_broker
 
-    ctx.invoke(serve, config_file=None, node_name=node_name, cluster_etcd_endpoints=etcd_endpoints,
-               cluster_id=cluster_id, cluster_port=cluster_port,
-               **{k: v for k, v in flags.items() if v is not None})
+    run_broker(None, node_name=node_name, cluster_etcd_endpoints=etcd_endpoints, cluster_id=cluster_id,
+               cluster_port=cluster_port, **flags)
 
