@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pika
 import pika.exceptions
 import pytest
@@ -46,7 +47,8 @@ def healthy(nodes: list[Node]) -> None:
 
 
 def start_three(broker_factory: Any, etcd: Any, cluster_name: str, tmp_path: Any) -> list[Node]:
-    nodes = [Node(broker_factory, etcd, cluster_name, f"hr{i}@localhost", tmp_path / f"n{i}") for i in (1, 2, 3)]
+    nodes = [Node(broker_factory, etcd, cluster_name, f"hr{i}@localhost", tmp_path / f"n{i}", HEADRACE_METRICS="aggregate")
+             for i in (1, 2, 3)]
     starts = [threading.Thread(target=n.start) for n in nodes]  # together: a process takes seconds to start
     for t in starts:
         t.start()
@@ -144,6 +146,11 @@ def test_a_follower_forwards_clients_to_the_leader_and_the_message_is_on_every_d
     assert rows[leader.name]["cluster_role"] == "leader"
     assert sorted(r["cluster_role"] for r in rows.values()) == ["follower", "follower", "leader"]
     assert all(r["in_sync"] for r in rows.values())
+    # and /metrics has the role, the in-sync flag and the lag per node
+    text = httpx.get(f"http://127.0.0.1:{follower.http_port}/metrics", timeout=5).text
+    assert f'headrace_cluster_leader{{node="{leader.name}"}} 1' in text
+    assert f'headrace_cluster_in_sync{{node="{follower.name}"}} 1' in text
+    assert f'headrace_cluster_replication_lag{{node="{follower.name}"}}' in text
     # confirmed means on a second disk: the bytes are in an in-sync follower's store files
     holders = [n for n in cluster if n is not leader and b"hello through a follower" in
                b"".join(p.read_bytes() for p in (n.data_dir / "store").glob("*") if p.is_file())]
@@ -263,3 +270,33 @@ def test_the_cluster_stops_gracefully(cluster: list[Node]) -> None:
     healthy(cluster)
     for n in sorted(cluster, key=lambda n: n.leads()):  # the followers first, the leader last
         assert n.proc.stop() == 0, n.proc.log[-3000:]
+
+
+def test_the_console_overview_shows_the_nodes_their_roles_and_lag(cluster: list[Node], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    healthy(cluster)
+    leader = leader_of(cluster)
+    follower = next(n for n in cluster if n is not leader)
+    base = f"http://127.0.0.1:{follower.http_port}"  # a follower's port: the console is the leader's
+    browser.get(base + "/#/overview")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    wait = WebDriverWait(browser, 10, poll_frequency=0.05)
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#login").is_displayed())
+    browser.find_element(By.CSS_SELECTOR, "#login-user").send_keys("guest")
+    browser.find_element(By.CSS_SELECTOR, "#login-password").send_keys("guest", Keys.ENTER)
+
+    def rows(d: Any) -> dict[str, list[str]]:
+        found = d.find_elements(By.CSS_SELECTOR, "#cluster-nodes tbody tr")
+        return {cells[0]: cells[1:] for r in found if (cells := [c.text for c in r.find_elements(By.TAG_NAME, "td")])}
+
+    wait.until(lambda d: len(rows(d)) == 3)
+    shown = rows(browser)
+    assert shown[leader.name][:3] == ["leader", "yes", "yes"]
+    assert sorted(v[0] for v in shown.values()) == ["follower", "follower", "leader"]
+    assert all(v[2] == "yes" for v in shown.values())  # in sync
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
