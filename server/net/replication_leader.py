@@ -191,8 +191,10 @@ class ReplicationLeader:
                 if f.acked < old:
                     want.discard(name)
         for f in self.followers.values():
+            # caught up: everything committed, and all that was shipped ``lag_timeout`` ago (the
+            # committed position alone would let a stalled follower, which holds it back, straight in)
             if f.name not in want and f.connected and not f.copying and f.name not in self.removed \
-                    and f.acked >= self.committed:
+                    and f.acked >= max(self.committed, old):
                 want.add(f.name)
         if want != self.in_sync:
             await self.set_in_sync(want)
