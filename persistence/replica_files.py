@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .fsync import fsync_dir
-from .replica_tap import DELETE, KEEP_ONLY, REPLACE, TRUNCATE, WRITE, FileOp, decode_ops, encode_op
+from .replica_tap import DELETE, KEEP_ONLY, NODE_OWN, REPLACE, TRUNCATE, WRITE, FileOp, decode_ops, encode_op
 
 __all__ = ["INCOMPLETE_FILE", "ReplicaFiles", "is_incomplete", "snapshot_ops"]
 
@@ -28,8 +28,8 @@ INCOMPLETE_FILE = "replica.incomplete"
 OPEN_FILES_MAX = 64
 # the snapshot reads files in pieces of this size: one replication frame each
 SNAPSHOT_CHUNK = 1 << 20
-# never copied nor deleted by a copy: this node's own identity, lock and marker
-_OWN = frozenset({"lock", "cluster.instance", INCOMPLETE_FILE, "ports.json"})
+# never copied nor deleted by a copy: this node's own lock, identity, marker and ports file
+_OWN = NODE_OWN
 
 
 def is_incomplete(root: Path) -> bool:

@@ -34,13 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "DELETE", "KEEP_ONLY", "REPLACE", "TRUNCATE", "WRITE", "FileOp", "Tap", "current", "decode_ops",
+    "DELETE", "KEEP_ONLY", "NODE_OWN", "REPLACE", "TRUNCATE", "WRITE", "FileOp", "Tap", "current", "decode_ops",
     "deleted", "encode_op", "install", "replaced", "truncated", "uninstall", "wrote",
 ]
 
 WRITE, TRUNCATE, REPLACE, DELETE, KEEP_ONLY = 1, 2, 3, 4, 5
 _HEAD = struct.Struct(">BH")
 _TAIL = struct.Struct(">QI")
+# files of the node itself, never replicated nor replaced by a copy: the data directory's lock
+# (server/net/startup.py; its holder keeps it locked), the node's identity in the cluster, the mark
+# of a copy in progress, and the ports file the tests' launcher reads
+NODE_OWN = frozenset({"headrace.lock", "cluster.instance", "replica.incomplete", "ports.json"})
 # a batch taken past this many bytes is cut: one replication frame stays well under the codec's bound
 MAX_BATCH_BYTES = 8 << 20
 # a write larger than this (a group of many records) is reported in pieces of it
@@ -104,7 +108,7 @@ class Tap:
         if not full.startswith(self._prefix):
             return None
         rel = full[len(self._prefix):]
-        if rel.startswith("spill" + os.sep) or rel.endswith(".tmp") or rel == "lock":
+        if rel.startswith("spill" + os.sep) or rel.endswith(".tmp") or rel in NODE_OWN:
             return None  # transient (spill files are wiped at start) or the process's own
         return rel.replace(os.sep, "/")
 

@@ -146,6 +146,9 @@ def test_a_follower_forwards_clients_to_the_leader_and_the_message_is_on_every_d
     assert rows[leader.name]["cluster_role"] == "leader"
     assert sorted(r["cluster_role"] for r in rows.values()) == ["follower", "follower", "leader"]
     assert all(r["in_sync"] for r in rows.values())
+    # a copy never takes a node's own files: each lock still names its own process
+    for n in cluster:
+        assert (n.data_dir / "headrace.lock").read_text().strip() == str(n.proc.proc.pid)
     # and /metrics has the role, the in-sync flag and the lag per node
     text = httpx.get(f"http://127.0.0.1:{follower.http_port}/metrics", timeout=5).text
     assert f'headrace_cluster_leader{{node="{leader.name}"}} 1' in text

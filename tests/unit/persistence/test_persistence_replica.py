@@ -131,6 +131,7 @@ def test_spill_files_and_temporaries_are_not_replicated(tap: replica_tap.Tap, tm
     replica_tap.wrote(tmp_path / "leader" / "spill" / "q.spill", 0, b"transient")
     replica_tap.wrote(tmp_path / "leader" / "defs.tmp", 0, b"half")
     replica_tap.wrote(tmp_path / "elsewhere", 0, b"outside")
+    replica_tap.replaced(tmp_path / "leader" / "headrace.lock", b"123\n")  # the node's own
     assert tap.take() is None
 
 
@@ -161,12 +162,12 @@ def test_a_cut_operation_is_an_error_not_a_partial_write(cut: int) -> None:
 
 def test_the_file_list_of_a_copy_deletes_what_the_leader_does_not_have_but_keeps_the_nodes_own(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
-    for name in ("store/9.seg", "cluster.instance", "lock", "keep-me"):
+    for name in ("store/9.seg", "cluster.instance", "headrace.lock", "keep-me"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         (copy / name).write_bytes(b"x")
     ReplicaFiles(copy).apply(encode_op(KEEP_ONLY, ".", 0, b"keep-me"))
     assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == [
-        "cluster.instance", "keep-me", "lock"]
+        "cluster.instance", "headrace.lock", "keep-me"]
 
 
 def test_a_copy_writes_into_the_files_that_are_there_now_not_into_ones_replaced_since(tmp_path: Path) -> None:
