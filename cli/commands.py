@@ -15,6 +15,7 @@ import click
 from .admin_commands import connections, definitions, mirror, permissions, user, vhost
 from .diagnostics_commands import diagnostics
 from .client import Client, add_connection_options, fail, global_options, pass_client
+from .cluster_commands import cluster, join
 from .message_commands import consume, get, publish
 from .policy_commands import policy
 from .stream_commands import stream
@@ -26,6 +27,7 @@ __all__ = ["Client", "fail", "pass_client", "register"]
 def register(cli: click.Group) -> None:
     global_options(cli)
     for command in (overview, exchange, queue, bind, unbind, publish, get, consume, definitions, connections, user,
-                    vhost, permissions, mirror, policy, stream, diagnostics):
+                    vhost, permissions, mirror, policy, stream, diagnostics, cluster):
         add_connection_options(command)
         cli.add_command(command)
+    cluster.add_command(join)  # runs a node, as ``serve`` does: no connection options

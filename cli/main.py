@@ -3,7 +3,6 @@ over its HTTP API (see ``commands``) or run Spark jobs (``spark_commands``, opti
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -34,28 +33,15 @@ def cli(**global_opts: object) -> None:
 @click.option("--fsync", type=click.Choice(["batch", "always", "off"]), help="Message store fsync policy [batch].")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--rabbitmq-compat", help="RabbitMQ release whose semantics to follow: 3.10 (default), 4.0 to 4.3.")
+@click.option("--node-name", help="This node's name in a cluster [headrace@localhost].")
+@click.option("--cluster-etcd-endpoints", help="etcd client URLs, comma-separated: run as a cluster node.")
+@click.option("--cluster-id", help="The cluster's key prefix in etcd [default].")
+@click.option("--cluster-port", type=int, help="The replication listener's port [25672].")
 def serve(config_file: Path | None, **flags: object) -> None:
     """Run the broker in the foreground (SIGINT/SIGTERM stop it gracefully)."""
-    from pydantic import ValidationError
+    from .serving import run_broker
 
-    from headrace.persistence.definitions import DefinitionsError
-    from headrace.server.app import StartupError, run
-    from headrace.server.config import load_settings, unknown_env
-
-    for name in unknown_env(os.environ):  # a typo would otherwise be ignored without a word
-        click.echo(f"Warning: {name} is not a headrace setting or variable; ignored", err=True)
-    try:
-        settings = load_settings(config_file, **flags)
-    except (ValidationError, FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(f"invalid settings: {exc}") from None
-    try:
-        run(settings)
-    except StartupError as exc:  # a second broker on the data directory, a port in use
-        raise click.ClickException(str(exc)) from None
-    except DefinitionsError as exc:  # a damaged definitions file: say which, and leave it for the operator
-        raise click.ClickException(f"cannot start: {exc}") from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot start: {exc}") from None
+    run_broker(config_file, **flags)
 
 
 def _add_optional_commands() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+from . import replica_tap
 from .records import encode_record, iter_file_records
 
 __all__ = ["DedupJournal"]
@@ -63,6 +64,7 @@ class DedupJournal:
         self._file.flush()
         if sync:
             os.fsync(self._file.fileno())
+        replica_tap.wrote(self.path, self.size, data)
         self.size += len(data)
 
     @property
@@ -83,6 +85,7 @@ class DedupJournal:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         self.size = self.path.stat().st_size
+        replica_tap.replaced(self.path)
 
     def close(self) -> None:
         if self._file is not None:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import replica_tap
 from .fsync import fsync_dir
 
 __all__ = ["DefinitionsError", "DefinitionsStore"]
@@ -65,4 +66,5 @@ class DefinitionsStore:
             os.close(fd)
         os.replace(self._tmp, self._path)
         fsync_dir(self._path.parent)
+        replica_tap.replaced(self._path, data)
         return len(data)

@@ -31,6 +31,7 @@ from typing import Any
 
 from .definitions import DefinitionsError, DefinitionsStore
 from .definitions_model import DefinitionsModel
+from . import replica_tap
 from .fsync import fsync_dir
 
 __all__ = ["COMPACT_MIN_BYTES", "DefinitionsLog", "encode_record"]
@@ -115,6 +116,7 @@ class DefinitionsLog:
                 f.truncate(pos)
                 f.flush()
                 os.fsync(f.fileno())
+            replica_tap.truncated(self.path, pos)
         self.log_bytes = pos - HEADER.size
         return count
 
@@ -140,6 +142,7 @@ class DefinitionsLog:
             os.close(fd)
         os.replace(tmp, self.path)
         fsync_dir(self.directory)
+        replica_tap.replaced(self.path, HEADER.pack(MAGIC, generation))
         self.fsyncs += 2
         self.bytes_written += HEADER.size
         self.generation = generation
@@ -169,6 +172,7 @@ class DefinitionsLog:
             finally:
                 self.close()
             raise
+        replica_tap.wrote(self.path, good, data)
         self.log_bytes += len(data)
         self.bytes_written += len(data)
         if self.log_bytes > max(self.compact_min_bytes, self.snapshot_bytes):

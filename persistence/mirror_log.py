@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
+from . import replica_tap
 from .mirror_frame import LogMessage, frame_messages, frame_rows
 from .records import iter_records
 from .stream_filter import FILTER_SUFFIX, chunk_entry, truncate_chunks
@@ -123,6 +124,7 @@ class MirrorLog:
             with open(last.path, "r+b") as f:
                 f.truncate(valid_end)
                 os.fsync(f.fileno())
+            replica_tap.truncated(last.path, valid_end)
             self._truncate_index(last.path.with_suffix(INDEX_SUFFIX), valid_end)
             truncate_chunks(last.path, valid_end)
         self.next_offset = next_offset
@@ -143,6 +145,7 @@ class MirrorLog:
             if position < valid_end:
                 keep += data[i:i + INDEX_ENTRY.size]
         path.write_bytes(bytes(keep))
+        replica_tap.replaced(path, bytes(keep))
 
     def _open(self, base: int) -> None:
         self.close()  # the segment before, if any: synced and closed
@@ -208,6 +211,7 @@ class MirrorLog:
             log.warning("stream %s/%s: chunk filters of %s dropped (%s)", self.vhost, self.exchange, side.name, exc)
             self._close_side()
             side.unlink(missing_ok=True)
+            replica_tap.deleted(side)
 
     def _side_path(self) -> Path:
         return self.directory / f"{self._base:020d}{FILTER_SUFFIX}"
@@ -257,6 +261,8 @@ class MirrorLog:
             seg.path.unlink(missing_ok=True)
             seg.path.with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
             seg.path.with_suffix(FILTER_SUFFIX).unlink(missing_ok=True)
+            for gone in (seg.path, seg.path.with_suffix(INDEX_SUFFIX), seg.path.with_suffix(FILTER_SUFFIX)):
+                replica_tap.deleted(gone)
             self._last_ts.pop(seg.path, None)
             total -= seg.size
             dropped += 1
@@ -284,6 +290,9 @@ def _append_only(path: Path) -> BinaryIO:
 def _write_all(file: BinaryIO, data: bytes) -> None:
     """``data`` to an unbuffered file, through short writes; an OSError (a full disk) leaves a
     torn tail in the file, which the next ``recover`` cuts back to the last whole record."""
+    offset = file.tell() if replica_tap.current() is not None else -1
     view = memoryview(data)
     while view:
         view = view[file.write(view):]
+    if offset >= 0:
+        replica_tap.wrote(file.name, offset, data)

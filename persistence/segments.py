@@ -25,6 +25,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import replica_tap
 from .records import HEADER, HEADER_SIZE
 
 __all__ = [
@@ -111,6 +112,7 @@ class SegmentWriter:
         try:
             if os.fstat(fd).st_size != start:
                 os.ftruncate(fd, start)
+                replica_tap.truncated(self.path, start)
         except OSError:
             os.close(fd)
             raise
@@ -159,6 +161,7 @@ class SegmentWriter:
         if not self._pending:
             return
         fd, chunks, offset = self._fd, self._chunks, self.flushed
+        written = chunks if replica_tap.current() is not None else None
         try:
             if len(chunks) == 1 and os.pwrite(fd, chunks[0], offset) == self._pending:
                 offset += self._pending  # the common small group: one plain write
@@ -173,12 +176,15 @@ class SegmentWriter:
                     offset += want - done
             if self._cut_needed:
                 os.ftruncate(fd, offset)
+                replica_tap.truncated(self.path, offset)
                 self._cut_needed = False
                 self._reserved = offset
         except OSError:
             self._cut_back()
             self._open_chunk = None  # a view of it may live on in the traceback: never resize it
             raise
+        if written is not None:
+            replica_tap.wrote(self.path, self.flushed, written)
         self.flushed = offset
         self._chunks = []
         self._open_chunk = None
@@ -225,6 +231,7 @@ class SegmentWriter:
             self.flush()
             if self._reserved > self.flushed:
                 os.ftruncate(self._fd, self.flushed)
+                replica_tap.truncated(self.path, self.flushed)
         finally:
             os.close(self._fd)
 

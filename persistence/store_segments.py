@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import replica_tap
 from .fsync import FsyncMode, fsync_dir
 from .segments import WRITE_BUFFER_BYTES, SegmentWriter
 
@@ -179,6 +180,7 @@ class StoreSegments:
             os.unlink(seg.path)
         except FileNotFoundError:
             pass
+        replica_tap.deleted(seg.path)
         if self.mode is not FsyncMode.OFF:
             fsync_dir(self._dir)  # deletions must land in order: head first
             self.io.syncs += 1

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import replica_tap
+
 __all__ = ["BLOOM_BYTES", "CHUNK_ENTRY", "FILTER_SUFFIX", "Bloom", "Chunk", "StreamFilter", "chunk_entry",
            "read_chunks", "truncate_chunks"]
 
@@ -111,6 +113,7 @@ def truncate_chunks(segment: Path, valid_end: int) -> None:
                     if CHUNK_HEAD.unpack_from(data, i)[3] <= valid_end)
     if len(keep) != len(data):
         path.write_bytes(keep)
+        replica_tap.replaced(path, keep)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from . import replica_tap
 from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, seek_position
 from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
@@ -91,10 +92,12 @@ def write_offsets(directory: Path, offsets: dict[str, int]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, directory / OFFSETS_FILE)
+    replica_tap.replaced(directory / OFFSETS_FILE)
 
 
 def remove_stream(data_dir: Path, vhost: str, queue: str) -> None:
     shutil.rmtree(stream_dir(data_dir, vhost, queue), ignore_errors=True)
+    replica_tap.deleted(stream_dir(data_dir, vhost, queue))
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from headrace.server.net.alarms import MemoryWatch, run_alarms
 from headrace.server.http.history import History, Policy
 from headrace.server.http.sampler import StatsSampler
 from headrace.server.net.clock import Clock
+from headrace.server.net.flusher import Replication
 from headrace.server.net.gate import Gate
 from headrace.server.net.sender import Sender
 from headrace.server.net.shovels import Shovels
@@ -54,25 +55,33 @@ __all__ = ["StartupError", "serve", "run"]
 log = logging.getLogger("headrace")
 
 
-class ClusterMember(Protocol):
-    """What the root needs of the cluster agent (``server/net/cluster_agent.py``), which is
+class ClusterView(Protocol):
+    """What the broker's API needs of the clustered node that runs it (``server/net/cluster_node.py``,
     imported only when a cluster is configured: it brings httpx, which a standalone broker does
-    without."""
+    without)."""
 
-    async def run(self) -> str | None: ...
+    def status(self) -> list[dict[str, object]]: ...
 
-    async def stop(self) -> None: ...
+    def leave(self, name: str) -> bool: ...
 
 
 class App:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, lock: DataDirLock | None = None, replication: Replication | None = None,
+                 cluster: ClusterView | None = None) -> None:
+        """``lock``, ``replication``, ``cluster``: given by a cluster's leader (``cluster_node.py``),
+        which holds the directory's lock for its whole life and streams the group's writes."""
         self.settings = settings
         self.own_process = False  # serve(own_process=True): tune the collector once serving
         self.data_dir = Path(settings.storage.data_dir)
+        self.cluster = cluster
+        self.finished = trio.Event()
         # before anything in the directory is read or created: a second broker stops here
-        self.lock = DataDirLock(self.data_dir)
-        self.lock.acquire()
+        self._own_lock = lock is None
+        self.lock = lock if lock is not None else DataDirLock(self.data_dir)
+        if self._own_lock:
+            self.lock.acquire()
         self.cluster_failure = ""  # why the cluster agent made the broker stop
+        self._stopping = False
         self._stop_scope: trio.CancelScope | None = None  # the listeners' scope: cancelled, the broker stops
         # the shell's parts the broker calls are built first, so its ports name them (ARCHITECTURE.md,
         # "The shell's ports"); none of them needs the broker before its task runs
@@ -81,6 +90,7 @@ class App:
         self.sender = Sender()  # writes the output of connections whose writer tasks are parked
         self.stream_pump = StreamPump()
         self.storage = Storage(self.data_dir, settings, after_group=self.sender.flush)
+        self.storage.flusher.replication = replication
         flusher = self.storage.flusher
         ports = ShellPorts(wake_clock=self.clock.wake, wake_flusher=flusher.kick,
                            wake_mirror_writer=self.storage.mirror_writer.kick,
@@ -205,11 +215,18 @@ class App:
         try:
             await self._serve(task_status)
         finally:
-            self.lock.release()
+            if self._own_lock:
+                self.lock.release()
+            self.finished.set()
+
+    def stop(self) -> None:
+        """Stop as on SIGTERM (a clustered node that stops leading)."""
+        self._stopping = True
+        if self._stop_scope is not None:
+            self._stop_scope.cancel()
 
     async def _serve(self, task_status: trio.TaskStatus[App]) -> None:
         s = self.settings
-        agent = await self._join_cluster() if s.cluster.etcd_endpoints else None
         bound = await self._bind()
         self.load()
         async with trio.open_nursery() as root:
@@ -219,19 +236,18 @@ class App:
             root.start_soon(run_alarms, self.memory, self.storage.disk)
             root.start_soon(self.shovels.run)
             await self.storage.start(root, self.broker, self.gate)
-            if agent is not None:
-                root.start_soon(self._run_cluster, agent)
             async with trio.open_nursery() as conns:
                 async with trio.open_nursery() as listeners:
                     self._stop_scope = listeners.cancel_scope
-                    if self.cluster_failure:
+                    if self._stopping:
                         listeners.cancel_scope.cancel()
                     self._start_listeners(bound, listeners, conns)
                     self._write_ports()
                     for name, (host, port) in self.bound.items():
                         log.info("%s listening on %s:%d", name.upper(), host, port)
                     log.info("data directory %s", self.data_dir.resolve())
-                    listeners.start_soon(self._watch_signals, listeners.cancel_scope)
+                    if self.cluster is None:  # a clustered node watches the signals itself
+                        listeners.start_soon(self._watch_signals, listeners.cancel_scope)
                     task_status.started(self)
                     if self.own_process:
                         tune_gc()
@@ -243,37 +259,9 @@ class App:
                 self.http_shutdown()
             self.after_batch()  # the last connections' cleanup
             await self.storage.drain(self.broker)
-            if agent is not None:
-                await agent.stop()  # leadership handed over at once, not after the lease
             root.cancel_scope.cancel()
         self.storage.close()
-        log.info("stopped")
-        if self.cluster_failure:
-            raise StartupError(f"cluster: {self.cluster_failure}")
-
-    async def _run_cluster(self, agent: ClusterMember) -> None:
-        """The agent until shutdown; if it says the node must leave the cluster, the broker stops
-        as on SIGTERM and exits with that line."""
-        failure = await agent.run()
-        if failure:
-            self.cluster_failure = failure
-            if self._stop_scope is not None:
-                self._stop_scope.cancel()
-
-    async def _join_cluster(self) -> ClusterMember:
-        """Register with etcd before serving; one line and a non-zero exit when that cannot be done.
-        Only lead / follow is reported for now (logged): confirms do not wait for followers yet."""
-        from headrace.server.net.cluster_agent import ClusterAgent, ClusterError, instance_id
-
-        s = self.settings
-        c = s.cluster
-        agent = ClusterAgent(c.etcd_endpoints, c.cluster_id, c.node_name, c.cluster_lease_ttl_s,
-                             instance_id(self.data_dir), lambda notice: None)
-        try:
-            await agent.start()
-        except ClusterError as exc:
-            raise StartupError(f"cluster: {exc}") from None
-        return agent
+        log.info("stopped" if self.cluster is None else "stopped leading")
 
     async def _bind(self) -> dict[str, list[trio.SocketListener]]:
         """Every listening socket, bound before recovery: a port in use is one line at once, not a
@@ -406,6 +394,11 @@ async def serve(settings: Settings, own_process: bool = False, *,
                 task_status: trio.TaskStatus[App] = trio.TASK_STATUS_IGNORED) -> None:
     """The broker until it stops; ``own_process``: the process is the broker's alone (``run``), so
     its garbage collector is tuned for it once serving (``tune_gc``)."""
+    if settings.cluster.etcd_endpoints:
+        from headrace.server.net.cluster_node import ClusterNode
+
+        await ClusterNode(settings, App).serve()
+        return
     app = App(settings)
     app.own_process = own_process
     await app.serve(task_status=task_status)

@@ -271,6 +271,8 @@ class ClusterSettings(_Group):
     cluster_port: int = Field(25672, ge=0, le=65535)  # the replication listener (RabbitMQ's inter-node port)
     cluster_lease_ttl_s: int = Field(5, ge=2, le=60)  # a dead leader's lease expires after this
     cluster_min_in_sync: int | None = Field(None, ge=1)  # copies on disk before a confirm; None = a majority
+    # a follower that has not acked what the leader had this long ago leaves the in-sync set
+    cluster_lag_timeout_s: float = Field(1.5, gt=0, le=60)
 
     @field_validator("cluster_etcd_endpoints")
     @classmethod

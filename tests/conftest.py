@@ -131,6 +131,45 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
         proc.kill()
 
 
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[type]:
+    """``broker_factory`` for brokers a whole module shares (a cluster the tests leave whole)."""
+    started: list[BrokerProcess] = []
+    base = tmp_path_factory.mktemp("brokers")
+
+    def make(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> BrokerProcess:
+        proc = BrokerProcess(data_dir or base / f"b{len(started)}", *args, env=env)
+        proc.data_dir.mkdir(parents=True, exist_ok=True)
+        started.append(proc)
+        return proc.start()
+
+    yield make  # type: ignore[misc]
+    for proc in started:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    """One headless Debian Chromium for the whole session, driven through Debian's chromedriver
+    (both installed by ``make browser``); paths are given so Selenium never downloads a driver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,900",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # JavaScript errors, for the tests
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(15)
+    driver.set_script_timeout(10)
+    yield driver
+    driver.quit()
+
+
 class Tmpfs:
     """A tmpfs mounted on a directory of its own: a small real filesystem to fill up."""
 

@@ -58,7 +58,7 @@ class Grant:
 
 @dataclass(slots=True, frozen=True)
 class Transact:
-    purpose: Literal["register", "campaign", "in_sync"]
+    purpose: Literal["register", "campaign", "in_sync", "refresh"]
     compare: tuple[Compare, ...]
     success: tuple[RequestOp, ...]
     failure: tuple[RequestOp, ...]
@@ -118,8 +118,11 @@ def lease_margin(ttl: float) -> float:
 
 
 class Coordinator:
-    def __init__(self, cluster: str, node: str, ttl: int, instance: str, known_epoch: int = 0) -> None:
+    def __init__(self, cluster: str, node: str, ttl: int, instance: str, known_epoch: int = 0,
+                 address: dict[str, object] | None = None) -> None:
         self.prefix = f"/headrace/{cluster}/".encode()
+        self.address = dict(address or {})  # where the others reach this node: host and ports
+        self.blocked = False  # this node's files are not a whole copy (a copy under way): never campaign
         self.node = node
         self.ttl = ttl
         self.instance = instance
@@ -174,7 +177,7 @@ class Coordinator:
 
     def lease_granted(self, lease: int, ttl: int, sent_at: float) -> list[Output]:
         self.lease, self.ttl, self.renewed_at = lease, ttl, sent_at
-        member = json.dumps({"node": self.node, "instance": self.instance}).encode()
+        member = json.dumps({**self.address, "node": self.node, "instance": self.instance}).encode()
         return [self._register(Compare(self.member_key, "CREATE", 0), member)]
 
     def _register(self, condition: Compare, member: bytes) -> Transact:
@@ -211,7 +214,7 @@ class Coordinator:
             out.append(StopConfirming(f"lease not renewed for {now - self.renewed_at:.1f}s (ttl {self.ttl}s)"))
         if self._retry and now >= self._retry_at:
             purpose, self._retry = self._retry, None
-            if purpose == "campaign" and self.role is Role.FOLLOWER and self.leader is None:
+            if purpose in ("campaign", "refresh") and self.role is Role.FOLLOWER and self.leader is None:
                 out.extend(self._leader_seen(None, now))
             elif purpose == "register" and self.role is Role.STARTING and self.lease:
                 out.extend(self.lease_granted(self.lease, self.ttl, self.renewed_at))
@@ -222,7 +225,7 @@ class Coordinator:
         then: a campaign only if there is still no leader, a registration only if still needed).
         Without this, a campaign lost to an etcd hiccup would wait for a leader event that never
         comes."""
-        if purpose in ("campaign", "register"):
+        if purpose in ("campaign", "register", "refresh"):
             self._retry, self._retry_at = purpose, now + RETRY_AFTER
         return []
 
@@ -232,6 +235,8 @@ class Coordinator:
             return self._registered(result, now)
         if purpose == "campaign":
             return self._campaigned(result, now)
+        if purpose == "refresh":
+            return self._refreshed(result, now)
         return []  # in_sync: read back through the watch of a later session
 
     def _registered(self, result: TxnResult, now: float) -> list[Output]:
@@ -277,7 +282,7 @@ class Coordinator:
 
     def eligible(self) -> bool:
         """May this node campaign: in the in-sync set, or nothing is tracked yet."""
-        return self.in_sync is None or self.node in self.in_sync
+        return not self.blocked and (self.in_sync is None or self.node in self.in_sync)
 
     def _campaign(self) -> Transact:
         epoch = self.epoch + 1
@@ -294,6 +299,27 @@ class Coordinator:
             (Put(self.leader_key, value, self.lease), Put(self.epoch_key, str(epoch).encode())),
             (Get(self.leader_key), Get(self.epoch_key), Get(self.in_sync_key), Get(self.member_key)),
         )
+
+    def _refresh(self) -> Transact:
+        """Succeeds (and changes nothing) when the in-sync set is as this node last read it;
+        otherwise returns what a campaign's failure returns, to decide again."""
+        guard = (Compare(self.in_sync_key, "MOD", self._in_sync_mod) if self._in_sync_mod
+                 else Compare(self.in_sync_key, "CREATE", 0))
+        return Transact("refresh", (guard,), (),
+                        (Get(self.leader_key), Get(self.epoch_key), Get(self.in_sync_key), Get(self.member_key)))
+
+    def _refreshed(self, result: TxnResult, now: float) -> list[Output]:
+        if result.succeeded:
+            return [Follow(None, self.epoch)]  # not in the in-sync set: wait for a leader
+        leader, epoch, in_sync, member = result.ranges
+        self._note_epoch(epoch)
+        self._note_in_sync(in_sync)
+        if not member:
+            return []
+        kv = leader[0] if leader else None
+        if kv is None and not self.eligible():
+            return [Follow(None, self.epoch)]
+        return self._leader_seen(kv, now)
 
     def _campaigned(self, result: TxnResult, now: float) -> list[Output]:
         if result.succeeded:
@@ -323,6 +349,8 @@ class Coordinator:
             self.leader = None
             if self.eligible() and self.lease:
                 out.append(self._campaign())
+            elif self.lease and not self.blocked:
+                out.append(self._refresh())  # our in-sync view may be stale: read it before giving up
             else:
                 out.append(Follow(None, self.epoch))
             return out
@@ -337,6 +365,10 @@ class Coordinator:
         self.role, self.leader, self.confirming = Role.FOLLOWER, leader, False
         out.append(Follow(leader, epoch))
         return out
+
+    def in_sync_written(self, names: list[str], revision: int) -> None:
+        """This leader's in-sync write succeeded at ``revision``: a later campaign is guarded by it."""
+        self.in_sync, self._in_sync_mod = list(names), revision
 
     def in_sync_update(self, names: list[str]) -> Transact | None:
         """The txn a leader runs to record its in-sync set; None when this node does not lead."""

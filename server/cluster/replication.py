@@ -30,7 +30,7 @@ from headrace.persistence.records import MAX_RECORD_SIZE
 
 __all__ = [
     "Ack", "Append", "Closed", "Event", "FollowerLog", "Gap", "Heartbeat", "Hello", "PROTOCOL_VERSION",
-    "Refuse", "ReplicationConnection", "ReplicationError",
+    "Leave", "Refuse", "ReplicationConnection", "ReplicationError", "Snapshot", "SnapshotDone",
 ]
 
 PROTOCOL_VERSION = 1
@@ -82,16 +82,48 @@ class Refuse:
 
 
 @dataclass(slots=True, frozen=True)
+class Snapshot:
+    """A piece of the leader's copy of its directory (file operations, ``replica_files``): sent to
+    a follower whose position the leader cannot continue from (a new epoch, a restart, a gap)."""
+
+    epoch: int
+    payload: bytes
+
+
+@dataclass(slots=True, frozen=True)
+class SnapshotDone:
+    """The copy is sent: the follower's position is now ``position`` (the leader's when the copy
+    started; the appends after it follow), and its files are exact once it has written up to
+    ``consistent_at`` (the leader's position when the copy ended)."""
+
+    epoch: int
+    position: int
+    consistent_at: int
+
+
+@dataclass(slots=True, frozen=True)
+class Leave:
+    """The operator removed the follower from the cluster (``headrace cluster leave``): it stops."""
+
+    epoch: int
+
+
+@dataclass(slots=True, frozen=True)
 class Closed:
     """The peer closed its side at a frame boundary."""
 
 
-Event = Hello | Append | Heartbeat | Ack | Refuse | Closed
+Event = Hello | Append | Heartbeat | Ack | Refuse | Snapshot | SnapshotDone | Leave | Closed
 
-_TYPES: dict[type, int] = {Hello: 1, Append: 2, Heartbeat: 3, Ack: 4, Refuse: 5}
-_FROM_LEADER = frozenset({1, 2, 3})
+_TYPES: dict[type, int] = {Hello: 1, Append: 2, Heartbeat: 3, Ack: 4, Refuse: 5, Snapshot: 6, SnapshotDone: 7,
+                           Leave: 8}
+_FROM_LEADER = frozenset({1, 2, 3, 6, 7, 8})
 _FROM_FOLLOWER = frozenset({1, 4, 5})
-_NAMES = {1: "hello", 2: "append", 3: "heartbeat", 4: "ack", 5: "refuse"}
+_NAMES = {1: "hello", 2: "append", 3: "heartbeat", 4: "ack", 5: "refuse", 6: "snapshot", 7: "snapshot-done",
+          8: "leave"}
+_ONE = struct.Struct(">Q")  # leave
+_THREE = struct.Struct(">QQQ")  # snapshot-done
+_SNAP = struct.Struct(">QI")  # snapshot: epoch, crc
 
 
 def _text(raw: bytes, what: str) -> str:
@@ -118,7 +150,7 @@ class ReplicationConnection:
     def peer(self) -> Hello | None:
         return self._peer_hello
 
-    def send(self, event: Hello | Append | Heartbeat | Ack | Refuse) -> bytes:
+    def send(self, event: Hello | Append | Heartbeat | Ack | Refuse | Snapshot | SnapshotDone | Leave) -> bytes:
         kind = _TYPES[type(event)]
         if kind not in self._may_send:
             raise ReplicationError(f"a {self.our_role} does not send {_NAMES[kind]}")
@@ -134,8 +166,16 @@ class ReplicationConnection:
             if len(event.payload) > self.max_body - _APPEND.size:
                 raise ReplicationError(f"record of {len(event.payload)} bytes is over the bound")
             body = _APPEND.pack(event.epoch, event.position, zlib.crc32(event.payload)) + event.payload
+        elif isinstance(event, Snapshot):
+            if len(event.payload) > self.max_body - _SNAP.size:
+                raise ReplicationError(f"snapshot piece of {len(event.payload)} bytes is over the bound")
+            body = _SNAP.pack(event.epoch, zlib.crc32(event.payload)) + event.payload
+        elif isinstance(event, SnapshotDone):
+            body = _THREE.pack(event.epoch, event.position, event.consistent_at)
         elif isinstance(event, Heartbeat):
             body = _TWO.pack(event.epoch, event.committed)
+        elif isinstance(event, Leave):
+            body = _ONE.pack(event.epoch)
         elif isinstance(event, Ack):
             body = _TWO.pack(event.epoch, event.position)
         else:
@@ -143,7 +183,7 @@ class ReplicationConnection:
             body = _REFUSE.pack(event.epoch, len(reason)) + reason
         return HEADER.pack(kind, len(body)) + body
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray) -> list[Event]:
         """The whole events ``data`` completes, in order; ``b""`` is the peer's end of stream."""
         if self._closed:
             raise ReplicationError("data after the end of the stream")
@@ -197,6 +237,22 @@ class ReplicationConnection:
             if zlib.crc32(payload) != crc:
                 raise ReplicationError(f"append at position {position}: CRC mismatch")
             return Append(epoch, position, payload)
+        if kind == 6:
+            if len(body) < _SNAP.size:
+                raise ReplicationError(f"snapshot of {len(body)} bytes")
+            epoch, crc = _SNAP.unpack_from(body)
+            payload = body[_SNAP.size:]
+            if zlib.crc32(payload) != crc:
+                raise ReplicationError("snapshot piece: CRC mismatch")
+            return Snapshot(epoch, payload)
+        if kind == 8:
+            if len(body) != _ONE.size:
+                raise ReplicationError(f"leave of {len(body)} bytes")
+            return Leave(*_ONE.unpack(body))
+        if kind == 7:
+            if len(body) != _THREE.size:
+                raise ReplicationError(f"snapshot-done of {len(body)} bytes")
+            return SnapshotDone(*_THREE.unpack(body))
         if kind in (3, 4):
             if len(body) != _TWO.size:
                 raise ReplicationError(f"{_NAMES[kind]} of {len(body)} bytes")
@@ -252,6 +308,16 @@ class FollowerLog:
             raise ReplicationError(f"written out of order: position {append.position} after {self.position}")
         self.position = append.position
         return Ack(self.epoch, self.position)
+
+    def snapshot(self, epoch: int) -> Refuse | None:
+        return self._stale(epoch)
+
+    def snapshot_done(self, done: SnapshotDone) -> Refuse | None:
+        """The copy is written and synced: appends continue from ``done.position``."""
+        refused = self._stale(done.epoch)
+        if refused is None:
+            self.position = done.position
+        return refused
 
     def heartbeat(self, beat: Heartbeat) -> Refuse | None:
         refused = self._stale(beat.epoch)

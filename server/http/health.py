@@ -49,5 +49,6 @@ def metrics(ctx: Context, req: Request) -> Response:
     """Open to scrapers without credentials, so off unless the ``metrics`` setting says otherwise."""
     if ctx.metrics == "off":
         raise HTTPError(404, "not_found", "metrics are off (the 'metrics' setting: aggregate or per-queue)")
-    text = render_metrics(ctx.broker, store_bytes=ctx.store_bytes(), per_queue=ctx.metrics == "per-queue")
+    text = render_metrics(ctx.broker, store_bytes=ctx.store_bytes(), per_queue=ctx.metrics == "per-queue",
+                          cluster=ctx.node_facts().cluster)
     return Response(200, text.encode(), content_type="text/plain; version=0.0.4")

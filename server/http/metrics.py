@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
+from typing import Any
 
 from headrace.queues import Destination
 from headrace.server.broker import Broker
@@ -22,7 +23,8 @@ def escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = False) -> str:
+def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = False,
+                   cluster: list[dict[str, Any]] | None = None) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -101,4 +103,16 @@ def render_metrics(broker: Broker, *, store_bytes: int = 0, per_queue: bool = Fa
     # a counter's name ends in _total (the exposition format's rule, which promtool checks)
     family("headrace_store_synced_total", "counter", "Persistent publishes made durable.",
            [("", broker.synced_ticket)])
+    if cluster:  # the cluster's nodes as its leader sees them (server/net/cluster_node.py)
+        def per_node(key: str) -> list[tuple[str, float]]:
+            return [(f'{{node="{escape_label(str(n["name"]))}"}}', float(n.get(key) or 0)) for n in cluster]
+
+        family("headrace_cluster_leader", "gauge", "1 for the node that leads the cluster.",
+               [(f'{{node="{escape_label(str(n["name"]))}"}}', int(n["cluster_role"] == "leader")) for n in cluster])
+        family("headrace_cluster_in_sync", "gauge", "1 while the node is in the in-sync set.",
+               [(f'{{node="{escape_label(str(n["name"]))}"}}', int(bool(n.get("in_sync")))) for n in cluster])
+        family("headrace_cluster_replication_lag", "gauge", "Replication batches the node has yet to acknowledge.",
+               per_node("replication_lag"))
+        family("headrace_cluster_replication_lag_bytes", "gauge", "Bytes the node has yet to acknowledge.",
+               per_node("replication_lag_bytes"))
     return "\n".join(lines) + "\n"

@@ -68,6 +68,8 @@ class NodeFacts:
     disk_free_limit: int = 0
     cert_not_after: float | None = None  # the TLS certificate's expiry, if TLS is configured
     data_dir: str = ""
+    # a cluster's nodes as its leader sees them (``cluster_node.ClusterNode.status``); empty alone
+    cluster: list[dict[str, Any]] = field(default_factory=list)
 
 
 # RabbitMQ's node I/O and persistence keys from the message store's counts (``MessageStore.io_counts``)

@@ -49,18 +49,54 @@ def node_of(ctx: Context) -> dict[str, Any]:
     return out
 
 
+def cluster_nodes(ctx: Context) -> list[dict[str, Any]]:
+    """Every node: alone, this one; in a cluster (answered by its leader, to which the followers
+    forward), the leader's full figures and each follower's role, in-sync flag and lag, in
+    RabbitMQ's shape with headrace's cluster fields added."""
+    facts = ctx.node_facts()
+    this = node_of(ctx)
+    if not facts.cluster:
+        return [this]
+    out = []
+    for row in facts.cluster:
+        if row["cluster_role"] == "leader":
+            out.append({**this, **row})
+        else:
+            out.append({**{k: v for k, v in this.items() if k in _SHARED_KEYS}, "type": "disc", "being_drained": False,
+                        **row})
+    return out
+
+
+# what a follower's entry shares with the leader's (the same software and settings)
+_SHARED_KEYS = frozenset({"exchange_types", "auth_mechanisms", "applications", "rates_mode", "net_ticktime",
+                          "mem_limit", "disk_free_limit", "processors", "partitions", "cluster_links"})
+
+
 @routes.get("/api/nodes")
 def list_nodes(ctx: Context, req: Request) -> Response:
     require_monitor(req)
-    return page(req, [node_of(ctx)])
+    return page(req, cluster_nodes(ctx))
 
 
 @routes.get("/api/nodes/{name}")
 def get_node(ctx: Context, req: Request, name: str) -> Response:
     require_monitor(req)
-    if name != NODE_NAME:
-        raise HTTPError(404, "not_found", f"node '{name}' not found")
-    return json_response(200, node_of(ctx))
+    for node in cluster_nodes(ctx):
+        if node["name"] == name or (name == NODE_NAME and node.get("cluster_role", "leader") == "leader"):
+            return json_response(200, node)
+    raise HTTPError(404, "not_found", f"node '{name}' not found")
+
+
+@routes.delete("/api/cluster/nodes/{name}", admin=True)
+def leave_cluster(ctx: Context, req: Request, name: str) -> Response:
+    """``headrace cluster leave NAME``: a follower is told to stop and leaves the in-sync set; the
+    leader stops, handing over at once (its lease revoked). RabbitMQ's ``forget_cluster_node``."""
+    left = ctx.cluster_leave(name)
+    if left is None:
+        raise HTTPError(400, "bad_request", "this node is not in a cluster (cluster_etcd_endpoints is not set)")
+    if not left:
+        raise HTTPError(404, "not_found", f"node '{name}' is not in the cluster")
+    return Response(204)
 
 
 # RabbitMQ's breakdown keys; headrace fills those it has a figure for, the rest are 0

@@ -19,6 +19,7 @@ node (and its leadership) go at once instead of after the TTL.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -115,9 +116,10 @@ class ClusterAgent:
         on_notice: Callable[[Notice], None],
         request_timeout: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        address: dict[str, object] | None = None,
     ) -> None:
         self.client = EtcdClient(endpoints, timeout=request_timeout)
-        self.core = Coordinator(cluster, node, ttl, instance)
+        self.core = Coordinator(cluster, node, ttl, instance, address=address)
         self.on_notice = on_notice
         self.clock = clock
         self._send, self._receive = trio.open_memory_channel[_Event](EVENT_BUFFER)
@@ -183,6 +185,34 @@ class ClusterAgent:
                 except EtcdError as exc:
                     log.warning("could not revoke the lease on leaving: %s", exc)
         await self.client.aclose()
+
+    async def members(self) -> dict[str, dict[str, object]]:
+        """Every registered node's record (name, addresses), as etcd holds them now."""
+        kvs, _ = await self.client.get(self.core.members_prefix, prefix=True)
+        out: dict[str, dict[str, object]] = {}
+        for kv in kvs:
+            try:
+                record = json.loads(kv.value)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("node"), str):
+                out[record["node"]] = record
+        return out
+
+    async def write_in_sync(self, names: list[str]) -> bool:
+        """Record the in-sync set, only while this node still holds the leader key; False when it
+        could not (etcd away, or the leadership gone): the caller keeps the set it had."""
+        txn = self.core.in_sync_update(names)
+        if txn is None:
+            return False
+        try:
+            result = await self.client.txn(txn.compare, txn.success, txn.failure)
+        except EtcdError as exc:
+            log.warning("in-sync set not written: %s", exc)
+            return False
+        if result.succeeded:
+            self.core.in_sync_written(names, result.revision)
+        return result.succeeded
 
     # the driver
     async def _drive(self) -> None:

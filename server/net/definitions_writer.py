@@ -51,10 +51,11 @@ class DefinitionsWriter:
             self.on_pending()
         return self.ticket
 
-    async def write_group(self) -> None:
-        """Called by the flusher in its group: append what is pending, fsync, release the waiters."""
+    async def write_group(self) -> int:
+        """Called by the flusher in its group: append what is pending and fsync; returns the ticket
+        the flusher releases once the group is committed (0: nothing was pending)."""
         if not self.pending:
-            return
+            return 0
         records, ticket = self.pending, self.ticket
         self.pending = []
         before = self.log.bytes_written
@@ -70,7 +71,7 @@ class DefinitionsWriter:
             if "definitions" in self.disk.failures:
                 log.warning("definitions saved")
                 self.disk.write_ok("definitions")
-        self.synced = max(self.synced, ticket)
+        return ticket
 
     async def wait_synced(self, ticket: int, gate: Gate) -> None:
         """Until the records of ``ticket`` were written (the flusher notifies ``gate`` per group)."""

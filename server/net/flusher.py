@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -45,6 +46,16 @@ SYNC_EWMA_WEIGHT = 0.2
 WRITE_RETRY_INTERVAL = 0.5
 
 
+class Replication(Protocol):
+    """The leader's replication stream (``replication_leader.py``), when this node leads a cluster."""
+
+    async def replicated(self, wait: bool) -> None: ...
+
+
+class NotCommitted(Exception):
+    """The node stopped leading before a group reached enough disks: its waiters get failures."""
+
+
 class Flusher:
     def __init__(self, store: MessageStore, disk: DiskWatch, settings: Settings, streams: StreamWriter,
                  after_group: Callable[[], None]) -> None:
@@ -67,6 +78,9 @@ class Flusher:
         # writer wake-up later (app.py passes the sender's ``flush``)
         self.after_group = after_group
         self._sync_thread = SyncThread()  # the group fsyncs of a slow disk (the EWMA above)
+        # set on a cluster's leader: each group's writes go to the followers, and its confirms wait
+        # for enough of them (ARCHITECTURE.md, "Cluster")
+        self.replication: Replication | None = None
 
     def kick(self) -> None:
         """The broker's store outbox got its first op."""
@@ -117,9 +131,10 @@ class Flusher:
             self._group.release()
 
     async def _flush_group(self, broker: Broker, gate: Gate | None) -> None:
+        definitions_ticket = 0
         if self.definitions is not None:
             # first: a queue is on disk before the messages the same group stores for it
-            await self.definitions.write_group()
+            definitions_ticket = await self.definitions.write_group()
         taken, ticket = broker.take_store_ops(self.settings.storage.fsync_batch_max)
         ops: list[StoreOp] = taken  # type: ignore[assignment]
         stream_ops = [op for op in taken if type(op) in STREAM_OPS] if taken else None
@@ -133,6 +148,11 @@ class Flusher:
                 # a failed stream append is not retried: its publishers get nacks like the store's
                 await self.streams.write_group(broker, (stream_ops or []) + [op for op in ops if type(op) is DropQueue])
             self.journal_dedup(broker)  # keys of the publishes this group confirms, before the confirms
+            if self.replication is not None:
+                await self.replication.replicated(wait=ticket > broker.synced_ticket or definitions_ticket > 0)
+        except NotCommitted:
+            broker.store_failed(ticket)  # nacks: the publishers send them again to the new leader
+            definitions_ticket = 0
         except OSError as exc:
             # disk full (or failing): the store cut its files back to the last whole record and
             # keeps these records pending; publishers of this group get nacks, not confirms
@@ -146,6 +166,8 @@ class Flusher:
             if store.failing is None:
                 self.disk.write_ok("store")
             broker.store_synced(ticket)
+        if definitions_ticket and self.definitions is not None:
+            self.definitions.synced = max(self.definitions.synced, definitions_ticket)
         if gate is not None:
             gate.notify()
         self.after_group()

@@ -66,6 +66,11 @@ class HTTPServer:
         self.started_at = time.time()
         self._cert_not_after = _cert_expiry(app.settings.network.tls_certfile)
 
+    def cluster_leave(self, name: str) -> bool | None:
+        """``DELETE /api/cluster/nodes/{name}``: None when this broker is not clustered."""
+        cluster = getattr(self.app, "cluster", None)
+        return None if cluster is None else bool(cluster.leave(name))
+
     def node_facts(self) -> NodeFacts:
         """What /api/nodes and the health checks say of this process: descriptors from /proc, the
         listeners the app bound, the TLS certificate's expiry (read once at start)."""
@@ -79,7 +84,8 @@ class HTTPServer:
             fd_total=resource.getrlimit(resource.RLIMIT_NOFILE)[0], processors=os.cpu_count() or 1,
             listeners=[Listener(name, host, port) for name, (host, port) in getattr(self.app, "bound", {}).items()],
             mem_limit=settings.limits.memory_limit_bytes, disk_free_limit=settings.limits.disk_free_limit,
-            cert_not_after=self._cert_not_after, data_dir=str(settings.storage.data_dir))
+            cert_not_after=self._cert_not_after, data_dir=str(settings.storage.data_dir),
+            cluster=self.app.cluster.status() if getattr(self.app, "cluster", None) is not None else [])
 
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]:
         """A mirror log's span on disk: first and next offset, bytes, segments (stats its files; the

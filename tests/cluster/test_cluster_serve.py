@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from conftest import free_port
+from nodes import Node, in_sync
 
 TTL = 2
 LEADS = re.compile(r"headrace\.cluster: (\S+) leads, epoch (\d+)")
@@ -40,13 +41,16 @@ def wait_for(check, timeout: float) -> float:
 
 
 def test_kill_9_of_the_leader_elects_another_with_a_higher_epoch(etcd, cluster_name, broker_factory, tmp_path) -> None:
-    nodes = [broker_factory(data_dir=tmp_path / f"n{i}", env=cluster_env(etcd, cluster_name, f"hr{i}@localhost"))
-             for i in (1, 2, 3)]
+    cluster = [Node(broker_factory, etcd, cluster_name, f"hr{i}@localhost", tmp_path / f"n{i}").start()
+               for i in (1, 2, 3)]
+    nodes = [n.proc for n in cluster]
     wait_for(lambda: sum(bool(leads(n)) for n in nodes) == 1, 10.0)
     (leader,) = [n for n in nodes if leads(n)]
     assert leads(leader) == [(f"hr{nodes.index(leader) + 1}@localhost", 1)]
     others = [n for n in nodes if n is not leader]
     wait_for(lambda: all(any("follows" in line for line in n.lines) for n in others), 10.0)
+    # only an in-sync node may take over: wait until both followers have a whole copy
+    wait_for(lambda: len(in_sync(cluster[nodes.index(leader)])) == 3, 15.0)
     leader.kill()
     took = wait_for(lambda: any(leads(n) for n in others), TTL + 5.0)
     assert took < TTL + 3.0
@@ -61,12 +65,16 @@ def test_kill_9_of_the_leader_elects_another_with_a_higher_epoch(etcd, cluster_n
 
 
 def test_graceful_stop_of_the_leader_hands_over_at_once(etcd, cluster_name, broker_factory, tmp_path) -> None:
-    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    node_a = Node(broker_factory, etcd, cluster_name, "a@localhost", tmp_path / "a").start()
+    a = node_a.proc
     wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
-    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
-    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    b = Node(broker_factory, etcd, cluster_name, "b@localhost", tmp_path / "b").start().proc
+    wait_for(lambda: in_sync(node_a) == {"a@localhost", "b@localhost"}, 10.0)  # else b may not lead
     assert a.stop() == 0, a.log[-3000:]
-    took = wait_for(lambda: leads(b) == [("b@localhost", 2)], 5.0)
+    try:
+        took = wait_for(lambda: leads(b) == [("b@localhost", 2)], 5.0)
+    except AssertionError:
+        raise AssertionError("".join(x for x in b.lines if "httpx" not in x)[-4000:]) from None
     assert took < TTL  # the lease was revoked, not waited out
     assert b.stop() == 0
 
@@ -74,14 +82,15 @@ def test_graceful_stop_of_the_leader_hands_over_at_once(etcd, cluster_name, brok
 def serve_refused(data_dir, env: dict[str, str]) -> tuple[int, list[str]]:
     """Run ``headrace serve`` that is expected to refuse to start: its exit code and stderr lines."""
     proc = subprocess.run(
-        [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0", "--data-dir", str(data_dir)],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "headrace", "serve", "--amqp-port", str(free_port()), "--http-port", str(free_port()),
+         "--data-dir", str(data_dir)],
+        env={**os.environ, "HEADRACE_CLUSTER_PORT": str(free_port()), **env}, capture_output=True, text=True, timeout=60,
     )
     return proc.returncode, proc.stderr.splitlines()
 
 
 def test_a_second_node_with_an_existing_name_exits_1_with_one_line(etcd, cluster_name, broker_factory, tmp_path) -> None:
-    first = broker_factory(data_dir=tmp_path / "first", env=cluster_env(etcd, cluster_name, "hr1@localhost"))
+    first = Node(broker_factory, etcd, cluster_name, "hr1@localhost", tmp_path / "first").start().proc
     wait_for(lambda: bool(leads(first)), 10.0)
     code, lines = serve_refused(tmp_path / "second", cluster_env(etcd, cluster_name, "hr1@localhost"))
     assert code == 1, lines
@@ -90,6 +99,16 @@ def test_a_second_node_with_an_existing_name_exits_1_with_one_line(etcd, cluster
         "(another running node registered it; give each node its own node_name)"]
     assert leads(first) == [("hr1@localhost", 1)]  # untouched
     assert first.stop() == 0
+
+
+def test_a_cluster_node_without_fixed_ports_exits_1_with_one_line(etcd, cluster_name, tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--data-dir", str(tmp_path / "z")],
+        env={**os.environ, **cluster_env(etcd, cluster_name, "z@localhost")}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "Error" in line or "Traceback" in line]
+    assert errors == ["Error: cluster: amqp_port must be a fixed port in a cluster (0 was given): the other nodes "
+                      "find this node by it"]
 
 
 def test_unreachable_etcd_at_start_exits_1_with_one_line(tmp_path) -> None:
@@ -101,10 +120,11 @@ def test_unreachable_etcd_at_start_exits_1_with_one_line(tmp_path) -> None:
 
 
 def test_a_frozen_leader_stops_confirming_and_follows_when_it_wakes(etcd, cluster_name, broker_factory, tmp_path) -> None:
-    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    node_a = Node(broker_factory, etcd, cluster_name, "a@localhost", tmp_path / "a").start()
+    a = node_a.proc
     wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
-    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
-    wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
+    b = Node(broker_factory, etcd, cluster_name, "b@localhost", tmp_path / "b").start().proc
+    wait_for(lambda: in_sync(node_a) == {"a@localhost", "b@localhost"}, 10.0)
     a.signal(signal.SIGSTOP)  # past its lease: b takes over
     try:
         wait_for(lambda: leads(b) == [("b@localhost", 2)], TTL + 5.0)
@@ -121,7 +141,7 @@ def test_a_frozen_leader_stops_confirming_and_follows_when_it_wakes(etcd, cluste
 
 def test_a_node_whose_name_was_taken_while_it_was_frozen_exits_1_with_one_line(
         etcd, cluster_name, broker_factory, tmp_path) -> None:
-    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    a = Node(broker_factory, etcd, cluster_name, "a@localhost", tmp_path / "a").start().proc
     wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
     a.signal(signal.SIGSTOP)
     try:
@@ -129,7 +149,7 @@ def test_a_node_whose_name_was_taken_while_it_was_frozen_exits_1_with_one_line(
         member = base64.b64encode(f"/headrace/{cluster_name}/members/a@localhost".encode()).decode()
         wait_for(lambda: "kvs" not in httpx.post(f"{etcd.endpoint}/v3/kv/range", json={"key": member}).json(),
                  TTL + 5.0)
-        twin = broker_factory(data_dir=tmp_path / "twin", env=cluster_env(etcd, cluster_name, "a@localhost"))
+        twin = Node(broker_factory, etcd, cluster_name, "a@localhost", tmp_path / "twin").start().proc
         wait_for(lambda: leads(twin) == [("a@localhost", 2)], TTL + 5.0)
     finally:
         a.signal(signal.SIGCONT)
@@ -141,9 +161,9 @@ def test_a_node_whose_name_was_taken_while_it_was_frozen_exits_1_with_one_line(
 
 
 def test_etcd_restarted_the_cluster_keeps_one_leader(etcd, cluster_name, broker_factory, tmp_path) -> None:
-    a = broker_factory(data_dir=tmp_path / "a", env=cluster_env(etcd, cluster_name, "a@localhost"))
+    a = Node(broker_factory, etcd, cluster_name, "a@localhost", tmp_path / "a").start().proc
     wait_for(lambda: leads(a) == [("a@localhost", 1)], 10.0)
-    b = broker_factory(data_dir=tmp_path / "b", env=cluster_env(etcd, cluster_name, "b@localhost"))
+    b = Node(broker_factory, etcd, cluster_name, "b@localhost", tmp_path / "b").start().proc
     wait_for(lambda: any("follows a@localhost, epoch 1" in line for line in b.lines), 10.0)
     etcd.restart()  # etcd keeps its leases across a restart and gives them a full TTL again
     # for longer than a lease: b never leads, as a's lease is renewed, not lost

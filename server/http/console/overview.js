@@ -18,6 +18,8 @@ export function overviewView(main) {
       // the node's own figures need the monitoring tag: without it the card shows the overview's
       const node = await get(`/nodes/${encodeURIComponent(o.node)}`).catch(() => ({}));
       const qt = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
+      // a cluster's nodes (role, in-sync, lag): the leader answers for all of them
+      const nodes = (await get("/nodes").catch(() => [])).filter((n) => n.cluster_role);
       const alarms = o.alarms || [];
       const listeners = o.listeners || [];
       box.replaceChildren(
@@ -46,7 +48,20 @@ export function overviewView(main) {
             listeners.length ? h("table", {}, h("thead", {}, h("tr", {}, ["Protocol", "Interface", "Port"]
               .map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, listeners.map((l) =>
               h("tr", {}, h("td", {}, l.protocol), h("td", {}, l.ip_address), h("td", { class: "num" }, String(l.port))))))
-              : h("p", { class: "muted" }, "Not reported by this broker version."))));
+              : h("p", { class: "muted" }, "Not reported by this broker version."))),
+        nodes.length ? clusterCard(nodes) : "");
     },
   };
+}
+
+function clusterCard(nodes) {
+  return h("section", { class: "card", id: "cluster-nodes", "aria-label": "Cluster nodes" }, h("h3", {}, "Cluster nodes"),
+    h("table", {}, h("thead", {}, h("tr", {}, ["Node", "Role", "Running", "In sync", "Lag (batches)", "Lag"]
+      .map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, nodes.map((n) => h("tr", {},
+      h("td", {}, n.name), h("td", {}, n.cluster_role),
+      h("td", {}, h("span", { class: `pill ${n.running ? "ok" : "bad"}` }, n.running ? "yes" : "no")),
+      h("td", {}, h("span", { class: `pill ${n.in_sync ? "ok" : "bad"}` }, n.in_sync ? "yes" : "no")),
+      h("td", { class: "num" }, fmtNum(n.replication_lag || 0)),
+      h("td", { class: "num" }, fmtBytes(n.replication_lag_bytes || 0)))))));
 }

@@ -106,9 +106,28 @@ def test_another_leader_seen_while_leading_stops_confirming() -> None:
 
 def test_only_in_sync_members_campaign() -> None:
     core = Coordinator("c", "n3", TTL, "i")
-    assert registered(core, epoch=2, in_sync=["n1", "n2"]) == [Follow(None, 2), WatchFrom(11)]
+    refresh, watch = registered(core, epoch=2, in_sync=["n1", "n2"])
+    # not in the set as last read: read it again (guarded by its revision) before giving up
+    assert isinstance(refresh, Transact) and refresh.purpose == "refresh" and watch == WatchFrom(11)
+    assert core.txn_done("refresh", TxnResult(True, 12, ()), 0.0) == [Follow(None, 2)]
     core2 = Coordinator("c", "n2", TTL, "i")
-    assert isinstance(registered(core2, epoch=2, in_sync=["n1", "n2"])[0], Transact)
+    (campaign, _) = registered(core2, epoch=2, in_sync=["n1", "n2"])
+    assert isinstance(campaign, Transact) and campaign.purpose == "campaign"
+
+
+def test_a_stale_view_of_the_in_sync_set_is_read_again_and_then_campaigns() -> None:
+    core = Coordinator("c", "n3", TTL, "i")
+    registered(core, epoch=2, in_sync=["n1", "n2"])
+    fresh = KeyValue(core.in_sync_key, json.dumps(["n1", "n3"]).encode(), 4, 20, 2, 0)
+    member = KeyValue(core.member_key, b"{}", 5, 5, 1, 7)
+    out = core.txn_done("refresh", TxnResult(False, 21, ((), (), (fresh,), (member,))), 0.0)
+    assert len(out) == 1 and isinstance(out[0], Transact) and out[0].purpose == "campaign"
+
+
+def test_a_node_in_the_middle_of_a_copy_never_campaigns() -> None:
+    core = Coordinator("c", "n2", TTL, "i")
+    core.blocked = True
+    assert registered(core, epoch=2, in_sync=["n1", "n2"]) == [Follow(None, 2), WatchFrom(11)]
 
 
 def test_epoch_from_the_future_is_refused() -> None:

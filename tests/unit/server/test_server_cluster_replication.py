@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from headrace.persistence.records import encode_record
 from headrace.server.cluster.replication import (
     HEADER, Ack, Append, Closed, FollowerLog, Gap, Heartbeat, Hello, Refuse, ReplicationConnection,
-    ReplicationError,
+    ReplicationError, Snapshot, SnapshotDone,
 )
 
 FUZZ_EXAMPLES = int(os.environ.get("HEADRACE_FUZZ_EXAMPLES", "300"))
@@ -33,6 +33,8 @@ CASES = {
     "follower hello and acks": ("leader", Hello(2, 41, "hr2@host"), [Ack(3, 42), Ack(3, 43)]),
     "refuse": ("leader", Hello(5, 0, "hr2"), [Refuse(5, "epoch 3 is older than 5")]),
     "unicode name": ("leader", Hello(1, 0, "nœud-é@hôte"), []),
+    "a copy, then appends": ("follower", Hello(4, 9, "hr1"),
+                             [Snapshot(4, b"file ops" * 1000), Snapshot(4, b""), SnapshotDone(4, 9, 11), Append(4, 10, b"z")]),
 }
 
 
@@ -171,3 +173,20 @@ def test_fuzz_what_is_sent_is_received_whatever_the_cuts(hello: Hello, frames: l
     if data[at:]:
         events += conn.receive_data(data[at:])
     assert events == [hello, *frames]
+
+
+def test_a_copy_sets_the_position_the_appends_continue_from() -> None:
+    log = FollowerLog(4, 0)
+    assert log.snapshot(4) is None
+    assert log.snapshot_done(SnapshotDone(4, 9, 11)) is None
+    assert log.position == 9
+    assert log.check(Append(4, 10, b"")) is None
+    assert log.snapshot(3) == Refuse(4, "epoch 3 is older than 4")
+
+
+def test_a_snapshot_piece_with_a_bad_crc_is_refused() -> None:
+    sender = ReplicationConnection("leader")
+    data = bytearray(sender.send(Hello(1, 0, "hr1")) + sender.send(Snapshot(1, b"payload")))
+    data[-1] ^= 0xFF
+    with pytest.raises(ReplicationError, match="CRC"):
+        ReplicationConnection("follower").receive_data(bytes(data))

@@ -1,0 +1,77 @@
+"""Helpers for the tests that run clustered ``headrace serve`` processes on loopback ports."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from conftest import free_port
+
+TTL = 2
+LEADS = re.compile(r"headrace\.cluster: (\S+) leads, epoch (\d+)")
+
+
+def cluster_env(etcd: Any, cluster_name: str, node: str, **extra: str) -> dict[str, str]:
+    return {"HEADRACE_CLUSTER_ETCD_ENDPOINTS": etcd.endpoint, "HEADRACE_CLUSTER_ID": cluster_name,
+            "HEADRACE_NODE_NAME": node, "HEADRACE_CLUSTER_LEASE_TTL_S": str(TTL), **extra}
+
+
+def leads(proc: Any) -> list[tuple[str, int]]:
+    return [(m.group(1), int(m.group(2))) for line in list(proc.lines) if (m := LEADS.search(line))]
+
+
+def wait_for(check: Callable[[], object], timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout}s")
+
+
+class Node:
+    """One clustered node with fixed ports (a cluster finds its members by them): started, killed
+    and started again on the same ports and data directory."""
+
+    def __init__(self, factory: Any, etcd: Any, cluster_name: str, name: str, data_dir: Path, **extra: str) -> None:
+        self.factory, self.etcd, self.cluster_name, self.name, self.data_dir = factory, etcd, cluster_name, name, data_dir
+        self.extra = extra
+        self.amqp_port, self.http_port, self.cluster_port = free_port(), free_port(), free_port()
+        self.proc: Any = None
+
+    def start(self) -> Node:
+        env = cluster_env(self.etcd, self.cluster_name, self.name, HEADRACE_CLUSTER_PORT=str(self.cluster_port),
+                          **self.extra)
+        self.proc = self.factory("--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
+                                 data_dir=self.data_dir, env=env)
+        return self
+
+    @property
+    def lines(self) -> list[str]:
+        return self.proc.lines if self.proc is not None else []
+
+    def leads(self) -> bool:
+        """Leads now: its last role line says so."""
+        for line in reversed(list(self.lines)):
+            if LEADS.search(line):
+                return True
+            if " follows " in line and "headrace.cluster" in line or "stops confirming" in line:
+                return False
+        return False
+
+    def nodes(self) -> list[dict[str, Any]]:
+        r = httpx.get(f"http://127.0.0.1:{self.http_port}/api/nodes", auth=("guest", "guest"), timeout=5)
+        r.raise_for_status()
+        return r.json()  # type: ignore[no-any-return]
+
+
+def in_sync(node: Node) -> set[str]:
+    try:
+        return {n["name"] for n in node.nodes() if n.get("in_sync") and n.get("running")}
+    except (httpx.HTTPError, ValueError):
+        return set()
