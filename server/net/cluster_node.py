@@ -75,7 +75,8 @@ class ClusterNode:
         self.failure = ""
         c = settings.cluster
         self.node = c.node_name
-        host = settings.network.amqp_host if settings.network.amqp_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        host = c.cluster_host or (settings.network.amqp_host
+                                  if settings.network.amqp_host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         self.address: dict[str, object] = {"host": host, "amqp": settings.network.amqp_port,
                                            "http": settings.http.http_port, "cluster": c.cluster_port}
         self.agent = ClusterAgent(c.etcd_endpoints, c.cluster_id, c.node_name, c.cluster_lease_ttl_s,
