@@ -246,15 +246,22 @@ def catchup(args: argparse.Namespace, tmp: Path) -> None:
 
 
 def _publish_backlog(target: amqp_load.Target, count: int, leader: Node) -> None:
-    """``count`` persistent 256-byte messages to a durable queue (no confirms: the leader's count
-    of the queue says when all are in)."""
-    conn = pika.BlockingConnection(target.params)
-    ch = conn.channel()
-    ch.queue_declare("backlog", durable=True)
-    body, props = b"x" * 256, pika.BasicProperties(delivery_mode=2)
-    for _ in range(count):
-        ch.basic_publish("", "backlog", body, props)
-    conn.close()
+    """``count`` persistent 256-byte messages to a durable queue from four publishers (no
+    confirms: the leader's count of the queue says when all are in)."""
+    def publish(n: int) -> None:
+        conn = pika.BlockingConnection(target.params)
+        ch = conn.channel()
+        ch.queue_declare("backlog", durable=True)
+        body, props = b"x" * 256, pika.BasicProperties(delivery_mode=2)
+        for _ in range(n):
+            ch.basic_publish("", "backlog", body, props)
+        conn.close()
+
+    publishers = [threading.Thread(target=publish, args=(count // 4 + (i < count % 4),)) for i in range(4)]
+    for t in publishers:
+        t.start()
+    for t in publishers:
+        t.join()
 
     def queued() -> bool:
         r = httpx.get(f"http://127.0.0.1:{leader.http}/api/queues/%2F/backlog", auth=("guest", "guest"), timeout=10)

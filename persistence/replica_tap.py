@@ -42,9 +42,9 @@ WRITE, TRUNCATE, REPLACE, DELETE, KEEP_ONLY = 1, 2, 3, 4, 5
 _HEAD = struct.Struct(">BH")
 _TAIL = struct.Struct(">QI")
 # files of the node itself, never replicated nor replaced by a copy: the data directory's lock
-# (server/net/startup.py; its holder keeps it locked), the node's identity in the cluster, the mark
-# of a copy in progress, and the ports file the tests' launcher reads
-NODE_OWN = frozenset({"headrace.lock", "cluster.instance", "replica.incomplete", "ports.json"})
+# (server/net/startup.py; its holder keeps it locked), the node's identity and highest epoch in the
+# cluster, the mark of a copy in progress, and the ports file the tests' launcher reads
+NODE_OWN = frozenset({"headrace.lock", "cluster.instance", "cluster.epoch", "replica.incomplete", "ports.json"})
 # a batch taken past this many bytes is cut: one replication frame stays well under the codec's bound
 MAX_BATCH_BYTES = 8 << 20
 # a write larger than this (a group of many records) is reported in pieces of it

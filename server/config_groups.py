@@ -269,6 +269,9 @@ class ClusterSettings(_Group):
     cluster_etcd_endpoints: str = ""  # comma-separated etcd client URLs, e.g. http://127.0.0.1:2379
     cluster_id: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # etcd keys: /headrace/<id>/
     cluster_port: int = Field(25672, ge=0, le=65535)  # the replication listener (RabbitMQ's inter-node port)
+    # the address the other nodes reach this node at (its AMQP, HTTP and replication ports); empty:
+    # amqp_host, or 127.0.0.1 when that is a wildcard address
+    cluster_host: str = Field("", max_length=255)
     cluster_lease_ttl_s: int = Field(5, ge=2, le=60)  # a dead leader's lease expires after this
     cluster_min_in_sync: int | None = Field(None, ge=1)  # copies on disk before a confirm; None = a majority
     # a follower that has not acked what the leader had this long ago leaves the in-sync set

@@ -48,7 +48,7 @@ from headrace.server.cluster.etcd_model import KeyValue, WatchEvent
 
 from .etcd import EtcdClient, EtcdCompacted, EtcdError, EtcdUnavailable, LeaseNotFound
 
-__all__ = ["INSTANCE_FILE", "ClusterAgent", "ClusterError", "instance_id"]
+__all__ = ["EPOCH_FILE", "INSTANCE_FILE", "ClusterAgent", "ClusterError", "instance_id", "known_epoch", "note_epoch"]
 
 log = logging.getLogger("headrace.cluster")
 
@@ -80,6 +80,28 @@ def instance_id(data_dir: Path) -> str:
     tmp.write_text(text + "\n")
     os.replace(tmp, path)
     return text
+
+
+EPOCH_FILE = "cluster.epoch"
+
+
+def known_epoch(data_dir: Path) -> int:
+    """The highest epoch this data directory has led or followed in (0: none yet)."""
+    try:
+        return int((data_dir / EPOCH_FILE).read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def note_epoch(data_dir: Path, epoch: int) -> None:
+    """Remember ``epoch`` (written and renamed: a crash leaves the old value or the new one). A
+    node whose directory knows a higher epoch than etcd's refuses to join: etcd was reset or is
+    another cluster's, and leading on would reuse epochs its followers already saw."""
+    if epoch <= known_epoch(data_dir):
+        return
+    tmp = data_dir / (EPOCH_FILE + ".tmp")
+    tmp.write_text(f"{epoch}\n")
+    os.replace(tmp, data_dir / EPOCH_FILE)
 
 
 class ClusterError(Exception):
@@ -117,9 +139,10 @@ class ClusterAgent:
         request_timeout: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         address: dict[str, object] | None = None,
+        known_epoch: int = 0,
     ) -> None:
         self.client = EtcdClient(endpoints, timeout=request_timeout)
-        self.core = Coordinator(cluster, node, ttl, instance, address=address)
+        self.core = Coordinator(cluster, node, ttl, instance, known_epoch, address=address)
         self.on_notice = on_notice
         self.clock = clock
         self._send, self._receive = trio.open_memory_channel[_Event](EVENT_BUFFER)

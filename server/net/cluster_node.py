@@ -37,7 +37,7 @@ from headrace.server.cluster.coordination import Follow, Lead, Notice
 from headrace.server.cluster.replication import ReplicationError
 from headrace.server.config import Settings
 
-from .cluster_agent import ClusterAgent, ClusterError, instance_id
+from .cluster_agent import ClusterAgent, ClusterError, instance_id, known_epoch, note_epoch
 from .proxy import Forwarder
 from .replication_follower import ReplicationFollower
 from .replication_leader import ReplicationLeader
@@ -75,11 +75,13 @@ class ClusterNode:
         self.failure = ""
         c = settings.cluster
         self.node = c.node_name
-        host = settings.network.amqp_host if settings.network.amqp_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        host = c.cluster_host or (settings.network.amqp_host
+                                  if settings.network.amqp_host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         self.address: dict[str, object] = {"host": host, "amqp": settings.network.amqp_port,
                                            "http": settings.http.http_port, "cluster": c.cluster_port}
         self.agent = ClusterAgent(c.etcd_endpoints, c.cluster_id, c.node_name, c.cluster_lease_ttl_s,
-                                  instance_id(self.data_dir), self._on_notice, address=self.address)
+                                  instance_id(self.data_dir), self._on_notice, address=self.address,
+                                  known_epoch=known_epoch(self.data_dir))
         self.agent.core.blocked = is_incomplete(self.data_dir)
         self.follower = ReplicationFollower(self.data_dir, self.node, self._set_blocked)
         self.leader: ReplicationLeader | None = None
@@ -89,6 +91,8 @@ class ClusterNode:
         self.agent.core.blocked = blocked
 
     def _on_notice(self, notice: Notice) -> None:
+        if isinstance(notice, Lead | Follow) and notice.epoch:
+            note_epoch(self.data_dir, notice.epoch)
         if isinstance(notice, Lead | Follow) and notice != self.notice:
             self.notice = notice
             self._changed.set()

@@ -178,3 +178,21 @@ def test_etcd_restarted_the_cluster_keeps_one_leader(etcd, cluster_name, broker_
     for n in (a, b):
         assert n.proc.poll() is None
         assert n.stop() == 0, n.log[-3000:]
+
+
+def test_a_node_whose_data_has_an_epoch_ahead_of_etcd_exits_1_with_one_line(etcd, cluster_name, broker_factory,
+                                                                             tmp_path) -> None:
+    a = Node(broker_factory, etcd, cluster_name, "a@localhost", tmp_path / "a").start()
+    wait_for(lambda: leads(a.proc) == [("a@localhost", 1)], 10.0)
+    assert a.proc.stop() == 0
+    assert (tmp_path / "a" / "cluster.epoch").read_text().strip() == "1"
+    # etcd loses the cluster's keys (a reset, or another etcd): epoch 1 is the next one again
+    prefix = base64.b64encode(f"/headrace/{cluster_name}/".encode()).decode()
+    end = base64.b64encode(f"/headrace/{cluster_name}0".encode()).decode()
+    httpx.post(f"{etcd.endpoint}/v3/kv/deleterange", json={"key": prefix, "range_end": end}).raise_for_status()
+    (tmp_path / "a" / "cluster.epoch").write_text("7\n")  # as if it had led in epoch 7
+    code, lines = serve_refused(tmp_path / "a", cluster_env(etcd, cluster_name, "a@localhost"))
+    assert code == 1, lines
+    errors = [line for line in lines if "Error" in line or "Traceback" in line]
+    assert errors == ["Error: cluster: this node's data has epoch 7, ahead of the cluster's 0 in etcd: was etcd "
+                      "reset? refusing to join"], lines
