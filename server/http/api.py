@@ -15,6 +15,7 @@ from . import (
     exchanges,
     health,
     health_checks,
+    logs,
     messages,
     mirrors,
     nodes,
@@ -34,6 +35,6 @@ __all__ = ["RESOURCES", "router"]
 
 # relations first: its fixed paths (/api/users/without-permissions) precede users' /api/users/{name}
 RESOURCES = (relations, overview, nodes, vhosts, users, permissions, parameters, connections, exchanges, queues,
-             bindings, messages, definitions, health, health_checks, mirrors, policies, super_streams, console)
+             bindings, messages, definitions, health, health_checks, mirrors, logs, policies, super_streams, console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -53,7 +53,7 @@ from headrace.server.broker import Broker
 from .node_facts import NodeFacts
 from .rates import RateTracker
 
-__all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Routes", "json_response",
+__all__ = ["Context", "HTTPError", "LogSlice", "Request", "Response", "Route", "Router", "Routes", "json_response",
            "user_of", "wants_samples"]
 
 log = logging.getLogger("headrace.http")
@@ -90,6 +90,9 @@ class Context(Protocol):
 
     def mirror_facts(self, vhost: str, exchange: str) -> dict[str, int]: ...
 
+    def log_plan(self, kind: str, vhost: str, name: str, target_bytes: int,
+                 bounds: dict[str, int | None]) -> dict[str, Any] | None: ...
+
 
 @dataclass(slots=True)
 class Request:
@@ -124,6 +127,20 @@ class Response:
     wait_ticket: int = 0  # answer only once the store has synced this ticket (persistent publish)
     definitions_ticket: int = 0  # answer only once the definitions log has this durable change
     stream: Any = None  # an HTTPConsumer whose deliveries the shell streams as the body
+    file: LogSlice | None = None  # bytes of a log segment the shell sends as the body (``logs.py``)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSlice:
+    """Bytes ``start`` .. ``stop`` (exclusive; None: the segment's end as the shell finds it) of the
+    segment at ``base`` of a mirror's (``kind`` "mirror") or a stream's ("stream") log: the shell
+    opens the file and sends the bytes straight from it."""
+    kind: str
+    vhost: str
+    name: str
+    base: int
+    start: int
+    stop: int | None
 
 
 class HTTPError(Exception):
