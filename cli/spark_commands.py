@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import click
 from rich.console import Console
@@ -56,6 +57,15 @@ def _check_log(data_dir: str, vhost: str, exchange: str, stream: bool = False) -
              + (f"; logs there: {logs}" if logs else "; no exchange there has one"), 1)
 
 
+def _check_super_stream(data_dir: str, vhost: str, name: str) -> None:
+    from headrace.spark_bridge.sources import STREAMS_DIR, local_partitions
+
+    try:
+        local_partitions(Path(data_dir) / STREAMS_DIR, vhost, name)
+    except ValueError as exc:
+        fail(f"{exc}: create it with `headrace stream add-super {name}` and publish to it first", 1)
+
+
 def _check_out(out: str, overwrite: bool) -> None:
     """The export replaces its output directory: refuse one that holds anything unless told to."""
     path = Path(out)
@@ -82,9 +92,30 @@ def _check_target(amqp_url: str, exchange: str) -> None:
         publisher.close()
 
 
-def _safe_url(url: str) -> str:
-    from urllib.parse import urlsplit
+def _check_dedup(amqp_url: str, http_url: str | None, exchange: str, partitions: int, window: int,
+                 header: str) -> None:
+    """Refuses, in one line, a target whose dedup window would not drop a resume's re-sends."""
+    import httpx
 
+    from .replay_check import dedup_problem, http_url_of
+
+    guessed, user, password, vhost = http_url_of(amqp_url)
+    url = http_url or guessed
+    given = urlsplit(url)
+    if given.username:  # credentials in --http-url win
+        user, password = unquote(given.username), unquote(given.password or "")
+        url = url.replace(given.netloc, given.netloc.rpartition("@")[2], 1)
+    try:
+        problem = dedup_problem(url, user, password, vhost, exchange, partitions=partitions, window=window,
+                                header=header)
+    except httpx.HTTPError as exc:
+        fail(f"cannot check the target exchange's dedup window over the HTTP API at {url} ({exc}): give "
+             f"--http-url, or --at-least-once to replay without that check", 1)
+    if problem is not None:
+        fail(problem, 1)
+
+
+def _safe_url(url: str) -> str:
     u = urlsplit(url)
     return f"{u.scheme}://{u.hostname}:{u.port or 5672}{u.path or '/'}"
 
@@ -208,11 +239,18 @@ def _with(options: list[Any]) -> Callable[[F], F]:
               help="Publisher confirms in flight per partition.")
 @click.option("--dedup-header", default="x-deduplication-header", show_default=True,
               help="Header carrying <exchange>:<offset>, read by the target's x-message-deduplication window.")
+@click.option("--http-url", help="The target broker's HTTP API, where the target's dedup window is checked "
+              "(default: the --amqp-url host, port 15672, its credentials).")
+@click.option("--at-least-once", is_flag=True, help="Replay into a target without a large enough dedup window: "
+              "a resumed replay may then deliver messages twice.")
 def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
                    end: str | None, master: str, conf: tuple[str, ...], pattern: str | None, to_exchange: str | None,
                    rate: float | None, amqp_url: str, progress_dir: str | None, partitions: int, window: int,
-                   dedup_header: str) -> None:
-    """Publish a mirrored exchange's (or a stream's) messages again, in order per routing key."""
+                   dedup_header: str, http_url: str | None, at_least_once: bool) -> None:
+    """Publish a mirrored exchange's (or a stream's) messages again, in order per routing key.
+
+    Exactly once by default: the target exchange must have a dedup window of at least
+    3 x partitions x window keys (checked first); --at-least-once skips that check."""
     _need_pyspark("replay")
     from headrace.spark_bridge.replay import replay
 
@@ -221,6 +259,10 @@ def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhos
     data_dir, exchange = _source(data_dir, exchange, stream)
     _check_log(data_dir, vhost, exchange, stream is not None)
     _check_target(amqp_url, to_exchange or exchange)
+    if at_least_once:
+        console.print("replaying at least once: a resumed replay may deliver messages twice (--at-least-once)")
+    else:
+        _check_dedup(amqp_url, http_url, to_exchange or exchange, partitions, window, dedup_header)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
@@ -237,19 +279,29 @@ def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhos
 @click.option("--out", required=True, help="Output directory.")
 @click.option("--partition-by", type=click.Choice(["date", "routing_key"]))
 @click.option("--overwrite", is_flag=True, help="Replace what the output directory holds.")
+@click.option("--super-stream", help="A super stream's partition streams, as one table (instead of --exchange).")
 def export_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
                    end: str | None, master: str, conf: tuple[str, ...], fmt: str, out: str,
-                   partition_by: str | None, overwrite: bool) -> None:
-    """Write a mirrored exchange's (or a stream's) log as Parquet or JSON."""
+                   partition_by: str | None, overwrite: bool, super_stream: str | None) -> None:
+    """Write a mirrored exchange's, a stream's or a super stream's log as Parquet or JSON."""
     _need_pyspark("export")
     from headrace.spark_bridge.export import export
 
-    data_dir, exchange = _source(data_dir, exchange, stream)
-    _check_log(data_dir, vhost, exchange, stream is not None)
+    source: dict[str, str] | None = None
+    if super_stream is not None:
+        if exchange is not None or stream is not None:
+            raise click.UsageError("give one of --exchange, --stream or --super-stream")
+        source = {"path": data_dir, "superStream": super_stream}
+        exchange = super_stream
+        _check_super_stream(data_dir, vhost, super_stream)
+    else:
+        data_dir, exchange = _source(data_dir, exchange, stream)
+        _check_log(data_dir, vhost, exchange, stream is not None)
     _check_out(out, overwrite)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
     count = _with_progress(spark, f"exporting {exchange} to {out}", lambda: export(
-        spark, data_dir, exchange, out=out, fmt=fmt, vhost=vhost, partition_by=partition_by, **_filters(start, end)))
+        spark, data_dir, exchange, out=out, fmt=fmt, vhost=vhost, partition_by=partition_by, source=source,
+        **_filters(start, end)))
     console.print(f"exported {count} rows to {out}")

@@ -169,7 +169,7 @@ class SpanScan:
     torn: bool  # stopped at a torn or corrupt record (nothing after it is readable)
 
 
-def scan_span(data: bytes | memoryview, start: int, stop: int, max_records: int) -> SpanScan:
+def scan_span(data: bytes | bytearray | memoryview, start: int, stop: int, max_records: int) -> SpanScan:
     """Walks up to ``max_records`` consecutive entry records of ``data[start:stop]`` (checking each
     CRC) and notes where their fields lie: one struct unpack and one CRC per record, no per-record
     objects. Stops early before a record of another kind (the caller skips it)."""

@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 
 from headrace.persistence.mirror_log import ReadRange, SpanScan, scan_span
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "BATCH_ROWS", "Bounds", "range_batches", "timestamp_ms"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "BATCH_ROWS", "Bounds", "buffer_batches", "range_batches", "timestamp_ms"]
 
 SCHEMA = StructType([
     StructField("offset", LongType()),
@@ -140,14 +140,21 @@ def _filtered(batch: pa.RecordBatch, b: Bounds) -> pa.RecordBatch:
 
 def range_batches(r: ReadRange, vhost: str, exchange: str, bounds: Bounds,
                   max_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The rows of one range within ``bounds``, as batches of at most ``max_rows`` rows; stops at
-    a torn tail (a record being written)."""
+    """The rows of one range of a local segment within ``bounds``, as batches of at most ``max_rows``
+    rows; stops at a torn tail (a record being written)."""
     try:
         with open(r.path, "rb") as f:
             f.seek(r.start)
             raw = f.read() if r.stop is None else f.read(r.stop - r.start)
     except OSError:  # dropped by retention since planning
         return
+    yield from buffer_batches(raw, vhost, exchange, bounds, max_rows)
+
+
+def buffer_batches(raw: bytes | bytearray, vhost: str, exchange: str, bounds: Bounds,
+                   max_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The rows of a buffer of whole records (a range of a segment, read from its file or fetched
+    from the broker over HTTP) within ``bounds``; stops at a torn tail."""
     data = pa.py_buffer(raw)
     pos, stop = 0, len(raw)
     while pos < stop:

@@ -1,11 +1,13 @@
-"""The ``headrace`` PySpark data source: batch and streaming reads of a mirrored exchange's log.
+"""The ``headrace`` PySpark data source: batch and streaming reads of a mirrored exchange's, a
+stream's or a super stream's log, from the broker's data directory or over its HTTP API
+(``sources.py`` says which options name what).
 
 Input partitions are byte ranges of about ``partitionBytes`` cut at the segments' sparse-index
 entries (``read_ranges``), so even a one-segment log spreads over every core; each is read as Arrow
 record batches (``arrow_read``). The options ``fromOffset``/``toOffset``/``fromTime``/``toTime``/
 ``routingKey`` prune ranges and then filter every row exactly; with ``pushFilters=true`` the filters
 Spark pushes down (``offset``/``timestamp`` comparisons, ``routing_key =``) do the same (see
-``PushdownReader`` for why that is not the default). The streaming reader's offsets are log offsets (``{"offset": next}``), its micro-batches
+``PushdownReader`` for why that is not the default). The streaming reader's offsets are log offsets (``HeadraceStreamReader``), its micro-batches
 go through the same ranges and batches, and it supports ``trigger(availableNow=True)``.
 """
 
@@ -14,9 +16,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from pathlib import Path
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -32,47 +33,15 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from headrace.persistence.mirror_log import ReadRange, next_offset, read_ranges
-
-from .arrow_read import SCHEMA, Bounds, range_batches, timestamp_ms
+from .arrow_read import SCHEMA, Bounds, timestamp_ms
+from .sources import DEFAULT_PARTITION_BYTES, MIN_PARTITION_BYTES, LogPartition, Source
 
 try:  # Spark >= 4.1
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older Spark: plain stream reader
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-__all__ = ["DEFAULT_PARTITION_BYTES", "SCHEMA", "HeadraceDataSource", "register"]
-
-# Range size when the caller gives none (``read_log`` derives one from the session as Spark's file
-# sources do: maxPartitionBytes, or less so that every core gets a share).
-DEFAULT_PARTITION_BYTES = 32 << 20
-# Smallest range worth a task of its own (Spark's spark.sql.files.openCostInBytes).
-MIN_PARTITION_BYTES = 4 << 20
-STREAMS_DIR = "streams"  # persistence.stream_log.stream_root: stream queues' logs
-
-
-def _time_ms(value: str | None) -> int | None:
-    if value is None or value == "":
-        return None
-    if value.lstrip("-").isdigit():
-        return int(value)
-    stamp = datetime.fromisoformat(value)
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return int(stamp.timestamp() * 1000)
-
-
-def _int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
-
-
-class RangePartition(InputPartition):
-    """Consecutive ranges read by one task: one range of a big segment, or several small segments
-    packed together (as Spark packs small files), so a log of many small segments is not a task each."""
-
-    def __init__(self, ranges: list[ReadRange], vhost: str, exchange: str, bounds: Bounds) -> None:
-        super().__init__(ranges[0].path)
-        self.ranges, self.vhost, self.exchange, self.bounds = ranges, vhost, exchange, bounds
+__all__ = ["DEFAULT_PARTITION_BYTES", "MIN_PARTITION_BYTES", "SCHEMA", "HeadraceDataSource", "register"]
 
 
 def _tighter(current: int | None, new: int, *, lower: bool) -> int:
@@ -81,61 +50,17 @@ def _tighter(current: int | None, new: int, *, lower: bool) -> int:
     return max(current, new) if lower else min(current, new)
 
 
-@dataclass(slots=True)
-class _Options:
-    path: str
-    exchange: str
-    vhost: str
-    bounds: Bounds
-    partition_bytes: int
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> _Options:
-        path, exchange, stream = options.get("path"), options.get("exchange"), options.get("stream")
-        if stream is not None and path:
-            if exchange is not None:
-                raise ValueError("the headrace source reads one log: give 'exchange' or 'stream', not both")
-            # a stream queue's log has the mirror layout under <data dir>/streams
-            path, exchange = str(Path(path) / STREAMS_DIR), stream
-        if not path or exchange is None:
-            raise ValueError("the headrace source needs the options 'path' (data dir) and 'exchange' or 'stream'")
-        bounds = Bounds(_int(options.get("fromOffset")), _int(options.get("toOffset")),
-                        _time_ms(options.get("fromTime")), _time_ms(options.get("toTime")),
-                        options.get("routingKey") or None)
-        size = _int(options.get("partitionBytes")) or DEFAULT_PARTITION_BYTES
-        return cls(path, exchange, options.get("vhost", "/"), bounds, max(size, 1))
-
-    def partitions(self, bounds: Bounds) -> list[InputPartition]:
-        ranges = read_ranges(Path(self.path), self.vhost, self.exchange, target_bytes=self.partition_bytes,
-                             from_offset=bounds.from_offset, to_offset=bounds.to_offset,
-                             from_ts=bounds.from_ts, to_ts=bounds.to_ts)
-        groups: list[list[ReadRange]] = []
-        size = self.partition_bytes
-        for r in ranges:
-            if size + r.size > self.partition_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append(r)
-            size += r.size
-        return [RangePartition(g, self.vhost, self.exchange, bounds) for g in groups]
-
-
-def _read(partition: RangePartition) -> Iterator[Any]:
-    for r in partition.ranges:
-        yield from range_batches(r, partition.vhost, partition.exchange, partition.bounds)
-
-
 class HeadraceReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.o = _Options.parse(options)
+        self.o = Source.parse(options)
         self.bounds = self.o.bounds
 
     def partitions(self) -> list[InputPartition]:
-        return self.o.partitions(self.bounds) or [InputPartition(None)]
+        return list(self.o.partitions(self.bounds)) or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, RangePartition):
-            yield from _read(partition)
+        if isinstance(partition, LogPartition):
+            yield from partition.batches()
 
 
 class PushdownReader(HeadraceReader):
@@ -179,35 +104,43 @@ class PushdownReader(HeadraceReader):
 
 
 class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"offset": next}`` for one log, ``{"offsets": {stream: next, ...}}`` for a
+    super stream's partitions (each micro-batch reads every partition from its own offset)."""
+
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.o = _Options.parse(options)
-        self._target: int | None = None
+        self.o = Source.parse(options)
+        self._target: dict[str, int] | None = None
 
-    def _next(self) -> int:
-        return next_offset(Path(self.o.path), self.o.vhost, self.o.exchange)
+    def _wrap(self, offsets: dict[str, int]) -> dict[str, Any]:
+        return {"offsets": offsets} if self.o.super_stream is not None else {"offset": offsets[self.o.names[0]]}
 
-    def initialOffset(self) -> dict[str, int]:
-        return {"offset": self.o.bounds.from_offset or 0}
+    def _unwrap(self, offset: dict[str, Any]) -> dict[str, int]:
+        if "offsets" in offset:
+            return {name: int(offset["offsets"].get(name, 0)) for name in self.o.names}
+        return {self.o.names[0]: int(offset["offset"])}
 
-    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        latest = self._next()
+    def initialOffset(self) -> dict[str, Any]:
+        return self._wrap({name: self.o.bounds.from_offset or 0 for name in self.o.names})
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        latest = self.o.next_offsets(self._unwrap(start) if start else None)
         if self._target is not None:
-            latest = min(latest, self._target)
-        return {"offset": latest}
+            latest = {name: min(n, self._target.get(name, n)) for name, n in latest.items()}
+        return self._wrap(latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._next()
+        self._target = self.o.next_offsets()
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        lo, hi = start["offset"], end["offset"] - 1
-        if hi < lo:
-            return []
-        return self.o.partitions(Bounds(lo, hi))
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        lo, hi = self._unwrap(start), self._unwrap(end)
+        bounds = {name: Bounds(lo[name], hi[name] - 1) for name in self.o.names if hi[name] > lo[name]}
+        return list(self.o.partitions(bounds)) if bounds else []
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from _read(partition)  # type: ignore[arg-type]
+        assert isinstance(partition, LogPartition)
+        yield from partition.batches()
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         return None
 
 

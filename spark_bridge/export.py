@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from pyspark.sql import functions as F
 from headrace.persistence.mirror_log import list_segments
 
 from .datasource import MIN_PARTITION_BYTES, register
+from .sources import Source
 
 __all__ = ["export", "read_log", "split_bytes"]
 
@@ -17,11 +19,12 @@ __all__ = ["export", "read_log", "split_bytes"]
 RANGES_PER_CORE = 4
 
 
-def split_bytes(spark: Any, data_dir: str, vhost: str, exchange: str) -> int:
+def split_bytes(spark: Any, data_dir: str | None, vhost: str, exchange: str | None, source: Mapping[str, str] | None = None) -> int:
     """Range size after Spark's file sources' split size: spark.sql.files.maxPartitionBytes, or less so
     that every core gets a few ranges (a slow range then does not hold up the whole job alone), not
-    under openCostInBytes' 4 MiB."""
-    total = sum(s.size for s in list_segments(Path(data_dir), vhost, exchange))
+    under openCostInBytes' 4 MiB. ``source``: the data source's options naming the logs instead."""
+    total = Source.parse({**source, "vhost": vhost}).total_bytes() if source \
+        else sum(s.size for s in list_segments(Path(str(data_dir)), vhost, str(exchange)))
     max_bytes = _bytes(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     cores = max(1, int(spark.sparkContext.defaultParallelism))
     return min(max_bytes, max(MIN_PARTITION_BYTES, -(-total // (cores * RANGES_PER_CORE))))
@@ -33,14 +36,18 @@ def _bytes(value: str) -> int:
     return int(value[:-1]) * units[value[-1]] if value and value[-1] in units else int(value)
 
 
-def read_log(spark: Any, data_dir: str, exchange: str, *, vhost: str = "/", from_offset: int | None = None,
+def read_log(spark: Any, data_dir: str | None, exchange: str | None, *, vhost: str = "/", from_offset: int | None = None,
              to_offset: int | None = None, from_time: str | None = None, to_time: str | None = None,
-             partition_bytes: int | None = None) -> Any:
+             partition_bytes: int | None = None, source: Mapping[str, str] | None = None) -> Any:
     """The log as a DataFrame; ``partition_bytes`` (default: as Spark's file sources pick a split
-    size, see ``split_bytes``) is about how much of it one task reads."""
+    size, see ``split_bytes``) is about how much of it one task reads. ``source``, the data source's
+    options that name the logs and where they are (``{"path": ..., "superStream": ...}``,
+    ``{"url": ..., "user": ..., "exchange": ...}``), replaces ``data_dir`` and ``exchange``."""
     register(spark)
-    reader = spark.read.format("headrace").option("path", str(data_dir)).option("exchange", exchange) \
-        .option("vhost", vhost).option("partitionBytes", str(partition_bytes or split_bytes(spark, data_dir, vhost, exchange)))
+    options = dict(source) if source else {"path": str(data_dir), "exchange": str(exchange)}
+    size = partition_bytes or split_bytes(spark, data_dir, vhost, exchange, source)
+    reader = spark.read.format("headrace").options(**options).option("vhost", vhost) \
+        .option("partitionBytes", str(size))
     for key, value in (("fromOffset", from_offset), ("toOffset", to_offset), ("fromTime", from_time),
                        ("toTime", to_time)):
         if value is not None:

@@ -16,6 +16,7 @@ from . import (
     exchanges,
     health,
     health_checks,
+    logs,
     messages,
     mirrors,
     nodes,
@@ -37,7 +38,7 @@ __all__ = ["RESOURCES", "router"]
 
 # relations first: its fixed paths (/api/users/without-permissions) precede users' /api/users/{name}
 RESOURCES = (relations, overview, nodes, vhosts, users, permissions, parameters, connections, exchanges, queues,
-             bindings, messages, definitions, health, health_checks, deprecated, mirrors, policies, super_streams,
-             stream_groups, shovels, console)
+             bindings, messages, definitions, health, health_checks, deprecated, mirrors, logs, policies,
+             super_streams, stream_groups, shovels, console)
 
 router = Router(module.routes for module in RESOURCES)

@@ -53,7 +53,7 @@ from headrace.server.broker import Broker
 from .node_facts import NodeFacts
 from .history import MAX_RANGE, History
 
-__all__ = ["Context", "HTTPError", "Request", "Response", "Route", "Router", "Routes", "json_response",
+__all__ = ["Context", "HTTPError", "LogSlice", "Request", "Response", "Route", "Router", "Routes", "json_response",
            "history_ranges", "user_of"]
 
 log = logging.getLogger("headrace.http")
@@ -97,6 +97,9 @@ class Context(Protocol):
 
     def federation_status(self, vhost: str | None) -> list[dict[str, Any]]: ...
 
+    def log_plan(self, kind: str, vhost: str, name: str, target_bytes: int,
+                 bounds: dict[str, int | None]) -> dict[str, Any] | None: ...
+
 
 @dataclass(slots=True)
 class Request:
@@ -131,6 +134,20 @@ class Response:
     wait_ticket: int = 0  # answer only once the store has synced this ticket (persistent publish)
     definitions_ticket: int = 0  # answer only once the definitions log has this durable change
     stream: Any = None  # an HTTPConsumer whose deliveries the shell streams as the body
+    file: LogSlice | None = None  # bytes of a log segment the shell sends as the body (``logs.py``)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSlice:
+    """Bytes ``start`` .. ``stop`` (exclusive; None: the segment's end as the shell finds it) of the
+    segment at ``base`` of a mirror's (``kind`` "mirror") or a stream's ("stream") log: the shell
+    opens the file and sends the bytes straight from it."""
+    kind: str
+    vhost: str
+    name: str
+    base: int
+    start: int
+    stop: int | None
 
 
 class HTTPError(Exception):

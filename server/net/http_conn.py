@@ -26,6 +26,7 @@ from headrace.persistence.mirror_log import list_segments, next_offset
 from headrace.server.auth import LoginThrottled
 from headrace.server.http import router
 from headrace.server.http.node_facts import Listener, NodeFacts
+from headrace.server.net.http_logs import log_plan, send_slice
 from headrace.server.http.routes import HTTPError, Request, Response, Router, error_response, json_response, \
     parse_target
 
@@ -99,6 +100,11 @@ class HTTPServer:
         return {"first_offset": segments[0].base_offset if segments else following, "next_offset": following,
                 "bytes": sum(s.size for s in segments), "segments": len(segments)}
 
+    def log_plan(self, kind: str, vhost: str, name: str, target_bytes: int,
+                 bounds: dict[str, int | None]) -> dict[str, Any] | None:
+        """A mirror's or stream's segments and ranges for a remote reader (``http_logs.log_plan``)."""
+        return log_plan(self.app, kind, vhost, name, target_bytes, bounds)
+
     def store_bytes(self) -> int:
         """Message store size on disk (an int the flusher keeps; reading it needs no lock)."""
         storage = getattr(self.app, "storage", None)
@@ -160,6 +166,15 @@ class HTTPServer:
                 if response.stream is not None:
                     await self._stream(stream, conn, response)
                     return
+                if response.file is not None:  # a log segment's bytes, each step bounded, not the whole
+                    refused = await send_slice(self.app, stream, conn, response, f"headrace/{self.version}",
+                                               self._closing, head_only, self.request_timeout)
+                    if refused is None:
+                        if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                            return
+                        conn.start_next_cycle()
+                        continue
+                    response = refused
                 with trio.move_on_after(self.request_timeout) as answering:
                     if response.definitions_ticket:  # a durable change: answered once it is on disk
                         await self.app.definitions_synced(response.definitions_ticket)
@@ -182,7 +197,7 @@ class HTTPServer:
                     await self._send(stream, conn, json_response(status, {"error": "bad_request", "reason": str(exc)}))
                 except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
-        except h11.LocalProtocolError:
+        except (h11.LocalProtocolError, trio.TooSlowError):
             pass
         finally:
             with trio.CancelScope(shield=True):

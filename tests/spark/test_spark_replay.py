@@ -195,10 +195,10 @@ def test_cli_replay_killed_midway_resumes_exactly_once(broker_factory, tmp_path)
     write_log(proc.data_dir, n=n)
     # the kill can land while a publish is delivered but its confirm not yet saved: the re-run sends
     # it again and the target's dedup window (the documented set-up) drops it
-    target = Target(proc.url, "again", "q-again", {"x-message-deduplication": True, "x-cache-size": 100})
+    target = Target(proc.url, "again", "q-again", {"x-message-deduplication": True, "x-cache-size": 3 * 4 * 1000})
     progress = tmp_path / "progress"
     args = spark_cli("replay", "--data-dir", str(proc.data_dir), "--exchange", "orders", "--to-exchange", "again",
-                     "--amqp-url", proc.url, "--progress-dir", str(progress))
+                     "--amqp-url", proc.url, "--http-url", proc.http_url, "--progress-dir", str(progress))
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115 - a file, not a pipe nobody reads
     first = subprocess.Popen([*args, "--rate", "10"], env=spark_env(), start_new_session=True,
                              stdout=log, stderr=log)
@@ -287,7 +287,8 @@ def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark
     write_log(proc.data_dir, n=n, keys=7)
     target = Target(proc.url, "deduped", "q-deduped", {"x-message-deduplication": True, "x-cache-size": 3 * 500 * 4})
     args = spark_cli("replay", "--data-dir", str(proc.data_dir), "--exchange", "orders", "--to-exchange", "deduped",
-                     "--amqp-url", proc.url, "--progress-dir", str(tmp_path / "progress"), "--window", "500")
+                     "--amqp-url", proc.url, "--http-url", proc.http_url, "--progress-dir", str(tmp_path / "progress"),
+                     "--window", "500")
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115 - a file, not a pipe nobody reads
     first = subprocess.Popen(args, env=spark_env(), start_new_session=True, stdout=log, stderr=log)
     try:
