@@ -110,10 +110,13 @@ browser: /usr/bin/chromium
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
 
 # the cluster tests (tests/cluster) start a real etcd, Debian's etcd-server (3.4: the v3 JSON
-# gateway under /v3/); installed once, as root (CI runs as root), when it is missing
+# gateway under /v3/), and the partition test puts nodes in network namespaces (iproute2's ip);
+# installed once, as root (CI runs as root), when they are missing
 etcd:
 	@command -v etcd >/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server)
+	@command -v ip >/dev/null || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
 
 cluster: $(VENV)/.dev etcd
 	$(PY) -m pytest tests/cluster

@@ -3,6 +3,7 @@ standalone node, failover time from a kill -9 of the leader to the first confirm
 and the catch-up time of a node that joins a cluster holding a backlog.
 
     .venv/bin/python benchmarks/bench_cluster.py throughput [--rounds 3] [--messages 6000]
+    .venv/bin/python benchmarks/bench_cluster.py publish [--messages 30000]
     .venv/bin/python benchmarks/bench_cluster.py failover [--kills 10] [--ttl 2]
     .venv/bin/python benchmarks/bench_cluster.py catchup [--messages 1000000]
 
@@ -176,11 +177,13 @@ def throughput(args: argparse.Namespace, tmp: Path) -> None:
 
 
 class Confirmer(threading.Thread):
-    """One publisher with confirms, through whichever node answers; the time of each confirm."""
+    """One publisher with confirms, through whichever node answers; for each confirm, when its
+    publish was sent and when the confirm came (so a confirm already on its way at a kill is told
+    apart from the first one the new leader gave)."""
 
     def __init__(self, nodes: list[Node]) -> None:
         super().__init__(daemon=True)
-        self.nodes, self.confirms, self.stop = nodes, [0.0], threading.Event()
+        self.nodes, self.confirms, self.stop = nodes, [(0.0, 0.0)], threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -192,8 +195,9 @@ class Confirmer(threading.Thread):
                     ch.confirm_delivery()
                     ch.queue_declare("failover", durable=True)
                     while not self.stop.is_set():
+                        sent = time.monotonic()
                         ch.basic_publish("", "failover", b"x" * 256, pika.BasicProperties(delivery_mode=2))
-                        self.confirms.append(time.monotonic())
+                        self.confirms.append((sent, time.monotonic()))
                     conn.close()
                 except (pika.exceptions.AMQPError, OSError):
                     time.sleep(0.01)
@@ -207,11 +211,12 @@ def failover(args: argparse.Namespace, tmp: Path) -> None:
     try:
         for i in range(args.kills):
             leader = cluster.leader()
-            wait_for(lambda: publisher.confirms[-1] > time.monotonic() - 0.2, 30)  # confirming now
+            wait_for(lambda: publisher.confirms[-1][1] > time.monotonic() - 0.2, 30)  # confirming now
             time.sleep(args.ttl / 2 * (i % 3) / 2)  # a keep-alive phase that varies between rounds
             killed_at = time.monotonic()
             leader.stop(signal.SIGKILL)
-            first = wait_for(lambda: next((t for t in reversed(publisher.confirms) if t > killed_at), None), 60)
+            first = wait_for(lambda: next((done for sent, done in reversed(publisher.confirms) if sent > killed_at),
+                                          None), 60)
             times.append(first - killed_at)
             print(f"kill {i + 1}: first confirm after {first - killed_at:.3f} s", flush=True)
             leader.start()
@@ -270,18 +275,48 @@ def _publish_backlog(target: amqp_load.Target, count: int, leader: Node) -> None
     wait_for(queued, 600)
 
 
+def publish(args: argparse.Namespace, tmp: Path) -> None:
+    """Persistent publishes without confirms from one pika publisher, until the queue holds them
+    all: a standalone node, then the cluster's leader (each group waits for the in-sync set)."""
+    def run(node: Node) -> float:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.amqp))
+        ch = conn.channel()
+        ch.queue_declare("publish", durable=True)
+        began = time.monotonic()
+        for _ in range(args.messages):
+            ch.basic_publish("", "publish", b"x" * 256, pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{node.http}/api/queues/%2F/publish", auth=("guest", "guest"),
+                                   timeout=10).json().get("messages", 0) >= args.messages, 600)
+        return args.messages / (time.monotonic() - began)
+
+    alone = Node("alone@localhost", tmp / "alone", {}).start()
+    try:
+        a = run(alone)
+    finally:
+        alone.stop()
+    cluster = Cluster(tmp, args.ttl)
+    try:
+        c = run(cluster.leader())
+    finally:
+        cluster.close()
+    print(f"{args.messages} persistent publishes without confirms: standalone {a:.0f}/s, 3-node cluster {c:.0f}/s, "
+          f"cluster/standalone {c / a:.2f}; load {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["throughput", "failover", "catchup"])
+    ap.add_argument("what", choices=["throughput", "publish", "failover", "catchup"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--messages", type=int)
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--ttl", type=int, default=2)
     args = ap.parse_args()
     if args.messages is None:
-        args.messages = 1_000_000 if args.what == "catchup" else 6000
+        args.messages = {"catchup": 1_000_000, "publish": 30_000}.get(args.what, 6000)
     with tempfile.TemporaryDirectory(prefix="headrace-cluster-") as tmp:
-        {"throughput": throughput, "failover": failover, "catchup": catchup}[args.what](args, Path(tmp))
+        {"throughput": throughput, "publish": publish, "failover": failover,
+         "catchup": catchup}[args.what](args, Path(tmp))
 
 
 if __name__ == "__main__":

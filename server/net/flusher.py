@@ -49,6 +49,8 @@ WRITE_RETRY_INTERVAL = 0.5
 class Replication(Protocol):
     """The leader's replication stream (``replication_leader.py``), when this node leads a cluster."""
 
+    def ship(self) -> int: ...
+
     async def replicated(self, wait: bool) -> None: ...
 
 
@@ -219,6 +221,8 @@ class Flusher:
             await trio.to_thread.run_sync(store.write_and_flush, ops)
         else:
             store.write_and_flush(ops)
+        if self.replication is not None:
+            self.replication.ship()  # the followers write and sync while this node syncs
         if need_sync:
             if self._sync_ewma < self._inline_sync_max:
                 took = self._timed_sync()

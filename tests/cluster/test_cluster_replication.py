@@ -178,6 +178,14 @@ def fault(kind: str, nodes: list[Node], etcd: Any) -> None:
         victim = next(n for n in nodes if n is not leader)
         victim.proc.signal(signal.SIGSTOP)
         try:
+            # a write the frozen follower cannot ack (the load's publisher may be the one frozen
+            # with it, through its forwarder): confirmed once the follower has left the set
+            conn = connect(leader)
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("frozen-follower", durable=True)
+            ch.basic_publish("", "frozen-follower", b"x", pika.BasicProperties(delivery_mode=2))
+            conn.close()
             wait_for(lambda: victim.name not in in_sync(leader), 10.0)
         finally:
             victim.proc.signal(signal.SIGCONT)
