@@ -115,13 +115,12 @@ def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     assert code == 0, proc.log[-4000:]
 
 
-@pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator[type]:
-    """Start brokers of one's own (crash/restart tests); all are stopped at the end."""
+def _brokers(default_dir: Callable[[int], Path]) -> Iterator[type]:
+    """A factory of broker processes, all killed when the fixture ends."""
     started: list[BrokerProcess] = []
 
     def make(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> BrokerProcess:
-        proc = BrokerProcess(data_dir or tmp_path / "data", *args, env=env)
+        proc = BrokerProcess(data_dir or default_dir(len(started)), *args, env=env)
         proc.data_dir.mkdir(parents=True, exist_ok=True)
         started.append(proc)
         return proc.start()
@@ -129,23 +128,19 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
     yield make  # type: ignore[misc]
     for proc in started:
         proc.kill()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[type]:
+    """Start brokers of one's own (crash/restart tests); all are stopped at the end."""
+    yield from _brokers(lambda _: tmp_path / "data")
 
 
 @pytest.fixture(scope="module")
 def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[type]:
     """``broker_factory`` for brokers a whole module shares (a cluster the tests leave whole)."""
-    started: list[BrokerProcess] = []
     base = tmp_path_factory.mktemp("brokers")
-
-    def make(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> BrokerProcess:
-        proc = BrokerProcess(data_dir or base / f"b{len(started)}", *args, env=env)
-        proc.data_dir.mkdir(parents=True, exist_ok=True)
-        started.append(proc)
-        return proc.start()
-
-    yield make  # type: ignore[misc]
-    for proc in started:
-        proc.kill()
+    yield from _brokers(lambda n: base / f"b{n}")
 
 
 @pytest.fixture(scope="session")
