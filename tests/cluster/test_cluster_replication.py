@@ -248,6 +248,49 @@ def test_unacked_deliveries_of_a_dead_leader_come_back_redelivered(cluster: list
     healthy(cluster)
 
 
+def test_aio_pika_connect_robust_carries_on_through_a_failover(cluster: list[Node]) -> None:
+    """An unmodified aio-pika client with ``connect_robust`` on a follower's port: the leader is
+    killed, the forwarded connection drops, aio-pika reconnects (to the new leader, through the
+    same follower) and publishes on; every confirmed message is there."""
+    import asyncio
+
+    import aio_pika
+
+    healthy(cluster)
+    leader = leader_of(cluster)
+    via = next(n for n in cluster if n is not leader)
+    confirmed: set[int] = set()
+
+    async def main() -> None:
+        connection = await aio_pika.connect_robust(f"amqp://guest:guest@127.0.0.1:{via.amqp_port}/",
+                                                   reconnect_interval=0.2)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            await channel.declare_queue("robust", durable=True)
+            n = 0
+            killed_at = 0.0
+            while True:
+                if n == 200 and not killed_at:
+                    leader.proc.kill()
+                    killed_at = time.monotonic()
+                if killed_at and len([c for c in confirmed if c > 200]) >= 200:
+                    return
+                try:
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(str(n).encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                        routing_key="robust", timeout=5)
+                    confirmed.add(n)
+                except (aio_pika.exceptions.AMQPError, asyncio.TimeoutError, ConnectionError, RuntimeError):
+                    await asyncio.sleep(0.1)  # the connection is being restored: send the next one then
+                n += 1
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    got = drain(leader_of(cluster), "robust")
+    lost = confirmed - set(got)
+    assert not lost, f"{len(lost)} confirmed messages lost, e.g. {sorted(lost)[:10]}"
+    healthy(cluster)
+
+
 def headrace(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "headrace", *args], capture_output=True, text=True, timeout=60)
 
