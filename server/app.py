@@ -16,7 +16,6 @@ On SIGINT/SIGTERM the listeners stop, every AMQP client gets connection.close 32
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import signal
 import ssl
@@ -46,7 +45,7 @@ from headrace.server.net.sender import Sender
 from headrace.server.net.shovels import Shovels
 from headrace.server.net.socket_bounds import (HELD_RCVBUF, RCVBUF_MAX, Window, bound_listeners, bound_window,
                                                handshake_rtt, shrinker)
-from headrace.server.net.startup import DataDirLock, StartupError
+from headrace.server.net.startup import DataDirLock, StartupError, write_ports
 from headrace.server.net.storage import Storage
 from headrace.server.net.stream_pump import StreamPump
 
@@ -342,12 +341,7 @@ class App:
                 server.shutdown()
 
     def _write_ports(self) -> None:
-        path = self.settings.network.ports_file
-        if path is None:
-            return
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps({name: port for name, (_, port) in self.bound.items()}))
-        tmp.replace(path)
+        write_ports(self.settings.network.ports_file, {name: port for name, (_, port) in self.bound.items()})
 
     async def _watch_signals(self, scope: trio.CancelScope) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -22,7 +22,6 @@ Task tree::
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 from pathlib import Path
@@ -41,7 +40,7 @@ from .cluster_agent import ClusterAgent, ClusterError, instance_id, known_epoch,
 from .proxy import Forwarder
 from .replication_follower import ReplicationFollower
 from .replication_leader import ReplicationLeader
-from .startup import DataDirLock, StartupError
+from .startup import DataDirLock, StartupError, write_ports
 
 __all__ = ["ClusterNode"]
 
@@ -231,7 +230,7 @@ class ClusterNode:
                 listeners = await trio.open_tcp_listeners(port, host=bind_host)
                 bound[name] = port
                 period.start_soon(trio.serve_listeners, Forwarder(host, _int(target)).handle, listeners)
-            self._write_ports(bound)
+            write_ports(s.network.ports_file, bound)
             log.info("%s follows %s: client connections are forwarded to it", self.node, notice.leader)
             log.info("data directory %s", self.data_dir.resolve())
             period.start_soon(self._replicate, notice, host, _int(record.get("cluster")))
@@ -249,14 +248,6 @@ class ClusterNode:
                 self._stop()  # ``headrace cluster leave``: gone for good, its lease given back
                 return
             await trio.sleep(RETRY_PAUSE)
-
-    def _write_ports(self, bound: dict[str, int]) -> None:
-        path = self.settings.network.ports_file
-        if path is None:
-            return
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps(bound))
-        tmp.replace(path)
 
     def leave(self, name: str) -> bool:
         """``headrace cluster leave NAME`` (asked of the leader): the follower is told to stop and

@@ -12,10 +12,11 @@ Rule: the ``DataDirLock`` owns the lock file; nothing else opens it.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 from pathlib import Path
 
-__all__ = ["LOCK_FILE", "DataDirLock", "StartupError"]
+__all__ = ["LOCK_FILE", "DataDirLock", "StartupError", "write_ports"]
 
 LOCK_FILE = "headrace.lock"
 
@@ -60,3 +61,13 @@ def _read_pid(fd: int) -> str:
     except OSError:
         text = ""
     return text if text.isdigit() else "unknown"
+
+
+def write_ports(path: Path | None, ports: dict[str, int]) -> None:
+    """The bound ports as JSON at ``path`` (the ``ports_file`` setting), written whole: a reader
+    (a test's launcher, a script) sees the old file or the new one, never half of it."""
+    if path is None:
+        return
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(ports))
+    tmp.replace(path)
