@@ -110,6 +110,7 @@ class App:
                 max_connections_per_user=settings.limits.max_connections_per_user,
                 max_tx_bytes=settings.limits.max_tx_bytes,
                 consumer_timeout_ms=settings.limits.consumer_timeout_ms,
+                stream_handover_timeout_ms=settings.limits.stream_handover_timeout_ms,
             ),
             compat=Compat.of(settings.compat.rabbitmq_compat),
         )

@@ -215,6 +215,9 @@ class LimitsSettings(_Group):
     max_unconfirmed_per_connection: int = Field(10_000, ge=1)
     # close a channel that holds one delivery unacked for longer than this (RabbitMQ: 30 min)
     consumer_timeout_ms: int | None = Field(1_800_000, ge=1)
+    # a stream group's member demoted by a rebalance may hold unacked deliveries this long before
+    # its partition goes to the new active member anyway (they come again to that member)
+    stream_handover_timeout_ms: int = Field(10_000, ge=1)
     memory_high_watermark: float = Field(0.4, gt=0)  # <= 1: fraction of RAM; > 1: bytes
     # what the watermark is compared with: "held" = message bytes in memory plus unsent output (falls
     # as consumers drain, so the alarm clears); "rss" = the process's resident set, which CPython

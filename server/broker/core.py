@@ -88,6 +88,7 @@ class Broker:
         self.store = StoreOutbox(store_enabled, ports.wake_flusher)
         self.mirrors = MirrorOutbox(ports.wake_mirror_writer)
         self.stream_data_dir: Path | None = None  # where stream queues keep their logs (the shell sets it)
+        self.stream_handover_timeout = limits.stream_handover_timeout_ms / 1000  # a stream queue's bound, in s
         self.replies = ReplyRegistry()  # direct reply-to consumers by address
         self.delivery = Delivery(self.store, self.mirrors, self.replies, ports)
         # tickets whose ops the store could not write (disk full): their confirms go out as nacks.

@@ -82,6 +82,7 @@ class VHostOwner(Protocol):
     definitions: DefinitionChanges
     retired: Retired  # the counts of deleted queues and exchanges (totals.py)
     stream_data_dir: Path | None
+    stream_handover_timeout: float  # seconds a stream group's demoted member may hold its partition
     resident_max_messages: int
     resident_max_bytes: int
     held: HeldTally  # shared by every queue (queues/held.py)
@@ -293,7 +294,8 @@ class VHost:
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
             queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, vhost=self.name, durable=durable,
-                                arguments=arguments, args=args, held=self.broker.held)
+                                arguments=arguments, args=args, held=self.broker.held,
+                                handover_timeout=self.broker.stream_handover_timeout)
         else:  # classic, and quorum: the same queue under quorum rules (Destination.counts_deliveries)
             queue = Queue(name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
                           auto_delete=auto_delete, arguments=arguments, args=args,
