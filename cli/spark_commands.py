@@ -243,33 +243,52 @@ def _with(options: list[Any]) -> Callable[[F], F]:
               "(default: the --amqp-url host, port 15672, its credentials).")
 @click.option("--at-least-once", is_flag=True, help="Replay into a target without a large enough dedup window: "
               "a resumed replay may then deliver messages twice.")
+@click.option("--super-stream", help="A super stream's partition streams, one after another, each with its own "
+              "progress (instead of --exchange); to the super stream's exchange unless --to-exchange.")
 def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
                    end: str | None, master: str, conf: tuple[str, ...], pattern: str | None, to_exchange: str | None,
                    rate: float | None, amqp_url: str, progress_dir: str | None, partitions: int, window: int,
-                   dedup_header: str, http_url: str | None, at_least_once: bool) -> None:
-    """Publish a mirrored exchange's (or a stream's) messages again, in order per routing key.
+                   dedup_header: str, http_url: str | None, at_least_once: bool, super_stream: str | None) -> None:
+    """Publish a mirrored exchange's (or a stream's, or a super stream's) messages again, in order
+    per routing key.
 
     Exactly once by default: the target exchange must have a dedup window of at least
     3 x partitions x window keys (checked first); --at-least-once skips that check."""
     _need_pyspark("replay")
     from headrace.spark_bridge.replay import replay
+    from headrace.spark_bridge.sources import STREAMS_DIR, local_partitions
 
-    if stream is not None and to_exchange is None:
-        raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
-    data_dir, exchange = _source(data_dir, exchange, stream)
-    _check_log(data_dir, vhost, exchange, stream is not None)
-    _check_target(amqp_url, to_exchange or exchange)
+    if super_stream is not None:
+        # a key lives in one partition, so replaying the partitions one after another keeps each
+        # key's order; each keeps its progress apart (offsets of different streams do not compare)
+        if exchange is not None or stream is not None:
+            raise click.UsageError("give one of --exchange, --stream or --super-stream")
+        _check_super_stream(data_dir, vhost, super_stream)
+        data_dir = str(Path(data_dir) / STREAMS_DIR)
+        logs, name, to_exchange = local_partitions(Path(data_dir), vhost, super_stream), super_stream, \
+            to_exchange or super_stream
+    else:
+        if stream is not None and to_exchange is None:
+            raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
+        data_dir, name = _source(data_dir, exchange, stream)
+        _check_log(data_dir, vhost, name, stream is not None)
+        logs = [name]
+    _check_target(amqp_url, to_exchange or name)
     if at_least_once:
         console.print("replaying at least once: a resumed replay may deliver messages twice (--at-least-once)")
     else:
-        _check_dedup(amqp_url, http_url, to_exchange or exchange, partitions, window, dedup_header)
+        _check_dedup(amqp_url, http_url, to_exchange or name, partitions, window, dedup_header)
+
+    def replay_all() -> int:
+        return sum(replay(
+            spark, data_dir, log, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
+            routing_key_pattern=pattern, rate=rate, partitions=partitions, window=window, dedup_header=dedup_header,
+            progress_dir=str(Path(progress_dir) / log) if progress_dir and super_stream else progress_dir,
+            **_filters(start, end)) for log in logs)
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
-    count = _with_progress(spark, f"replaying {exchange}", lambda: replay(
-        spark, data_dir, exchange, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
-        routing_key_pattern=pattern, rate=rate, progress_dir=progress_dir, partitions=partitions, window=window,
-        dedup_header=dedup_header, **_filters(start, end)))
+    count = _with_progress(spark, f"replaying {name}", replay_all)
     console.print(f"replayed {count} messages")
 
 
