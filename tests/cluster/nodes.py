@@ -82,10 +82,10 @@ def in_sync(node: Node) -> set[str]:
 
 
 def healthy(nodes: list[Node]) -> None:
-    """Every node running and in the leader's in-sync set."""
-    for n in nodes:
-        if n.proc.proc.poll() is not None:
-            n.start()
+    """Every node running and in the leader's in-sync set. Stopped nodes start together: after the
+    whole cluster stopped only the last leader may lead again, and a node started alone before it
+    would wait for a leader that is not there yet."""
+    start_all([n for n in nodes if n.proc.proc.poll() is not None])
     names = {n.name for n in nodes}
     try:
         wait_for(lambda: in_sync(leader_of(nodes)) == names, 30.0)
@@ -96,14 +96,29 @@ def healthy(nodes: list[Node]) -> None:
 def start_three(broker_factory: Any, etcd: Any, cluster_name: str, tmp_path: Any) -> list[Node]:
     nodes = [Node(broker_factory, etcd, cluster_name, f"hr{i}@localhost", tmp_path / f"n{i}", HEADRACE_METRICS="aggregate")
              for i in (1, 2, 3)]
-    starts = [threading.Thread(target=n.start) for n in nodes]  # together: a process takes seconds to start
+    start_all(nodes)
+    names = {n.name for n in nodes}
+    wait_for(lambda: in_sync(leader_of(nodes)) == names, 20.0)
+    return nodes
+
+
+def start_all(nodes: list[Node]) -> None:
+    """Start the nodes together (a process takes seconds to start); the first failure is raised."""
+    failed: list[BaseException] = []
+
+    def start(n: Node) -> None:
+        try:
+            n.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(exc)
+
+    starts = [threading.Thread(target=start, args=(n,)) for n in nodes]
     for t in starts:
         t.start()
     for t in starts:
         t.join()
-    names = {n.name for n in nodes}
-    wait_for(lambda: in_sync(leader_of(nodes)) == names, 20.0)
-    return nodes
+    if failed:
+        raise failed[0]
 
 
 def leader_of(nodes: list[Node]) -> Node:
