@@ -118,7 +118,8 @@ etcd:
 	@command -v ip >/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
 
-cluster: $(VENV)/.dev etcd
+# amqplib and amqp091-go run through a failover there (test_cluster_clients.py), the console in Chromium
+cluster: $(VENV)/.dev etcd clients browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/cluster
 
 unit: $(VENV)/.dev
