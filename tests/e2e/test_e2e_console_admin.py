@@ -14,7 +14,7 @@ import pytest
 from e2e_support import unique, wait_until
 from pika.exceptions import ChannelClosedByBroker
 from selenium.webdriver.common.by import By
-from test_e2e_console import confirm, css, fill, go, login, row, wait
+from test_e2e_console import click, confirm, css, fill, go, login, row, wait
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -49,11 +49,11 @@ def test_operator_policy_caps_a_queue_over_the_users_policy(browser, broker, adm
     for i in range(5):
         ch.basic_publish("", q, f"m{i}".encode())
     conn.close()
-    wait_until(lambda: admin.get(f"/api/queues/%2F/{q}").json()["messages"] == 3)
+    assert wait_until(lambda: admin.get(f"/api/queues/%2F/{q}").json()["messages"] == 3, timeout=10)
     fill(browser, {"#op-policy-name": unique("op-bad"), "#op-policy-definition": '{"alternate-exchange": "x"}'})
     css(browser, "#add-operator-policy-form button[type=submit]").click()  # RabbitMQ's refusal, by the form
     wait(browser, lambda d: css(d, "#add-operator-policy-form .error").text != "")
-    row(browser, "operator-policies", f"/|{op_policy}").find_element(By.CSS_SELECTOR, "button").click()
+    click(browser, lambda d: row(d, "operator-policies", f"/|{op_policy}").find_element(By.CSS_SELECTOR, "button"))
     confirm(browser)
     wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f'#operator-policies tr[data-key="/|{op_policy}"]'))
     assert admin.get(f"/api/operator-policies/%2F/{op_policy}").status_code == 404
@@ -80,7 +80,7 @@ def test_topic_permission_limits_publishes_and_is_cleared(browser, broker, admin
         ch.basic_publish("amq.topic", "other.one", b"no")
     assert refused.value.reply_code == 403
     conn.close()
-    row(browser, "topic-permissions", key).find_element(By.CSS_SELECTOR, "button").click()
+    click(browser, lambda d: row(d, "topic-permissions", key).find_element(By.CSS_SELECTOR, "button"))
     confirm(browser)
     wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f'#topic-permissions tr[data-key="{key}"]'))
     assert admin.get(f"/api/topic-permissions/%2F/{name}").status_code == 404
@@ -120,7 +120,7 @@ def test_definitions_export_saves_a_file_and_import_reads_one(browser, broker, a
     css(browser, "#definitions-file").send_keys(str(upload))
     fill(browser, {"#definitions-import-vhost": vhost})
     css(browser, "#import-definitions-form button[type=submit]").click()
-    wait(browser, lambda d: "defs.json" in css(d, ".toast").text)
+    wait(browser, lambda d: any("defs.json" in t.text for t in d.find_elements(By.CSS_SELECTOR, ".toast")))
     assert admin.get(f"/api/queues/{vhost}/{imported}").json()["arguments"] == {"x-max-length": 9}
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
