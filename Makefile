@@ -76,6 +76,16 @@ RABBITMQ_UI := build/rabbitmqadmin/deb/usr/lib/rabbitmq/lib/rabbitmq_server-3.10
 $(RABBITMQ_UI): $(RABBITMQADMIN)
 	@test -f $@ || (echo "$@ missing: the rabbitmq-server package is not 3.10.8 (tests/e2e/rabbitmq_ui.py names it)"; false)
 
+# Prometheus' promtool, for tests/e2e/test_e2e_metrics_exposition.py's `promtool check metrics` of
+# every metrics endpoint: taken out of Debian's prometheus package without installing it (one Go
+# binary; the package's server, web assets and service are not wanted)
+PROMTOOL := build/promtool/promtool
+$(PROMTOOL):
+	rm -rf build/promtool && mkdir -p build/promtool
+	cd build/promtool && (apt-get download -q prometheus 2>/dev/null || \
+		(apt-get update -q && apt-get download -q prometheus)) && dpkg-deb -x prometheus_*.deb deb
+	cp build/promtool/deb/usr/bin/promtool $@ && rm -rf build/promtool/deb build/promtool/prometheus_*.deb
+
 # the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
 NODE_DIR := tests/node
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
@@ -83,7 +93,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	touch $@
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
-test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(PROMTOOL) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
 # the suite checks that the install built the mirror framing's C module, so it needs a C compiler
@@ -125,7 +135,7 @@ cluster: $(VENV)/.dev etcd clients browser $(NODE_DIR)/node_modules/.installed
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(RABBITMQ_UI) $(NODE_DIR)/node_modules/.installed
+e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(RABBITMQ_UI) $(PROMTOOL) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev
