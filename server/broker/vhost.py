@@ -82,6 +82,7 @@ class VHostOwner(Protocol):
     definitions: DefinitionChanges
     retired: Retired  # the counts of deleted queues and exchanges (totals.py)
     stream_data_dir: Path | None
+    delayed_data_dir: Path | None  # where delayed exchanges' bucket files go (None: kept in memory)
     resident_max_messages: int
     resident_max_bytes: int
     held: HeldTally  # shared by every queue (queues/held.py)
@@ -112,7 +113,8 @@ class VHost:
         self.mirror_retention: dict[str, tuple[int | None, int | None]] = {}
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
-        self.delayed = DelayedMessages()
+        self.delayed = DelayedMessages(
+            None if broker.delayed_data_dir is None else broker.delayed_data_dir / name.encode().hex())
         # the management API's per-vhost message_stats that no queue or exchange holds: publishes
         # routed nowhere (counted by the delivery owner), returned to a mandatory publisher,
         # received on a channel in confirm mode and confirmed (counted by the channels, the last per
