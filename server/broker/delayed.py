@@ -22,6 +22,7 @@ one counter per exchange and minute, so its size follows the span of due times, 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from headrace.persistence.delay_buckets import DelayBuckets, DelayRecord, decode, encode
 
-__all__ = ["DELAYED_TYPE", "DelayedMessage", "DelayedMessages", "HISTOGRAM_EDGES"]
+__all__ = ["DELAYED_TYPE", "DelayedMessage", "DelayedMessages", "HISTOGRAM_EDGES", "spill_dir"]
 
 DELAYED_TYPE = "x-delayed-message"
 
@@ -62,6 +63,13 @@ class _Bucket:
     @property
     def name(self) -> str:
         return f"{self.level}-{self.index}"
+
+
+def spill_dir(base: Path, vhost: str) -> Path:
+    """A vhost's bucket directory under ``base``, for any vhost name: its bytes in hex, or their
+    SHA-1 where that would be longer than a file name may be."""
+    raw = vhost.encode()
+    return base / (raw.hex() if len(raw) <= 100 else "sha1-" + hashlib.sha1(raw).hexdigest())
 
 
 def _action(level: int, index: int) -> float:

@@ -32,7 +32,7 @@ from headrace.queues.held import HeldTally
 from . import errors
 from .bound_from import BoundFrom
 from .definition_changes import DefinitionChanges
-from .delayed import DELAYED_TYPE, DelayedMessages
+from .delayed import DELAYED_TYPE, DelayedMessages, spill_dir
 from .delivery import Delivery
 from .compat import Compat
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
@@ -114,7 +114,7 @@ class VHost:
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages(
-            None if broker.delayed_data_dir is None else broker.delayed_data_dir / name.encode().hex())
+            None if broker.delayed_data_dir is None else spill_dir(broker.delayed_data_dir, name))
         # the management API's per-vhost message_stats that no queue or exchange holds: publishes
         # routed nowhere (counted by the delivery owner), returned to a mandatory publisher,
         # received on a channel in confirm mode and confirmed (counted by the channels, the last per
@@ -423,3 +423,4 @@ class VHost:
 
     def owned_queues(self, owner: object) -> list[str]:
         return list(self._owned.get(owner, ()))
+

@@ -102,3 +102,12 @@ def test_a_large_bucket_is_cascaded_a_chunk_per_tick(tmp_path: Path) -> None:
     assert steps > 3  # several ticks, each bounded
     out = drain(d, T0 + 3031)
     assert len(out) == 300 and all(when == m.due for when, m in out)
+
+
+def test_any_vhost_name_gets_a_directory_of_its_own(tmp_path: Path) -> None:
+    from headrace.server.broker.delayed import spill_dir
+    short, long_ = spill_dir(tmp_path, "/"), spill_dir(tmp_path, "v" * 255)
+    assert short.name == "2f" and len(long_.name) < 100 and long_ != spill_dir(tmp_path, "v" * 254)
+    d = DelayedMessages(long_)
+    d.add(T0 + 100, "ex", "k", b"", b"x" * (300 << 10), now=T0)  # past one bucket's buffer: written
+    assert long_.is_dir() and [m.body[:1] for m in d.pop_due(T0 + 100)] == [b"x"]
