@@ -116,7 +116,7 @@ class Delivery:
                 # as RabbitMQ's delayed-message plugin: only a durable exchange keeps its messages
                 # across a restart, so only there are they written to the store
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
-                                  delivery_mode == 2 and exchange.durable)
+                                  delivery_mode == 2 and exchange.durable, now)
         exchange.published_in += 1
         if exchange.wants_properties:
             result = exchange.route(routing_key, headers, vhost.exchanges.get, _routing_properties(props_raw))
@@ -265,13 +265,13 @@ class Delivery:
                     self._dispatch(vhost, queue, now)
 
     def _hold(self, vhost: VHostView, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
-              due: float, persistent: bool) -> PublishResult:
+              due: float, persistent: bool, now: float) -> PublishResult:
         message_id = self.next_message_id() if persistent else 0
         ticket = 0
         if persistent and self.store.enabled:
             ticket = self.store.add_ticketed(
                 Delay(message_id, vhost.name, exchange, routing_key, props_raw, body, int(due * 1000)))
-        vhost.delayed.add(due, exchange, routing_key, props_raw, body, message_id)
+        vhost.delayed.add(due, exchange, routing_key, props_raw, body, message_id, now=now)
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
         return PublishResult(True, False, ticket)
 
@@ -283,8 +283,8 @@ class Delivery:
 
     def exchange_deleted(self, vhost: VHostView, name: str) -> None:
         """A delayed exchange went: the messages it held go with it."""
-        for item in vhost.delayed.drop_exchange(name):
-            self._undelay(item.message_id)
+        for message_id in vhost.delayed.drop_exchange(name):
+            self._undelay(message_id)
 
     def _undelay(self, message_id: int) -> None:
         if message_id and self.store.enabled:

@@ -14,6 +14,7 @@ failure to the ``DiskWatch`` (the disk alarm stays up) and retries until it is w
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -53,6 +54,8 @@ class Storage:
                                   fsync=FsyncMode(settings.storage.fsync))
         # its page-in wants go to the pager, made just below (``_page_wanted`` forwards)
         self.spill = SpillStore(data_dir / "spill", report=self.disk, on_page_wanted=self._page_wanted)
+        self.delayed_dir = data_dir / "delayed"  # delayed exchanges' bucket files: a cache, wiped here
+        shutil.rmtree(self.delayed_dir, ignore_errors=True)
         self.streams = StreamWriter(data_dir, settings.storage.fsync != "off")
         self.flusher = Flusher(self.store, self.disk, settings, self.streams, after_group)
         self.pager = Pager(self.spill, self.disk)
@@ -70,7 +73,7 @@ class Storage:
         return self.spill.backing(f"{vhost}\x00{queue}", (vhost, queue))
 
     def recover(self, broker: Broker) -> None:
-        recover(self.store, broker)
+        recover(self.store, broker, time.time())
         for vhost in broker.vhosts.values():
             trim_recovered(broker.delivery, vhost, time.time())  # a lower limit applies at once (policies.py)
         dedup = broker.delivery.dedup
