@@ -102,6 +102,25 @@ class ReadyList:
         for entry in entries:
             self.append(entry)
 
+    def append_run(self, entries: list[QueueEntry]) -> None:
+        """``append`` of each entry in order, the counts added once (a run of publishes)."""
+        if self._max:
+            self.extend(entries)
+            return
+        lane = self._one
+        fresh = lane.fresh
+        if fresh is None:
+            fresh = lane.fresh = deque()
+        fresh.extend(entries)
+        size = 0
+        for entry in entries:
+            size += len(entry.message.body)
+        self.count += len(entries)
+        self.bytes += size
+        held = self.held
+        held.entries += len(entries)
+        held.bytes += size
+
     def requeue(self, entry: QueueEntry) -> None:
         self._lane(entry).add_returned(entry)
         size = len(entry.message.body)
