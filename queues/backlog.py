@@ -65,7 +65,7 @@ class Backlog:
             for entry in entries:
                 self.push(entry)
             return
-        ready.append_run(entries)
+        ready.append_run(entries, size)
 
     def take(self) -> QueueEntry | None:
         """The next resident entry, still counted as held (``ReadyList.take``); the pager is asked

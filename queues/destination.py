@@ -133,9 +133,9 @@ class Destination(ABC):
         refused, dropped or logged (a classic queue without length bounds)."""
         return False
 
-    def enqueue_run(self, messages: Sequence[Message], now: float) -> None:
-        """``enqueue`` of each message in order, every one ACCEPTED, nothing in ``left``; called
-        only after ``takes_runs`` said True."""
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+        """``enqueue`` of each message in order (``size``: their body bytes), every one ACCEPTED,
+        nothing in ``left``; called only after ``takes_runs`` said True."""
         raise NotImplementedError(f"{self.queue_type} queues take publishes one by one")
 
     @abstractmethod

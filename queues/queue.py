@@ -132,12 +132,12 @@ class Queue(Destination):
         """No length bound: a run of publishes can neither be refused nor drop a head."""
         return self.args.max_length is None and self.args.max_length_bytes is None
 
-    def enqueue_run(self, messages: Sequence[Message], now: float) -> None:
-        """``enqueue`` of each message in order, for a queue that ``takes_runs``."""
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+        """``enqueue`` of each message in order (``size``: their body bytes), for a queue that
+        ``takes_runs``."""
         self.stats.published += len(messages)
         new_entry = self._new_entry
-        self._backlog.push_run([new_entry(message, now) for message in messages],
-                               sum(len(message.body) for message in messages))
+        self._backlog.push_run([new_entry(message, now) for message in messages], size)
 
     def _drop_over_limit(self, left: list[Left] | None) -> None:
         while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):

@@ -102,8 +102,9 @@ class ReadyList:
         for entry in entries:
             self.append(entry)
 
-    def append_run(self, entries: list[QueueEntry]) -> None:
-        """``append`` of each entry in order, the counts added once (a run of publishes)."""
+    def append_run(self, entries: list[QueueEntry], size: int) -> None:
+        """``append`` of each entry in order (``size``: their body bytes), the counts added once
+        (a run of publishes)."""
         if self._max:
             self.extend(entries)
             return
@@ -112,9 +113,6 @@ class ReadyList:
         if fresh is None:
             fresh = lane.fresh = deque()
         fresh.extend(entries)
-        size = 0
-        for entry in entries:
-            size += len(entry.message.body)
         self.count += len(entries)
         self.bytes += size
         held = self.held

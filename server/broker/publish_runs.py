@@ -85,8 +85,11 @@ class RunPlacer:
 
     def _enqueue(self, vhost: VHostView, exchange: Exchange, queues: list[Destination], messages: list[Message],
                  now: float, results: list[PublishResult], batch: dict[Destination, VHostView] | None) -> None:
+        size = 0
+        for message in messages:
+            size += len(message.body)
         for queue in queues:
-            queue.enqueue_run(messages, now)
+            queue.enqueue_run(messages, size, now)
         count = len(messages)
         exchange.published_in += count
         exchange.published_out += count * len(queues)
