@@ -6,15 +6,16 @@ PIP    := $(PY) -m pip
 
 .PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick soak fuzz clean browser compiler clients etcd cluster
 
-# the install builds the mirror framing's C module in place (persistence/_mirror_frame.c), so a
-# change to it installs again
-$(VENV)/.core: pyproject.toml persistence/_mirror_frame.c
+# the install builds the C modules in place (persistence/_mirror_frame.c, server/amqp/_wire.c), so a
+# change to one installs again
+C_SOURCES := persistence/_mirror_frame.c server/amqp/_wire.c
+$(VENV)/.core: pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.dev: pyproject.toml persistence/_mirror_frame.c | compiler
+$(VENV)/.dev: pyproject.toml $(C_SOURCES) | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]'
@@ -23,7 +24,7 @@ $(VENV)/.dev: pyproject.toml persistence/_mirror_frame.c | compiler
 # pyspark + pyarrow (and pika) into the venv `make run` made, for `headrace export/replay` and
 # `spark.read.format("headrace")`; headrace is not on PyPI, so the extra installs from this checkout
 spark-deps: $(VENV)/.spark
-$(VENV)/.spark: pyproject.toml persistence/_mirror_frame.c $(VENV)/.core
+$(VENV)/.spark: pyproject.toml $(C_SOURCES) $(VENV)/.core
 	$(PIP) install -q -e '.[spark]'
 	touch $@
 
@@ -96,7 +97,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(PROMTOOL) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
-# the suite checks that the install built the mirror framing's C module, so it needs a C compiler
+# the suite checks that the install built the C modules (mirror framing, the AMQP wire), so it needs a C compiler
 # and Python's headers: Debian's gcc and python3-dev when either is missing (as root, as CI runs)
 compiler:
 	@command -v cc >/dev/null && $(PYTHON) -c "import os, sys, sysconfig; \
@@ -166,4 +167,4 @@ fuzz: $(VENV)/.dev
 	HEADRACE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/amqp tests/e2e/test_e2e_http_fuzz.py -k fuzz -q -p no:timeout
 
 clean:
-	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules persistence/*.so
+	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules persistence/*.so server/amqp/*.so

@@ -40,6 +40,7 @@ from .dead_letters import completes_cycle
 from .deadlines import Deadlines, Timer
 from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_row
+from .publish_runs import RunPlacer, run_queues
 from .ports import ShellPorts
 from .reply_to import REPLY_PREFIX, ReplyRegistry
 from .saturation import Saturation
@@ -79,6 +80,7 @@ class Delivery:
         self.recover_spilled = settlement.recover_spilled
         self._dispatch = settlement.dispatch
         self._settled = settlement.settled
+        self._runs = RunPlacer(store, self.next_message_id, settlement.dispatch, self.saturation, _expiration_ms)
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -170,6 +172,10 @@ class Delivery:
             for props_raw, body in contents:  # unroutable (mirrored, counted) or screened: one by one
                 results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
             return
+        queues = run_queues(vhost, exchange_name, targets)
+        if queues is not None:  # every target takes the run at once (publish_runs.py)
+            contents = self._runs.place(vhost, exchange, exchange_name, routing_key, queues, contents, now, results,
+                                        self._batch)
         place = self._place
         next_id = self.next_message_id
         for props_raw, body in contents:
