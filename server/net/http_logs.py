@@ -3,7 +3,9 @@
 Owns no state: the logs' files belong to their writers (``MirrorWriter``, ``StreamWriter``), whose
 open log's next offset is read as an int as it stands. A segment's bytes go out with ``sendfile(2)``
 on a plain socket (the kernel copies from the page cache to the socket, nothing passes through
-Python) and in 1 MiB ``pread``s in a worker thread through TLS. Each step of a send is bounded by
+Python) and in 1 MiB ``pread``s in a worker thread through TLS. A segment whose local copy went to
+the log's tier (``persistence/tier.py``) is read from its URI in a worker thread, a few MiB at a
+time; plans name each segment's tier copy, so a reader that can reach the tier reads it there. Each step of a send is bounded by
 the request timeout, not the whole send: a large range to a slow reader takes as long as it takes
 while it moves.
 """
