@@ -98,3 +98,12 @@ def test_retention_counts_the_tier_and_drops_there_first(tmp_path):
     assert sorted(int(p.stem) for p in remote.glob("*.log")) == [s.base_offset for s in merged[:-1]]
     docs = [json.loads(line) for line in (root / "mirror" / "%2F" / "orders" / MANIFEST).read_text().splitlines()]
     assert [d["op"] for d in docs].count("drop") == report.dropped
+
+
+def test_the_policy_takes_tier_uris_pyarrow_can_open_only():
+    from headrace.server.broker.policies import tier_uri_ok
+
+    for good in ("file:///mnt/tier", "s3://bucket/prefix?region=eu-west-1", "hdfs://nn:8020/logs", "gs://b/p"):
+        assert tier_uri_ok(good), good
+    for bad in ("file://relative/path", "/mnt/tier", "ftp://host/x", "s3://", "", 3, None):
+        assert not tier_uri_ok(bad), bad
