@@ -191,6 +191,11 @@ class SparkSettings(_Group):
     # can take the last interval's records; nothing waits on it (confirms cover the store, not the
     # mirror), and a sync after every batch was more than half of mirroring's cost. 0: every batch
     mirror_sync_interval: float = Field(1.0, ge=0)
+    # tiered segments (policy key ``tier-uri``): how often sealed segments are looked for and
+    # uploaded (seconds), and a cap on upload bytes per second (None: none), as Kafka's
+    # remote.log.manager.copy.max.bytes.per.second, so an upload does not take a shared link
+    tier_interval: float = Field(5.0, gt=0)
+    tier_upload_max_bytes_per_second: int | None = Field(None, ge=1024)
 
 
 class LimitsSettings(_Group):

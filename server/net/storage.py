@@ -35,6 +35,7 @@ from .definitions_writer import DefinitionsWriter
 from .flusher import Flusher
 from .gate import Gate
 from .mirror_writer import MirrorWriter
+from .tier_uploader import TierUploader
 from .pager import Pager
 from .recovery import recover
 from .stream_writer import StreamWriter
@@ -60,6 +61,7 @@ class Storage:
         self.flusher = Flusher(self.store, self.disk, settings, self.streams, after_group)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
+        self.tier = TierUploader(data_dir, settings)
         self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
         # the durable definitions: loaded and compacted by the app at start, then written by the flusher
         self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.storage.definitions_log_min_bytes),
@@ -87,6 +89,7 @@ class Storage:
         self.disk.broker, self.disk.gate = broker, gate
         nursery.start_soon(self.flusher.run, broker, gate)
         nursery.start_soon(self.mirror_writer.run, broker, gate)
+        nursery.start_soon(self.tier.run, broker)
         nursery.start_soon(self.pager.run, broker)
 
     async def drain(self, broker: Broker) -> None:
