@@ -82,6 +82,8 @@ def _window_problem(amqp_url: str, http_url: str | None, exchange: str, need: in
 @click.option("--trigger-interval", type=float, default=1.0, show_default=True, help="Seconds between micro-batches.")
 @click.option("--available-now", is_flag=True, help="Publish what the log holds now, then exit.")
 @click.option("--dedup-header", default="x-deduplication-header", show_default=True)
+@click.option("--window", type=click.IntRange(1), default=1000, show_default=True,
+              help="Publisher confirms in flight per task.")
 @click.option("--http-url", help="The target broker's HTTP API, where its dedup window is checked "
               "(default: the --amqp-url host, port 15672, its credentials).")
 @click.option("--at-least-once", is_flag=True, help="Bridge into a target without a large enough dedup window.")
@@ -92,7 +94,7 @@ def stream_bridge_command(exchange: str | None, stream: str | None, super_stream
                           to_exchange: str, amqp_url: str, checkpoint: str, starting_offsets: str,
                           starting_timestamp: str | None, max_records_per_trigger: int,
                           max_bytes_per_trigger: int | None, trigger_interval: float, available_now: bool,
-                          dedup_header: str, http_url: str | None, at_least_once: bool, master: str,
+                          dedup_header: str, window: int, http_url: str | None, at_least_once: bool, master: str,
                           conf: tuple[str, ...]) -> None:
     """Publish a log's messages into an exchange as they arrive, exactly once, as a Spark
     Structured Streaming query that resumes from --checkpoint (SIGINT/SIGTERM stop it)."""
@@ -133,7 +135,7 @@ def stream_bridge_command(exchange: str | None, stream: str | None, super_stream
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
     _run(spark, source, {"amqpUrl": amqp_url, "exchange": to_exchange, "dedupHeader": dedup_header,
-                         "keyColumns": "exchange,offset", "checkpointLocation": checkpoint},
+                         "window": str(window), "keyColumns": "exchange,offset", "checkpointLocation": checkpoint},
          None if available_now else trigger_interval)
 
 

@@ -102,7 +102,8 @@ def test_sink_refuses_a_missing_exchange_or_body_column(spark, broker_factory, t
 
 def bridge_cmd(proc, checkpoint, *extra: str) -> list[str]:
     return [sys.executable, "-m", "headrace", "stream-bridge", "--data-dir", str(proc.data_dir), "--exchange", "orders",
-            "--to-exchange", "copy", "--amqp-url", proc.url, "--http-url", proc.http_url, "--checkpoint", str(checkpoint),
+            "--to-exchange", "copy", "--amqp-url", proc.url, "--http-url", proc.http_url,
+            "--checkpoint", str(checkpoint),
             "--master", "local[1]", "--conf", "spark.ui.enabled=false",
             "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xshare:auto -XX:TieredStopAtLevel=1", *extra]
 
@@ -117,7 +118,7 @@ def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(broker_
     checkpoint = tmp_path / "chk"
     log = open(tmp_path / "bridge.log", "w")
     bridge = subprocess.Popen(bridge_cmd(proc, checkpoint, "--max-records-per-trigger", str(BATCH),
-                                         "--trigger-interval", "0"),
+                                         "--trigger-interval", "0", "--window", "4"),
                               env=spark_env(), stdout=log, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
