@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 from test_spark_replay import spark_env
-from test_spark_stream_sink import count, drain, fill, target
+from test_spark_stream_sink import Counter, drain, fill, target
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -46,7 +46,7 @@ def test_spark_submit_reads_over_the_url_on_both_executors(spark, standalone, br
 
 def test_stream_bridge_on_the_cluster_killed_and_restarted_publishes_everything_once(standalone, broker, tmp_path):
     fill(broker, N, exchange="events")
-    ch = target(broker, "events-copy", "events-copy-q", 2 * BATCH)
+    url = target(broker, "events-copy", "events-copy-q", 2 * BATCH)
     checkpoint = tmp_path / "chk"  # the driver's: on this machine, as on a cluster's shared storage
 
     def cmd(*extra: str) -> list[str]:
@@ -58,10 +58,11 @@ def test_stream_bridge_on_the_cluster_killed_and_restarted_publishes_everything_
     with open(tmp_path / "bridge.log", "w") as log:
         bridge = subprocess.Popen(cmd("--trigger-interval", "0", "--window", "4"), env=spark_env(), stdout=log,
                                   stderr=log, start_new_session=True)
+        polled = Counter(url, "events-copy-q")
         try:
             deadline = time.monotonic() + 240
             while True:  # a few batches in, and part of one
-                n = count(ch, "events-copy-q")
+                n = polled()
                 if n >= 3 * BATCH and n % BATCH:
                     break
                 assert bridge.poll() is None, (tmp_path / "bridge.log").read_text()[-3000:]
@@ -70,11 +71,12 @@ def test_stream_bridge_on_the_cluster_killed_and_restarted_publishes_everything_
         finally:
             os.killpg(bridge.pid, signal.SIGKILL)  # the driver; the master then stops its executors
             bridge.wait(10)
+            polled.close()
     # the killed driver's executors may still finish the batch they were publishing: the restarted
     # query publishes it again all the same (it has no commit), and the window drops it
     r = subprocess.run(cmd("--available-now"), env=spark_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    got = drain(ch, "events-copy-q")
+    got = drain(url, "events-copy-q")
     offsets = sorted(int(body.split(b"-")[0]) for _, body, _ in got)
     assert offsets == list(range(N)), (len(offsets), len(set(offsets)))
     assert {h["x-deduplication-header"] for _, _, h in got} == {f"events:{i}" for i in range(N)}

@@ -32,33 +32,58 @@ def fill(proc, n: int, *, exchange: str = "orders", size: int = 20) -> None:
     pub.close()
 
 
-def target(proc, exchange: str, queue: str, cache: int | None) -> pika.adapters.blocking_connection.BlockingChannel:
+def target(proc, exchange: str, queue: str, cache: int | None) -> str:
+    """A topic exchange (with a dedup window of ``cache`` keys) and a queue bound to it; returns the
+    broker's URL, for ``count`` and ``drain``, which connect afresh: a connection left idle while a
+    Spark job runs for minutes would miss its heartbeats."""
     conn = pika.BlockingConnection(pika.URLParameters(proc.url))
     ch = conn.channel()
     args = {"x-message-deduplication": True, "x-cache-size": cache} if cache else None
     ch.exchange_declare(exchange, "topic", durable=True, arguments=args)
     ch.queue_declare(queue, durable=True)
     ch.queue_bind(queue, exchange, "#")
-    return ch
+    conn.close()
+    return str(proc.url)
 
 
-def drain(ch, queue: str) -> list[tuple[str, bytes, dict]]:
+def drain(url: str, queue: str) -> list[tuple[str, bytes, dict]]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
     got = []
     while True:
         method, props, body = ch.basic_get(queue, auto_ack=True)
         if method is None:
+            conn.close()
             return got
         got.append((method.routing_key, body, props.headers or {}))
 
 
-def count(ch, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
+class Counter:
+    """The queue's message count, asked over one connection while it is polled."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.conn = pika.BlockingConnection(pika.URLParameters(url))
+        self.ch, self.queue = self.conn.channel(), queue
+
+    def __call__(self) -> int:
+        return self.ch.queue_declare(self.queue, passive=True).method.message_count
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def count(url: str, queue: str) -> int:
+    counter = Counter(url, queue)
+    try:
+        return counter()
+    finally:
+        counter.close()
 
 
 def test_sink_publishes_each_row_once_with_its_key(spark, broker_factory, tmp_path):
     proc = broker_factory()
     fill(proc, 700)
-    ch = target(proc, "copy", "copy-q", 1000)
+    url = target(proc, "copy", "copy-q", 1000)
     df = spark.readStream.format("headrace").option("path", str(proc.data_dir)).option("exchange", "orders") \
         .option("maxRecordsPerTrigger", "300").load()
     query = df.select("routing_key", "body").writeStream.format("headrace").option("amqpUrl", proc.url) \
@@ -66,7 +91,7 @@ def test_sink_publishes_each_row_once_with_its_key(spark, broker_factory, tmp_pa
         .trigger(availableNow=True).start()
     query.awaitTermination(120)
     assert query.exception() is None
-    got = drain(ch, "copy-q")
+    got = drain(url, "copy-q")
     assert sorted(int(body.split(b"-")[0]) for _, body, _ in got) == list(range(700))
     assert all(rk == f"k.{int(body.split(b'-')[0]) % 5}" for rk, body, _ in got)
     keys = [h["x-deduplication-header"] for _, _, h in got]
@@ -82,7 +107,7 @@ def test_sink_publishes_each_row_once_with_its_key(spark, broker_factory, tmp_pa
         q = q2.option("checkpointLocation", str(tmp_path / f"chk2-{_}")).start()
         q.awaitTermination(120)
         assert q.exception() is None
-    got = drain(ch, "copy-q")
+    got = drain(url, "copy-q")
     assert len(got) == 700 and {h["x-deduplication-header"] for _, _, h in got} == {f"orders:{i}" for i in range(700)}
 
 
@@ -114,16 +139,17 @@ N, BATCH = 8_000, 400
 def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(broker_factory, tmp_path):
     proc = broker_factory()
     fill(proc, N)
-    ch = target(proc, "copy", "copy-q", 2 * BATCH)
+    url = target(proc, "copy", "copy-q", 2 * BATCH)
     checkpoint = tmp_path / "chk"
     log = open(tmp_path / "bridge.log", "w")
+    polled = Counter(url, "copy-q")
     bridge = subprocess.Popen(bridge_cmd(proc, checkpoint, "--max-records-per-trigger", str(BATCH),
                                          "--trigger-interval", "0", "--window", "4"),
                               env=spark_env(), stdout=log, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while True:  # mid-batch: more than a few batches in, and part of one
-            n = count(ch, "copy-q")
+            n = polled()
             if n >= 4 * BATCH and n % BATCH:
                 break
             assert bridge.poll() is None, (tmp_path / "bridge.log").read_text()[-3000:]
@@ -135,15 +161,16 @@ def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(broker_
         if bridge.poll() is None:
             os.killpg(bridge.pid, signal.SIGKILL)
         log.close()
+        polled.close()
     time.sleep(0.2)  # publishes the killed sockets had written out are counted (the broker's side)
-    before = count(ch, "copy-q")
+    before = count(url, "copy-q")
     assert before < N
     r = subprocess.run(bridge_cmd(proc, checkpoint, "--max-records-per-trigger", str(BATCH), "--available-now"),
                        env=spark_env(), capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     republished = int(r.stderr.rsplit("published ", 1)[1].split()[0])
     assert republished > N - before  # the killed batch went out again: the window dropped its first part
-    got = drain(ch, "copy-q")
+    got = drain(url, "copy-q")
     offsets = sorted(int(body.split(b"-")[0]) for _, body, _ in got)
     assert offsets == list(range(N)), (len(offsets), len(set(offsets)))
 
