@@ -32,15 +32,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .amqp_publisher import ConfirmPublisher
 from .replay_frames import FrameEncoder
-
-try:  # Spark >= 4.1
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter
-except ImportError:  # pragma: no cover
-    from pyspark.sql.datasource import DataSourceStreamWriter as DataSourceStreamArrowWriter  # type: ignore[assignment]
 
 __all__ = ["DEFAULT_AMQP_URL", "HeadraceStreamWriter", "SinkCommit"]
 
