@@ -33,7 +33,7 @@ def spark():
 
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory):
-    """A Spark standalone cluster (a master and two workers) for the whole session; jobs run on it as
+    """A Spark standalone cluster (a master and two workers) shared by every test; jobs run on it as
     driver processes of their own (spark-submit, headrace commands), never in this process."""
     from standalone import StandaloneCluster
 
