@@ -174,14 +174,15 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
     if ledger.done():
         return
     consume = m.BasicConsume(0, queue, "shovel", no_ack=spec.ack_mode == "no-ack", arguments=dict(spec.consumer_args))
-    if wants is None:
+    demand = None if wants is None else Demand(consume, wants)
+    if demand is None:
         await src.call(consume, m.BasicConsumeOk)
     failure: LinkError | None = None
     try:
         async with trio.open_nursery() as nursery:
-            if wants is not None:
-                nursery.start_soon(_on_demand, src, consume, wants)
-            nursery.start_soon(_forward, spec, src, dest, ledger, nursery.cancel_scope)
+            if demand is not None:
+                nursery.start_soon(_on_demand, src, demand)
+            nursery.start_soon(_forward, spec, src, dest, ledger, nursery.cancel_scope, demand)
             if spec.ack_mode == "on-confirm":
                 nursery.start_soon(_confirms, src, dest, ledger, nursery.cancel_scope)
             else:
@@ -194,7 +195,8 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
         raise failure
 
 
-async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done: trio.CancelScope) -> None:
+async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done: trio.CancelScope,
+                   demand: Demand | None) -> None:
     acks: list[tuple[int, bool]] = []
     while True:
         for event in await src.events():
@@ -222,22 +224,39 @@ async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done
         for tag, multiple in acks:
             src.conn.send(m.BasicAck(tag, multiple))
         acks.clear()
+        if demand is not None:
+            demand.steer(src)  # after every batch: a queue that stopped wanting stops the fetch now
         await src.flush()
         if ledger.done():
             done.cancel()
 
 
-async def _on_demand(src: Peer, consume: m.BasicConsume, wants: Callable[[], bool]) -> None:
-    """A federated queue's link consumes from its upstream while its queue wants messages and
-    cancels when it stops wanting them (what was delivered meanwhile is still forwarded). The
+@dataclass(slots=True)
+class Demand:
+    """A federated queue's link's upstream consumer, started while its queue wants messages and
+    cancelled when it stops wanting them (what was delivered meanwhile is still forwarded). The
     replies (consume-ok, cancel-ok) reach ``_forward``, which passes over them."""
-    consuming = False
+    consume: m.BasicConsume
+    wants: Callable[[], bool]
+    consuming: bool = False
+
+    def steer(self, src: Peer) -> bool:
+        """Start or cancel the upstream consumer to match the demand; True when a frame was queued."""
+        wanted = self.wants()
+        if wanted == self.consuming:
+            return False
+        src.conn.send(self.consume if wanted else m.BasicCancel(self.consume.consumer_tag))
+        self.consuming = wanted
+        return True
+
+
+async def _on_demand(src: Peer, demand: Demand) -> None:
+    """Looks at the demand between batches too: a consumer arriving at an idle link starts it.
+    ``_forward`` also steers after every batch, so the fetch stops within one batch of the demand
+    ending, not one ``DEMAND_CHECK`` later."""
     while True:
-        wanted = wants()
-        if wanted != consuming:
-            src.conn.send(consume if wanted else m.BasicCancel(consume.consumer_tag))
+        if demand.steer(src):
             await src.flush()
-            consuming = wanted
         await trio.sleep(DEMAND_CHECK)
 
 
