@@ -72,6 +72,22 @@ class StoreIndex:
         self._seg_live: dict[int, SegmentLive] = {}  # segment seq -> its live records
         self._live_bytes = 0
 
+    def export(self) -> tuple[QueueSlots, list[Chunk], list[int], dict[int, dict[int, int]],
+                              dict[int, SegmentLive], int, int]:
+        """What a checkpoint saves (``store_checkpoint.py``), as it stands: not copies."""
+        return (self.slots, self._chunks, self._firsts, self._multi, self._seg_live, self._entries,
+                self._live_bytes)
+
+    @classmethod
+    def restore(cls, slots: QueueSlots, chunks: list[Chunk], firsts: list[int],
+                multi: dict[int, dict[int, int]], seg_live: dict[int, SegmentLive], entries: int,
+                live_bytes: int) -> StoreIndex:
+        """The index ``export`` saved."""
+        index = cls()
+        index.slots, index._chunks, index._firsts, index._multi = slots, chunks, firsts, multi
+        index._seg_live, index._entries, index._live_bytes = seg_live, entries, live_bytes
+        return index
+
     # -- lookups --------------------------------------------------------------------------------
 
     def _find(self, mid: int) -> tuple[Chunk, int] | None:
