@@ -182,19 +182,25 @@ def load_checkpoint(directory: Path) -> Checkpoint | None:
     (directory / (CHECKPOINT_FILE + _TMP_SUFFIX)).unlink(missing_ok=True)
     try:
         with open(path, "rb", buffering=1 << 20) as f:
-            return _load(_CrcReader(f))
+            return _load(_CrcReader(f), os.fstat(f.fileno()).st_size)
     except FileNotFoundError:
         return None
-    except (OSError, EOFError, ValueError, struct.error, UnicodeDecodeError, OverflowError) as exc:
+    except (OSError, EOFError, ValueError, struct.error, UnicodeDecodeError, OverflowError,
+            MemoryError) as exc:
         log.warning("%s: unusable index checkpoint (%s); replaying the whole log", path, exc)
         return None
 
 
-def _load(r: _CrcReader) -> Checkpoint:
+def _load(r: _CrcReader, file_size: int) -> Checkpoint:
     (magic, big, seq, offset, top_id, entries, live_bytes, n_keys, n_chunks, n_multi, n_seg_live,
      n_covered) = _HEAD.unpack(r.read(_HEAD.size))
     if magic != _MAGIC or bool(big) != _BIG:
         raise ValueError("not a checkpoint of this format and byte order")
+    # counts are checked against the file's size before anything is allocated by them (a damaged
+    # header is only caught by the CRC at the end)
+    if n_keys * _SLOT.size + n_chunks * 24 + n_multi * _MULTI.size + n_seg_live * _SEG_LIVE.size \
+            + n_covered * _SEGMENT.size > file_size:
+        raise ValueError("counts larger than the file")
     covered_rows = [_SEGMENT.unpack(r.read(_SEGMENT.size)) for _ in range(n_covered)]
     if not covered_rows or covered_rows[-1][:2] != (seq, offset):
         raise ValueError("the covered segments do not end at the position")
@@ -211,6 +217,8 @@ def _load(r: _CrcReader) -> Checkpoint:
     slots = QueueSlots.restore(keys, lives)
     firsts = r.array("Q", n_chunks)
     lengths = r.array("Q", n_chunks)
+    if sum(lengths) * 28 > file_size:
+        raise ValueError("chunks larger than the file")
     chunk_lives = r.array("Q", n_chunks)
     chunks = [Chunk() for _ in range(n_chunks)]
     for c, live in zip(chunks, chunk_lives, strict=True):
@@ -221,6 +229,8 @@ def _load(r: _CrcReader) -> Checkpoint:
     multi: dict[int, dict[int, int]] = {}
     for _ in range(n_multi):
         mid, n = _MULTI.unpack(r.read(_MULTI.size))
+        if n * _HELD.size > file_size:
+            raise ValueError("a multi-queue entry larger than the file")
         raw = r.read(_HELD.size * n)
         multi[mid] = {s: cnt for s, cnt in _HELD.iter_unpack(raw)}
     seg_live: dict[int, SegmentLive] = {}

@@ -131,7 +131,7 @@ def _with_checkpoint(tmp_path: Path) -> tuple[Path, State]:
     return d, whole_log(d, tmp_path)
 
 
-@pytest.mark.parametrize("damage", ["flip", "cut", "empty", "garbage", "header"])
+@pytest.mark.parametrize("damage", ["flip", "cut", "empty", "garbage", "header", "counts"])
 def test_a_damaged_checkpoint_is_ignored(tmp_path: Path, damage: str, caplog) -> None:
     d, expected = _with_checkpoint(tmp_path)
     path = d / CHECKPOINT_FILE
@@ -144,8 +144,10 @@ def test_a_damaged_checkpoint_is_ignored(tmp_path: Path, damage: str, caplog) ->
         data = bytearray()
     elif damage == "garbage":
         data = bytearray(b"\x07" * len(data))
-    else:
+    elif damage == "header":
         data[9:17] = (10**9).to_bytes(8, "little")  # the position's segment, past the header CRC
+    else:
+        data[57:65] = (2**62).to_bytes(8, "little")  # the chunk count: nothing is allocated by it
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, "headrace.persistence.message_store"):
         assert opened(d)[1] == expected
