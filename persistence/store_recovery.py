@@ -76,7 +76,12 @@ def rebuild(directory: Path) -> Rebuilt:
     try:
         ckpt = load_checkpoint(directory)
         if ckpt is not None:
-            rebuilt = _from_checkpoint(directory, ckpt)
+            try:
+                rebuilt = _from_checkpoint(directory, ckpt)
+            except Exception:  # noqa: BLE001 - a shortcut only: whatever goes wrong, the whole log decides
+                log.exception("%s: replaying the log after the index checkpoint failed; replaying "
+                              "the whole log", directory)
+                rebuilt = None
             if rebuilt is not None:
                 return rebuilt
             del ckpt
