@@ -6,15 +6,16 @@ PIP    := $(PY) -m pip
 
 .PHONY: run spark-deps test lint unit e2e spark bench bench-rabbitmq bench-quick soak fuzz clean browser compiler clients etcd cluster
 
-# the install builds the mirror framing's C module in place (persistence/_mirror_frame.c), so a
-# change to it installs again
-$(VENV)/.core: pyproject.toml persistence/_mirror_frame.c
+# the install builds the C modules in place (persistence/_mirror_frame.c, server/amqp/_wire.c), so a
+# change to one installs again
+C_SOURCES := persistence/_mirror_frame.c server/amqp/_wire.c
+$(VENV)/.core: pyproject.toml $(C_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.dev: pyproject.toml persistence/_mirror_frame.c | compiler
+$(VENV)/.dev: pyproject.toml $(C_SOURCES) | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]'
@@ -23,7 +24,7 @@ $(VENV)/.dev: pyproject.toml persistence/_mirror_frame.c | compiler
 # pyspark + pyarrow (and pika) into the venv `make run` made, for `headrace export/replay` and
 # `spark.read.format("headrace")`; headrace is not on PyPI, so the extra installs from this checkout
 spark-deps: $(VENV)/.spark
-$(VENV)/.spark: pyproject.toml persistence/_mirror_frame.c $(VENV)/.core
+$(VENV)/.spark: pyproject.toml $(C_SOURCES) $(VENV)/.core
 	$(PIP) install -q -e '.[spark]'
 	touch $@
 
@@ -76,6 +77,16 @@ RABBITMQ_UI := build/rabbitmqadmin/deb/usr/lib/rabbitmq/lib/rabbitmq_server-3.10
 $(RABBITMQ_UI): $(RABBITMQADMIN)
 	@test -f $@ || (echo "$@ missing: the rabbitmq-server package is not 3.10.8 (tests/e2e/rabbitmq_ui.py names it)"; false)
 
+# Prometheus' promtool, for tests/e2e/test_e2e_metrics_exposition.py's `promtool check metrics` of
+# every metrics endpoint: taken out of Debian's prometheus package without installing it (one Go
+# binary; the package's server, web assets and service are not wanted)
+PROMTOOL := build/promtool/promtool
+$(PROMTOOL):
+	rm -rf build/promtool && mkdir -p build/promtool
+	cd build/promtool && (apt-get download -q prometheus 2>/dev/null || \
+		(apt-get update -q && apt-get download -q prometheus)) && dpkg-deb -x prometheus_*.deb deb
+	cp build/promtool/deb/usr/bin/promtool $@ && rm -rf build/promtool/deb build/promtool/prometheus_*.deb
+
 # the Node amqplib client for tests/e2e/test_e2e_node.py, from tests/node's lock file
 NODE_DIR := tests/node
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
@@ -83,10 +94,10 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 	touch $@
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
-test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(NODE_DIR)/node_modules/.installed
+test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(PROMTOOL) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests --durations=15
 
-# the suite checks that the install built the mirror framing's C module, so it needs a C compiler
+# the suite checks that the install built the C modules (mirror framing, the AMQP wire), so it needs a C compiler
 # and Python's headers: Debian's gcc and python3-dev when either is missing (as root, as CI runs)
 compiler:
 	@command -v cc >/dev/null && $(PYTHON) -c "import os, sys, sysconfig; \
@@ -118,13 +129,14 @@ etcd:
 	@command -v ip >/dev/null || \
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
 
-cluster: $(VENV)/.dev etcd
+# amqplib and amqp091-go run through a failover there (test_cluster_clients.py), the console in Chromium
+cluster: $(VENV)/.dev etcd clients browser $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/cluster
 
 unit: $(VENV)/.dev
 	$(PY) -m pytest tests/unit tests/amqp
 
-e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(RABBITMQ_UI) $(NODE_DIR)/node_modules/.installed
+e2e: $(VENV)/.dev browser clients $(RABBITMQADMIN) $(RABBITMQ_UI) $(PROMTOOL) $(NODE_DIR)/node_modules/.installed
 	$(PY) -m pytest tests/e2e
 
 spark: $(VENV)/.dev
@@ -155,4 +167,4 @@ fuzz: $(VENV)/.dev
 	HEADRACE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/amqp tests/e2e/test_e2e_http_fuzz.py -k fuzz -q -p no:timeout
 
 clean:
-	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules persistence/*.so
+	rm -rf $(VENV) build *.egg-info headrace-data $(NODE_DIR)/node_modules persistence/*.so server/amqp/*.so

@@ -57,6 +57,9 @@ def _add_optional_commands() -> None:
         return
     cli.add_command(replay_command, "replay")
     cli.add_command(export_command, "export")
+    from .stream_bridge import stream_bridge_command
+
+    cli.add_command(stream_bridge_command, "stream-bridge")
 
 
 _add_optional_commands()

@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-__all__ = ["DEFAULT_HTTP_PORT", "dedup_problem", "http_url_of", "needed_keys"]
+__all__ = ["DEFAULT_HTTP_PORT", "dedup_problem", "dedup_window", "http_url_of", "needed_keys"]
 
 DEFAULT_HTTP_PORT = 15672
 # the policy keys of a dedup window and the exchange arguments they stand for (server/broker/policies.py)
@@ -78,3 +78,10 @@ def dedup_problem(http_url: str, user: str, password: str, vhost: str, exchange:
         return (f"target exchange '{exchange}' deduplicates on the header '{reads}', the replay sets '{header}': "
                 f"give --dedup-header {reads}, or give --at-least-once to accept duplicates")
     return None
+
+
+def dedup_window(http_url: str, user: str, password: str, vhost: str, exchange: str) -> dict[str, Any]:
+    """The exchange's dedup arguments as the broker applies them (its own, else its policy's).
+    Raises ``httpx.HTTPError`` when the API cannot be asked."""
+    with httpx.Client(base_url=http_url.rstrip("/"), auth=(user, password), timeout=10) as http:
+        return _window(http, vhost, exchange)

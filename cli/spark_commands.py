@@ -1,7 +1,9 @@
 """``headrace replay`` and ``headrace export``: Spark jobs over a mirrored exchange's log.
 
 Local Spark (``local[*]``) by default; ``--master`` and ``--conf k=v`` pass through to the
-SparkSession builder, so the same job runs on a cluster that can read the data directory. What can
+SparkSession builder, so the same job runs on a cluster that can read the data directory. A small
+log's job runs on pyarrow in this process instead, with the same output, and ``--url`` reads the
+log over the broker's HTTP API (``spark_engine.py``). What can
 be checked without Spark is checked first (pyspark installed, a mirror log for the exchange, the
 replay target exchange on the broker), each failure one line and exit code 1, before a JVM starts.
 """
@@ -19,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .client import fail
+from .spark_engine import check_remote, choose_engine, local_bytes, remote_options, run_arrow, source_options, spark_asked
 
 __all__ = ["FAST_CONF", "export_command", "replay_command", "spark_session"]
 
@@ -227,6 +230,7 @@ def _with(options: list[Any]) -> Callable[[F], F]:
 
 @click.command("replay")
 @_with(spark_options)
+@_with(remote_options)
 @click.option("--routing-key", "pattern", help="Only keys matching this topic pattern.")
 @click.option("--to-exchange", help="Publish to this exchange instead of the original.")
 @click.option("--rate", type=float, help="Messages per second, overall (shared by the partitions that have rows).")
@@ -243,54 +247,116 @@ def _with(options: list[Any]) -> Callable[[F], F]:
               "(default: the --amqp-url host, port 15672, its credentials).")
 @click.option("--at-least-once", is_flag=True, help="Replay into a target without a large enough dedup window: "
               "a resumed replay may then deliver messages twice.")
-def replay_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
-                   end: str | None, master: str, conf: tuple[str, ...], pattern: str | None, to_exchange: str | None,
-                   rate: float | None, amqp_url: str, progress_dir: str | None, partitions: int, window: int,
-                   dedup_header: str, http_url: str | None, at_least_once: bool) -> None:
-    """Publish a mirrored exchange's (or a stream's) messages again, in order per routing key.
+@click.option("--super-stream", help="A super stream's partition streams, one after another, each with its own "
+              "progress (instead of --exchange); to the super stream's exchange unless --to-exchange.")
+@click.pass_context
+def replay_command(ctx: click.Context, data_dir: str, exchange: str | None, stream: str | None, vhost: str,
+                   start: str | None, end: str | None, master: str, conf: tuple[str, ...], url: str | None,
+                   user: str | None, password: str | None, ca_file: str | None, engine: str, pattern: str | None,
+                   to_exchange: str | None, rate: float | None, amqp_url: str, progress_dir: str | None,
+                   partitions: int, window: int, dedup_header: str, http_url: str | None, at_least_once: bool,
+                   super_stream: str | None) -> None:
+    """Publish a mirrored exchange's (or a stream's, or a super stream's) messages again, in order
+    per routing key.
 
     Exactly once by default: the target exchange must have a dedup window of at least
     3 x partitions x window keys (checked first); --at-least-once skips that check."""
     _need_pyspark("replay")
     from headrace.spark_bridge.replay import replay
+    from headrace.spark_bridge.sources import STREAMS_DIR, local_partitions
 
-    if stream is not None and to_exchange is None:
-        raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
-    data_dir, exchange = _source(data_dir, exchange, stream)
-    _check_log(data_dir, vhost, exchange, stream is not None)
-    _check_target(amqp_url, to_exchange or exchange)
+    remote: dict[str, str] | None = None
+    size = 0
+    if super_stream is not None:
+        # a key lives in one partition, so replaying the partitions one after another keeps each
+        # key's order; each keeps its progress apart (offsets of different streams do not compare)
+        if exchange is not None or stream is not None:
+            raise click.UsageError("give one of --exchange, --stream or --super-stream")
+        if url is not None:
+            raise click.UsageError("--super-stream replays from the broker's data directory (--data-dir), not --url")
+        _check_super_stream(data_dir, vhost, super_stream)
+        data_dir = str(Path(data_dir) / STREAMS_DIR)
+        logs, name, to_exchange = local_partitions(Path(data_dir), vhost, super_stream), super_stream, \
+            to_exchange or super_stream
+    else:
+        if stream is not None and to_exchange is None:
+            raise click.UsageError("--stream needs --to-exchange (a stream is a queue, not an exchange)")
+        remote = source_options(url, user, password, ca_file, data_dir, "exchange" if stream is None else "stream",
+                                str(exchange or stream)) if url else None
+        data_dir, name = _source(data_dir, exchange, stream)
+        if remote is not None:
+            size = check_remote(remote, vhost, f"the log of '{name}'")
+        else:
+            _check_log(data_dir, vhost, name, stream is not None)
+        logs = [name]
+    chosen = choose_engine(engine, lambda: size if remote else sum(
+        local_bytes({"path": data_dir, "exchange": log}, vhost) for log in logs), spark_asked(ctx))
+    _check_target(amqp_url, to_exchange or name)
     if at_least_once:
         console.print("replaying at least once: a resumed replay may deliver messages twice (--at-least-once)")
     else:
-        _check_dedup(amqp_url, http_url, to_exchange or exchange, partitions, window, dedup_header)
+        _check_dedup(amqp_url, http_url, to_exchange or name, partitions, window, dedup_header)
 
+    filters = _filters(start, end)
+
+    def log_progress(log: str) -> str | None:
+        return str(Path(progress_dir) / log) if progress_dir and super_stream else progress_dir
+
+    if chosen == "arrow":
+        from headrace.spark_bridge.arrow_jobs import replay_arrow, source_of
+        from headrace.spark_bridge.replay import progress_path
+
+        def replay_log(log: str) -> int:
+            target = to_exchange or log
+            options = remote or {"path": data_dir, "exchange": log}
+            progress = progress_path(data_dir, log_progress(log), exchange=log, vhost=vhost, to_exchange=target,
+                                     amqp_url=amqp_url, routing_key_pattern=pattern, filters=filters, source_url=url)
+            return replay_arrow(
+                source_of(options, vhost, filters), progress=progress, amqp_url=amqp_url, exchange=log,
+                to_exchange=target, routing_key_pattern=pattern, rate=rate, partitions=partitions, window=window,
+                dedup_header=dedup_header, from_offset=filters.get("from_offset"), to_offset=filters.get("to_offset"))
+
+        count = run_arrow(console, f"replaying {name}", lambda: sum(replay_log(log) for log in logs))
+        console.print(f"replayed {count} messages (pyarrow)")
+        return
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
-    count = _with_progress(spark, f"replaying {exchange}", lambda: replay(
-        spark, data_dir, exchange, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
-        routing_key_pattern=pattern, rate=rate, progress_dir=progress_dir, partitions=partitions, window=window,
-        dedup_header=dedup_header, **_filters(start, end)))
+    count = _with_progress(spark, f"replaying {name}", lambda: sum(replay(
+        spark, data_dir, log, amqp_url=amqp_url, vhost=vhost, to_exchange=to_exchange,
+        routing_key_pattern=pattern, rate=rate, progress_dir=log_progress(log), partitions=partitions,
+        window=window, dedup_header=dedup_header, source=remote, **filters) for log in logs))
     console.print(f"replayed {count} messages")
 
 
 @click.command("export")
 @_with(spark_options)
+@_with(remote_options)
 @click.option("--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
 @click.option("--out", required=True, help="Output directory.")
 @click.option("--partition-by", type=click.Choice(["date", "routing_key"]))
 @click.option("--overwrite", is_flag=True, help="Replace what the output directory holds.")
 @click.option("--super-stream", help="A super stream's partition streams, as one table (instead of --exchange).")
-def export_command(data_dir: str, exchange: str | None, stream: str | None, vhost: str, start: str | None,
-                   end: str | None, master: str, conf: tuple[str, ...], fmt: str, out: str,
+@click.pass_context
+def export_command(ctx: click.Context, data_dir: str, exchange: str | None, stream: str | None, vhost: str,
+                   start: str | None, end: str | None, master: str, conf: tuple[str, ...], url: str | None,
+                   user: str | None, password: str | None, ca_file: str | None, engine: str, fmt: str, out: str,
                    partition_by: str | None, overwrite: bool, super_stream: str | None) -> None:
     """Write a mirrored exchange's, a stream's or a super stream's log as Parquet or JSON."""
     _need_pyspark("export")
     from headrace.spark_bridge.export import export
 
     source: dict[str, str] | None = None
-    if super_stream is not None:
-        if exchange is not None or stream is not None:
+    size = 0
+    if super_stream is not None and (exchange is not None or stream is not None):
+        raise click.UsageError("give one of --exchange, --stream or --super-stream")
+    if url is not None:
+        key = "superStream" if super_stream else "stream" if stream else "exchange"
+        if super_stream is None and (exchange is None) == (stream is None):
             raise click.UsageError("give one of --exchange, --stream or --super-stream")
+        exchange = str(super_stream or stream or exchange)
+        source = source_options(url, user, password, ca_file, data_dir, key, exchange)
+        size = check_remote(source, vhost, f"the log of '{exchange}'")
+    elif super_stream is not None:
         source = {"path": data_dir, "superStream": super_stream}
         exchange = super_stream
         _check_super_stream(data_dir, vhost, super_stream)
@@ -298,7 +364,14 @@ def export_command(data_dir: str, exchange: str | None, stream: str | None, vhos
         data_dir, exchange = _source(data_dir, exchange, stream)
         _check_log(data_dir, vhost, exchange, stream is not None)
     _check_out(out, overwrite)
+    options = source or {"path": data_dir, "exchange": exchange}
+    if choose_engine(engine, lambda: size if url else local_bytes(options, vhost), spark_asked(ctx)) == "arrow":
+        from headrace.spark_bridge.arrow_jobs import export_arrow, source_of
 
+        count = run_arrow(console, f"exporting {exchange} to {out}", lambda: export_arrow(
+            source_of(options, vhost, _filters(start, end)), out=out, fmt=fmt, partition_by=partition_by))
+        console.print(f"exported {count} rows to {out} (pyarrow)")
+        return
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
     count = _with_progress(spark, f"exporting {exchange} to {out}", lambda: export(

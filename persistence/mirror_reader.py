@@ -27,6 +27,7 @@ from .mirror_records import (
     peek_entry,
 )
 from .records import MAX_RECORD_SIZE, iter_records
+from .tier_manifest import all_segments
 
 __all__ = [
     "ReadRange", "SpanScan", "index_entries", "last_timestamp", "next_offset", "read_entries", "read_ranges",
@@ -114,6 +115,7 @@ class ReadRange:
     first_offset: int
     end_offset: int | None
     size: int = 0  # bytes (for an open-ended range: as the segment was when listed)
+    tier: str | None = None  # the segment's copy in the log's tier: read there when ``path`` is gone
 
 
 def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, from_offset: int | None = None,
@@ -122,8 +124,9 @@ def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, fro
     """The log cut into ranges of about ``target_bytes`` at sparse-index entries (record boundaries),
     without the ranges the bounds exclude. Offsets prune exactly; times prune on the index's
     timestamps, which never decrease along a log (``MirrorLog._stamp``). Readers still filter every
-    record, so a range is a superset of what it must yield."""
-    segs = list_segments(root, vhost, exchange)
+    record, so a range is a superset of what it must yield. Segments in the log's tier count as
+    local ones (their ``.idx`` stays local); their ranges name the tier copy (``tier``)."""
+    segs = all_segments(root, vhost, exchange)
     out: list[ReadRange] = []
     for i, seg in enumerate(segs):
         seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else None
@@ -149,9 +152,10 @@ def read_ranges(root: Path, vhost: str, exchange: str, *, target_bytes: int, fro
             if position <= cut or stop is not None and position >= stop:
                 continue
             if position - cut >= target_bytes:
-                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset, position - cut))
+                out.append(ReadRange(str(seg.path), cut, position, cut_first, offset, position - cut, seg.tier))
                 cut, cut_first = position, offset
-        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end, (seg.size if stop is None else stop) - cut))
+        out.append(ReadRange(str(seg.path), cut, stop, cut_first, end, (seg.size if stop is None else stop) - cut,
+                             seg.tier))
     return out
 
 

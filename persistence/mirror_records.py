@@ -76,6 +76,7 @@ class SegmentInfo:
     size: int
     vhost: str = "/"
     exchange: str = ""
+    tier: str | None = None  # the URI of its copy in the log's tier, once uploaded (tier_manifest.py)
 
 
 def _dir_name(name: str) -> str:

@@ -55,6 +55,18 @@ class Backlog:
                 return
         ready.append(entry)
 
+    def push_run(self, entries: list[QueueEntry], size: int) -> None:
+        """``push`` of each entry in order (``size``: their body bytes); at once when they all fit
+        in the resident window with nothing spilled, one by one otherwise."""
+        ready = self.ready
+        spill = self.spill
+        if spill.enabled and (spill.count or ready.count + len(entries) > self.max_messages
+                              or ready.bytes + size >= self.max_bytes):
+            for entry in entries:
+                self.push(entry)
+            return
+        ready.append_run(entries, size)
+
     def take(self) -> QueueEntry | None:
         """The next resident entry, still counted as held (``ReadyList.take``); the pager is asked
         for more when the window runs low."""

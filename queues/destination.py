@@ -25,7 +25,7 @@ Rule 3: type rules are data. ``queue_type`` is the declared type; ``counts_deliv
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .args import QueueArgs, QueueArgumentError
@@ -127,6 +127,16 @@ class Destination(ABC):
         """Take a routed message: ACCEPTED, REJECTED (overflow: the publisher is nacked) or LOGGED
         (the delivery owner appends it to the type's log with the store). What the length bounds
         dropped goes to ``left``."""
+
+    def takes_runs(self) -> bool:
+        """Whether ``enqueue_run`` may take a run of publishes now: only where none of them can be
+        refused, dropped or logged (a classic queue without length bounds)."""
+        return False
+
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+        """``enqueue`` of each message in order (``size``: their body bytes), every one ACCEPTED,
+        nothing in ``left``; called only after ``takes_runs`` said True."""
+        raise NotImplementedError(f"{self.queue_type} queues take publishes one by one")
 
     @abstractmethod
     def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,

@@ -19,7 +19,7 @@ changes: by its ``ReadyList`` for ready entries, here for an entry taken and not
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .args import Overflow, QueueArgs
@@ -127,6 +127,17 @@ class Queue(Destination):
         if args.max_length is not None or args.max_length_bytes is not None:
             self._drop_over_limit(left)
         return ACCEPTED
+
+    def takes_runs(self) -> bool:
+        """No length bound: a run of publishes can neither be refused nor drop a head."""
+        return self.args.max_length is None and self.args.max_length_bytes is None
+
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+        """``enqueue`` of each message in order (``size``: their body bytes), for a queue that
+        ``takes_runs``."""
+        self.stats.published += len(messages)
+        new_entry = self._new_entry
+        self._backlog.push_run([new_entry(message, now) for message in messages], size)
 
     def _drop_over_limit(self, left: list[Left] | None) -> None:
         while self.args.exceeded_by(self.messages_ready, self.message_bytes_ready):

@@ -102,6 +102,23 @@ class ReadyList:
         for entry in entries:
             self.append(entry)
 
+    def append_run(self, entries: list[QueueEntry], size: int) -> None:
+        """``append`` of each entry in order (``size``: their body bytes), the counts added once
+        (a run of publishes)."""
+        if self._max:
+            self.extend(entries)
+            return
+        lane = self._one
+        fresh = lane.fresh
+        if fresh is None:
+            fresh = lane.fresh = deque()
+        fresh.extend(entries)
+        self.count += len(entries)
+        self.bytes += size
+        held = self.held
+        held.entries += len(entries)
+        held.bytes += size
+
     def requeue(self, entry: QueueEntry) -> None:
         self._lane(entry).add_returned(entry)
         size = len(entry.message.body)

@@ -101,6 +101,7 @@ class App:
             resident_max_messages=settings.storage.queue_max_resident_messages,
             resident_max_bytes=settings.storage.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
+            delayed_data_dir=self.storage.delayed_dir,
             store_enabled=True,
             failed_logins_per_second=settings.limits.failed_logins_per_second,
             limits=Limits(
@@ -110,6 +111,7 @@ class App:
                 max_connections_per_user=settings.limits.max_connections_per_user,
                 max_tx_bytes=settings.limits.max_tx_bytes,
                 consumer_timeout_ms=settings.limits.consumer_timeout_ms,
+                stream_handover_timeout_ms=settings.limits.stream_handover_timeout_ms,
             ),
             compat=Compat.of(settings.compat.rabbitmq_compat),
         )

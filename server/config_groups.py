@@ -194,6 +194,11 @@ class SparkSettings(_Group):
     # can take the last interval's records; nothing waits on it (confirms cover the store, not the
     # mirror), and a sync after every batch was more than half of mirroring's cost. 0: every batch
     mirror_sync_interval: float = Field(1.0, ge=0)
+    # tiered segments (policy key ``tier-uri``): how often sealed segments are looked for and
+    # uploaded (seconds), and a cap on upload bytes per second (None: none), as Kafka's
+    # remote.log.manager.copy.max.bytes.per.second, so an upload does not take a shared link
+    tier_interval: float = Field(5.0, gt=0)
+    tier_upload_max_bytes_per_second: int | None = Field(None, ge=1024)
 
 
 class LimitsSettings(_Group):
@@ -218,6 +223,9 @@ class LimitsSettings(_Group):
     max_unconfirmed_per_connection: int = Field(10_000, ge=1)
     # close a channel that holds one delivery unacked for longer than this (RabbitMQ: 30 min)
     consumer_timeout_ms: int | None = Field(1_800_000, ge=1)
+    # a stream group's member demoted by a rebalance may hold unacked deliveries this long before
+    # its partition goes to the new active member anyway (they come again to that member)
+    stream_handover_timeout_ms: int = Field(10_000, ge=1)
     memory_high_watermark: float = Field(0.4, gt=0)  # <= 1: fraction of RAM; > 1: bytes
     # what the watermark is compared with: "held" = message bytes in memory plus unsent output (falls
     # as consumers drain, so the alarm clears); "rss" = the process's resident set, which CPython

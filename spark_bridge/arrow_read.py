@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 )
 
 from headrace.persistence.mirror_log import ReadRange, SpanScan, scan_span
+from headrace.persistence.tier_manifest import read_uri
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA", "BATCH_ROWS", "Bounds", "buffer_batches", "range_batches", "timestamp_ms"]
 
@@ -141,13 +142,19 @@ def _filtered(batch: pa.RecordBatch, b: Bounds) -> pa.RecordBatch:
 def range_batches(r: ReadRange, vhost: str, exchange: str, bounds: Bounds,
                   max_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """The rows of one range of a local segment within ``bounds``, as batches of at most ``max_rows``
-    rows; stops at a torn tail (a record being written)."""
+    rows; stops at a torn tail (a record being written). A segment whose local copy is gone is read
+    from its tier copy (``ReadRange.tier``, any ``pyarrow.fs`` URI)."""
     try:
         with open(r.path, "rb") as f:
             f.seek(r.start)
             raw = f.read() if r.stop is None else f.read(r.stop - r.start)
-    except OSError:  # dropped by retention since planning
-        return
+    except OSError:  # only in the log's tier, or dropped by retention since planning
+        if r.tier is None:
+            return
+        try:
+            raw = read_uri(r.tier, r.start, r.stop)
+        except FileNotFoundError:  # dropped from the tier since planning
+            return
     yield from buffer_batches(raw, vhost, exchange, bounds, max_rows)
 
 

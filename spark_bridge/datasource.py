@@ -7,8 +7,10 @@ entries (``read_ranges``), so even a one-segment log spreads over every core; ea
 record batches (``arrow_read``). The options ``fromOffset``/``toOffset``/``fromTime``/``toTime``/
 ``routingKey`` prune ranges and then filter every row exactly; with ``pushFilters=true`` the filters
 Spark pushes down (``offset``/``timestamp`` comparisons, ``routing_key =``) do the same (see
-``PushdownReader`` for why that is not the default). The streaming reader's offsets are log offsets (``HeadraceStreamReader``), its micro-batches
-go through the same ranges and batches, and it supports ``trigger(availableNow=True)``.
+``PushdownReader`` for why that is not the default). The streaming reader's offsets are log offsets,
+its micro-batches go through the same ranges and batches (``stream_reader.py``: admission control,
+starting offsets); ``writeStream.format("headrace")`` publishes micro-batches into an exchange
+exactly once (``stream_sink.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -35,11 +38,8 @@ from pyspark.sql.datasource import (
 
 from .arrow_read import SCHEMA, Bounds, timestamp_ms
 from .sources import DEFAULT_PARTITION_BYTES, MIN_PARTITION_BYTES, LogPartition, Source
-
-try:  # Spark >= 4.1
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older Spark: plain stream reader
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+from .stream_reader import HeadraceStreamReader
+from .stream_sink import HeadraceStreamWriter
 
 __all__ = ["DEFAULT_PARTITION_BYTES", "MIN_PARTITION_BYTES", "SCHEMA", "HeadraceDataSource", "register"]
 
@@ -103,47 +103,6 @@ class PushdownReader(HeadraceReader):
         self.bounds = b
 
 
-class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are ``{"offset": next}`` for one log, ``{"offsets": {stream: next, ...}}`` for a
-    super stream's partitions (each micro-batch reads every partition from its own offset)."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.o = Source.parse(options)
-        self._target: dict[str, int] | None = None
-
-    def _wrap(self, offsets: dict[str, int]) -> dict[str, Any]:
-        return {"offsets": offsets} if self.o.super_stream is not None else {"offset": offsets[self.o.names[0]]}
-
-    def _unwrap(self, offset: dict[str, Any]) -> dict[str, int]:
-        if "offsets" in offset:
-            return {name: int(offset["offsets"].get(name, 0)) for name in self.o.names}
-        return {self.o.names[0]: int(offset["offset"])}
-
-    def initialOffset(self) -> dict[str, Any]:
-        return self._wrap({name: self.o.bounds.from_offset or 0 for name in self.o.names})
-
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        latest = self.o.next_offsets(self._unwrap(start) if start else None)
-        if self._target is not None:
-            latest = {name: min(n, self._target.get(name, n)) for name, n in latest.items()}
-        return self._wrap(latest)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self.o.next_offsets()
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        lo, hi = self._unwrap(start), self._unwrap(end)
-        bounds = {name: Bounds(lo[name], hi[name] - 1) for name in self.o.names if hi[name] > lo[name]}
-        return list(self.o.partitions(bounds)) if bounds else []
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, LogPartition)
-        yield from partition.batches()
-
-    def commit(self, end: dict[str, Any]) -> None:
-        return None
-
-
 class HeadraceDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -159,6 +118,9 @@ class HeadraceDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return HeadraceStreamReader(self.options)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        return HeadraceStreamWriter(self.options, schema)
 
 
 def register(spark: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from headrace.persistence.mirror_log import list_segments
+from headrace.persistence.tier_manifest import all_segments
 
 from .datasource import MIN_PARTITION_BYTES, register
 from .sources import Source
@@ -24,7 +24,7 @@ def split_bytes(spark: Any, data_dir: str | None, vhost: str, exchange: str | No
     that every core gets a few ranges (a slow range then does not hold up the whole job alone), not
     under openCostInBytes' 4 MiB. ``source``: the data source's options naming the logs instead."""
     total = Source.parse({**source, "vhost": vhost}).total_bytes() if source \
-        else sum(s.size for s in list_segments(Path(str(data_dir)), vhost, str(exchange)))
+        else sum(s.size for s in all_segments(Path(str(data_dir)), vhost, str(exchange)))
     max_bytes = _bytes(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     cores = max(1, int(spark.sparkContext.defaultParallelism))
     return min(max_bytes, max(MIN_PARTITION_BYTES, -(-total // (cores * RANGES_PER_CORE))))

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from headrace.persistence.tier_manifest import read_uri
+
 __all__ = ["RemoteLog", "RemoteRange"]
 
 TIMEOUT = 60.0  # seconds without progress on one request
@@ -35,16 +37,21 @@ class RemoteRange:
     first_offset: int
     end_offset: int | None
     size: int
+    tier: str | None = None  # the segment's copy in the log's tier, where the plan names one
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteLog:
     """One broker's HTTP API and credentials: picklable, so executors get it with their partitions.
-    ``ca_file`` is the CA bundle that signed the broker's certificate (https; default: the system's)."""
+    ``ca_file`` is the CA bundle that signed the broker's certificate (https; default: the system's).
+    ``tier_direct``: a range of a segment in the log's tier is read from the tier itself when this
+    machine can (the URI's file system is reachable and its credentials are there), through the
+    broker otherwise; False: always through the broker."""
     url: str
     user: str
     password: str
     ca_file: str | None = None
+    tier_direct: bool = True
 
     def _connection(self) -> http.client.HTTPConnection:
         u = urlsplit(self.url)
@@ -89,11 +96,17 @@ class RemoteLog:
         return doc
 
     def ranges(self, kind: str, vhost: str, name: str, target_bytes: int, **bounds: int | None) -> list[RemoteRange]:
-        return [RemoteRange(r["segment"], r["start"], r["stop"], r["first_offset"], r["end_offset"], r["size"])
+        return [RemoteRange(r["segment"], r["start"], r["stop"], r["first_offset"], r["end_offset"], r["size"],
+                            r.get("tier"))
                 for r in self.plan(kind, vhost, name, target_bytes, **bounds)["ranges"]]
 
     def fetch(self, kind: str, vhost: str, name: str, r: RemoteRange) -> bytearray:
         """The range's bytes; empty when retention dropped the segment since planning."""
+        if r.tier is not None and self.tier_direct:
+            try:
+                return bytearray(read_uri(r.tier, r.start, r.stop))
+            except OSError:
+                pass  # not reachable from here: the broker reads it for us
         last = "" if r.stop is None else str(r.stop - 1)
         try:
             return self._request(f"{_base(kind, vhost, name)}/segments/{r.segment}", f"segment {r.segment} of '{name}'",

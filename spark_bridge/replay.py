@@ -45,7 +45,7 @@ from .export import read_log
 from .replay_progress import doubt_range, load_progress, run_total
 from .replay_sink import ReplaySink, topic_matches, uncertain_rows
 
-__all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "replay", "topic_matches"]
+__all__ = ["DEFAULT_DEDUP_HEADER", "DEFAULT_WINDOW", "job_id", "load_progress", "progress_path", "replay", "topic_matches"]
 
 # confirms in flight per partition: enough to keep a local broker busy between two group commits
 DEFAULT_WINDOW = 1000
@@ -57,35 +57,50 @@ FINISHED = "finished"
 
 
 def job_id(*, exchange: str, vhost: str, to_exchange: str, amqp_url: str, routing_key_pattern: str | None,
-           filters: dict[str, Any]) -> str:
-    """Names a replay job by everything that decides what it publishes where (credentials aside)."""
+           filters: dict[str, Any], source_url: str | None = None) -> str:
+    """Names a replay job by everything that decides what it publishes where (credentials aside);
+    ``source_url``: the broker whose HTTP API the log is read from (``--url``), when not local."""
     target = urlsplit(amqp_url)
     doc = {"exchange": exchange, "vhost": vhost, "to_exchange": to_exchange,
            "broker": f"{target.scheme}://{target.hostname}:{target.port}{target.path}",
            "routing_key": routing_key_pattern, "filters": {k: str(v) for k, v in filters.items() if v is not None}}
+    if source_url is not None:
+        source = urlsplit(source_url)
+        doc["source"] = f"{source.scheme}://{source.hostname}:{source.port}{source.path}"
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def progress_path(data_dir: str, progress_dir: str | None, *, exchange: str, vhost: str, to_exchange: str,
+                  amqp_url: str, routing_key_pattern: str | None, filters: dict[str, Any],
+                  source_url: str | None = None) -> str:
+    """The job's progress directory, made: ``progress_dir``, or one per job under the data directory."""
+    if progress_dir is not None:
+        Path(progress_dir).mkdir(parents=True, exist_ok=True)
+        return progress_dir
+    job = job_id(exchange=exchange, vhost=vhost, to_exchange=to_exchange, amqp_url=amqp_url,
+                 routing_key_pattern=routing_key_pattern, filters=filters, source_url=source_url)
+    progress = Path(data_dir) / "replay-progress" / job
+    progress.mkdir(parents=True, exist_ok=True)
+    (progress / "job.json").write_text(json.dumps(
+        {"exchange": exchange, "vhost": vhost, "to_exchange": to_exchange, "routing_key": routing_key_pattern,
+         "filters": {k: str(v) for k, v in filters.items()}}))
+    return str(progress)
 
 
 def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: str = "/",
            to_exchange: str | None = None, routing_key_pattern: str | None = None, rate: float | None = None,
            progress_dir: str | None = None, partitions: int = 4, window: int = DEFAULT_WINDOW,
-           dedup_header: str = DEFAULT_DEDUP_HEADER, **filters: Any) -> int:
+           dedup_header: str = DEFAULT_DEDUP_HEADER, source: dict[str, str] | None = None, **filters: Any) -> int:
+    """``source``: the Spark source's options naming the log and where it is (``read_log``), in
+    place of ``data_dir`` and ``exchange`` (which still name the job and its progress)."""
     from pyspark.sql import functions as F
 
-    df = read_log(spark, data_dir, exchange, vhost=vhost, **filters)
+    df = read_log(spark, data_dir, exchange, vhost=vhost, source=source, **filters)
     target = exchange if to_exchange is None else to_exchange
     keys_in: list[str] | None = None  # the routing keys the pattern takes, when there is one
-    if progress_dir is None:
-        job = job_id(exchange=exchange, vhost=vhost, to_exchange=target, amqp_url=amqp_url,
-                     routing_key_pattern=routing_key_pattern, filters=filters)
-        progress = str(Path(data_dir) / "replay-progress" / job)
-        Path(progress).mkdir(parents=True, exist_ok=True)
-        (Path(progress) / "job.json").write_text(json.dumps(
-            {"exchange": exchange, "vhost": vhost, "to_exchange": target, "routing_key": routing_key_pattern,
-             "filters": {k: str(v) for k, v in filters.items()}}))
-    else:
-        progress = progress_dir
-        Path(progress).mkdir(parents=True, exist_ok=True)
+    progress = progress_path(data_dir, progress_dir, exchange=exchange, vhost=vhost, to_exchange=target,
+                             amqp_url=amqp_url, routing_key_pattern=routing_key_pattern, filters=filters,
+                             source_url=(source or {}).get("url"))
     per_partition_rate = None
     if rate or routing_key_pattern is not None:
         # Which partition each matching routing key hashes to (Spark's hash partitioning is
@@ -100,14 +115,15 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
             df = df.filter(F.col("routing_key").isin(keys_in))
         per_partition_rate = rate / len({k.p for k in keys}) if rate else None
 
-    def source(**bounds: int) -> Any:
+    def rows_of(**bounds: int) -> Any:
         """The rows to replay (within ``bounds`` besides the job's own filters), in the sink's schema."""
-        part = df if not bounds else read_log(spark, data_dir, exchange, vhost=vhost, **{**filters, **bounds})
+        part = df if not bounds else read_log(spark, data_dir, exchange, vhost=vhost, source=source,
+                                              **{**filters, **bounds})
         if keys_in is not None and bounds:
             part = part.filter(F.col("routing_key").isin(keys_in))
         return part.select("offset", "routing_key", "properties", "body")
 
-    rows = source()
+    rows = rows_of()
     spark.dataSource.register(ReplaySink)
     # Spark looks a Python data source up in the calling thread's active session, which a thread
     # other than the session's own (the CLI's job thread) does not have: make it this session
@@ -129,7 +145,7 @@ def replay(spark: Any, data_dir: str, exchange: str, *, amqp_url: str, vhost: st
         doubt, span = rows, doubt_range(progress)
         if span is not None:  # only the stretch of the log the last run can have left in doubt
             lo, hi = span
-            doubt = source(from_offset=max(lo + 1, filters.get("from_offset") or 0),
+            doubt = rows_of(from_offset=max(lo + 1, filters.get("from_offset") or 0),
                            to_offset=hi if filters.get("to_offset") is None else min(hi, filters["to_offset"]))
         resent = publish(_first_past(spark, doubt, done, partitions, uncertain_rows(per_partition_rate, window),
                                      saved_keys_only=span is not None))

@@ -66,8 +66,9 @@ class FrameEncoder:
         return frame
 
     def encode(self, offsets: Sequence[int], routing_keys: Sequence[str], properties: Sequence[bytes | None],
-               bodies: Sequence[bytes | None]) -> bytes:
-        """The frames of one publish per row, in row order."""
+               bodies: Sequence[bytes | None], keys: Sequence[bytes] | None = None) -> bytes:
+        """The frames of one publish per row, in row order; ``keys``: the headers' values per row
+        instead of ``<source>:<offset>`` (the streaming sink's own keys)."""
         names = [_shortstr(n.encode()) + b"S" for n in dict.fromkeys(self.header_names)]
         prefix = self.source.encode() + b":"
         methods, props_cache = self._methods, self._props
@@ -75,14 +76,15 @@ class FrameEncoder:
         body_max = self.frame_max - 8
         out: list[bytes] = []
         append = out.append
-        for offset, rk, props_raw, body in zip(offsets, routing_keys, properties, bodies):
+        if keys is None:
+            keys = [prefix + b"%d" % offset for offset in offsets]
+        for key, rk, props_raw, body in zip(keys, routing_keys, properties, bodies):
             method = methods.get(rk) or self._method(rk)
             props_raw = props_raw or b""
             parts = props_cache.get(props_raw)
             if parts is None:
                 parts = props_cache[props_raw] = split_properties(props_raw)
             before, entries, after = parts
-            key = prefix + b"%d" % offset
             value = pack_u32(len(key)) + key
             table = entries + b"".join(name + value for name in names)
             props = before + pack_u32(len(table)) + table + after

@@ -3,7 +3,9 @@
 A read names one log (``exchange``: a mirrored exchange; ``stream``: a stream queue) or the
 partition streams of a super stream (``superStream``), and takes them from the broker's data
 directory (``path``, on the broker's machine) or over the broker's HTTP API (``url``, ``user``,
-``password``; ``remote.py``). Either way a Spark partition is a run of consecutive ranges of one
+``password``; ``remote.py``). Segments in a log's tier are read from the tier (any ``pyarrow.fs``
+URI) either way; over ``url``, through the broker when this machine cannot reach the tier, or
+always with ``tierRead=broker``. Either way a Spark partition is a run of consecutive ranges of one
 log, never of two, so a super stream's Spark partitions follow its stream partitions; the rows of
 a super stream carry their partition stream's name in the ``exchange`` column, and ``offset`` is
 the offset within that stream.
@@ -20,7 +22,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from headrace.persistence.mirror_log import list_mirrors, list_segments, next_offset, read_ranges
+from headrace.persistence.mirror_log import list_mirrors, next_offset, read_ranges
+from headrace.persistence.tier_manifest import all_segments
 
 from .arrow_read import Bounds, buffer_batches, range_batches
 from .remote import RemoteLog, RemoteRange
@@ -77,7 +80,8 @@ def _merged(ranges: list[RemoteRange]) -> list[RemoteRange]:
     for r in ranges:
         last = out[-1] if out else None
         if last is not None and last.segment == r.segment and last.stop == r.start:
-            out[-1] = RemoteRange(r.segment, last.start, r.stop, last.first_offset, r.end_offset, last.size + r.size)
+            out[-1] = RemoteRange(r.segment, last.start, r.stop, last.first_offset, r.end_offset, last.size + r.size,
+                                  r.tier)
         else:
             out.append(r)
     return out
@@ -108,8 +112,11 @@ class Source:
         key = given[0]
         vhost = options.get("vhost") or "/"
         kind = "mirror" if key == "exchange" else "stream"
+        tier_read = (options.get("tierRead") or "direct").lower()
+        if tier_read not in ("direct", "broker"):
+            raise ValueError(f"the headrace source's option 'tierRead' is 'direct' or 'broker', got {tier_read!r}")
         remote = RemoteLog(url, options.get("user") or "guest", options.get("password") or "guest",
-                           options.get("caFile") or None) if url else None
+                           options.get("caFile") or None, tier_read == "direct") if url else None
         root = None if path is None or url else (Path(path) / STREAMS_DIR if kind == "stream" else Path(path))
         name = options[key]
         names = [name]
@@ -169,7 +176,7 @@ class Source:
             return sum(s["size"] for name in self.names
                        for s in self.remote.plan(self.kind, self.vhost, name, 1 << 40)["segments"])
         assert self.root is not None
-        return sum(s.size for name in self.names for s in list_segments(self.root, self.vhost, name))
+        return sum(s.size for name in self.names for s in all_segments(self.root, self.vhost, name))
 
 
 def local_partitions(root: Path, vhost: str, name: str) -> list[str]:

@@ -6,16 +6,22 @@ state and the limits it enforces (``channel_max``: the server's offer until the 
 ``tuned``; ``max_message_size``). The connection's frame loop reads ``open_channels`` and
 ``content`` to pick its fast path and hands it the frames of channels 1 and up once the connection
 is open; nothing else writes them. It writes its replies through the connection's ``FrameWriter``.
-Rule 2: the session answers a ``ChannelOpenRequested`` with ``accept_channel`` or a close; a frame
+Rule 2: a read's run of whole publishes is taken by ``scan_publishes`` (C, ``_wire.c``) when it was
+built (``compiled.py``), before the frame loop slices anything; ``whole_publish`` takes those it
+leaves (a headers table, a second flag word) and every publish in pure-Python mode, with the same
+checks and events; whatever neither takes goes frame by frame, which reports every fault.
+Rule 3: the session answers a ``ChannelOpenRequested`` with ``accept_channel`` or a close; a frame
 this side answers with on a channel whose open is unanswered waits behind the open-ok.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from . import methods as m
+from .compiled import WIRE
 from .codec import FRAME_HEADER, decode_ack, decode_publish, encode_method_frame
 from .content import PendingContent, parse_header
 from .errors import ChannelException, ConnectionException
@@ -24,7 +30,7 @@ from .frame_writer import FrameWriter
 from .method_codec import not_utf8_method
 from .spec import FRAME_END, FrameType, ReplyCode
 
-__all__ = ["ChannelFrames"]
+__all__ = ["ChannelFrames", "scan_publishes"]
 
 _BASIC = m.BasicPublish.CLASS_ID
 _PUBLISH = m.BasicPublish.METHOD_ID
@@ -33,6 +39,14 @@ _CONNECTION_CLASS = m.ConnectionClose.CLASS_ID
 _unpack_frame = FRAME_HEADER.unpack_from
 _HEADER = int(FrameType.HEADER)
 _BODY = int(FrameType.BODY)
+
+# (src, pos, end, frame limit, max message size, open channels, channels assembling, events) -> the
+# position after the whole publishes taken from ``pos`` on (``pos``: none), their events appended
+ScanPublishes = Callable[[bytes, int, int, int, int, set[int], dict[int, PendingContent], list[Event]], int]
+scan_publishes: ScanPublishes | None = None
+if WIRE is not None:
+    WIRE.setup_scan(ContentReceived, m.BasicPublish)
+    scan_publishes = WIRE.scan_publishes
 
 
 class ChannelFrames:

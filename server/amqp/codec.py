@@ -2,7 +2,8 @@
 
 A frame is ``type:u8 channel:u16 size:u32 payload 0xCE``. ``encode_deliver`` builds the deliver
 method, content header and body frames of one delivery as a single ``bytes`` with precompiled
-structs, keeping the publisher's property bytes as they came. ``decode_publish`` and
+structs, keeping the publisher's property bytes as they came: the C one of ``_wire.c`` when it
+was built (``compiled.py``), ``encode_deliver_py`` otherwise, the same bytes either way. ``decode_publish`` and
 ``decode_ack`` parse the two methods a busy connection receives most without the generic,
 table-driven path in ``methods.py``.
 """
@@ -10,8 +11,10 @@ table-driven path in ``methods.py``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from . import methods as m
+from .compiled import WIRE
 from .spec import FRAME_END, FrameType
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "decode_publish",
     "encode_content",
     "encode_deliver",
+    "encode_deliver_py",
     "encode_frame",
     "encode_method_frame",
 ]
@@ -60,7 +64,7 @@ def _body_frames(channel: int, body: bytes, frame_max: int, parts: list[bytes]) 
     size = len(body)
     if not size:
         return
-    chunk = frame_max - 8
+    chunk = frame_max - 8 if frame_max else size  # frame_max 0: no limit
     if size <= chunk:
         parts.append(_pack_frame(_BODY, channel, size))
         parts.append(body)
@@ -86,7 +90,7 @@ def encode_content(channel: int, class_id: int, props_raw: bytes, body: bytes, f
     return b"".join(parts)
 
 
-def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+def encode_deliver_py(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
                    routing_key: str, props_raw: bytes, body: bytes, frame_max: int) -> bytes:
     ct = consumer_tag.encode()
     ex = exchange.encode()
@@ -109,6 +113,10 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
     ]
     _body_frames(channel, body, frame_max, parts)
     return b"".join(parts)
+
+
+EncodeDeliver = Callable[[int, str, int, bool, str, str, bytes, bytes, int], bytes]
+encode_deliver: EncodeDeliver = WIRE.encode_deliver if WIRE is not None else encode_deliver_py
 
 
 def decode_publish(payload: bytes, offset: int = 4) -> m.BasicPublish:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import methods as m
-from .channel_frames import ChannelFrames
+from .channel_frames import ChannelFrames, scan_publishes
 from .codec import FRAME_HEADER
 from .errors import AMQPError, ConnectionException
 from .events import (
@@ -127,6 +127,8 @@ class AMQPConnection:
         channels = self.channels
         open_channels = channels.open_channels  # read, never written, here: the fast path's test
         assembling = channels.content
+        max_size = channels.max_message_size
+        scan = scan_publishes
         # Frames are cut from immutable bytes (one copy per payload): the read itself when nothing
         # was left over, else the leftover and the read joined, once the first frame is whole (a
         # large frame arriving over many reads is not copied again on each).
@@ -170,6 +172,12 @@ class AMQPConnection:
                     break
                 if src[frame_end] != FRAME_END:
                     raise ConnectionException(ReplyCode.FRAME_ERROR, "FRAME_ERROR - bad frame end marker")
+                if scan is not None and frame_type == _METHOD and src.startswith(_PUBLISH_IDS, pos + 7) \
+                        and self.state is ConnectionState.OPEN:
+                    after = scan(src, pos, end, limit, max_size, open_channels, assembling, events)
+                    if after != pos:  # the run of whole publishes from here on, taken in C
+                        pos = after
+                        continue
                 payload = src[pos + 7:frame_end]
                 pos = frame_end + 1
                 if self.state is ConnectionState.CLOSING:

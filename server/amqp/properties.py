@@ -2,7 +2,8 @@
 
 The broker keeps the publisher's property bytes (``props_raw``: the 16-bit flag word(s) then the
 property list) and hands them to consumers untouched. It only looks inside when it must:
-``quick_props`` reads delivery mode, priority and expiration without building anything, full
+``quick_props`` reads delivery mode, priority and expiration without building anything (in C,
+``_wire.c``, when it was built: ``compiled.py``; ``quick_props_py`` otherwise), full
 ``decode_properties`` runs when there are headers to route on, and ``replace_headers`` re-encodes
 when the broker itself changes headers (BCC removal, x-death, x-delivery-count).
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import struct
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
+from .compiled import WIRE
 from .tables import FrameSyntaxError, decode_table, encode_table
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "decode_properties",
     "encode_properties",
     "quick_props",
+    "quick_props_py",
     "replace_headers",
 ]
 
@@ -185,7 +189,7 @@ def encode_properties(props: BasicProperties) -> bytes:
     return _H.pack(flags) + b"".join(parts)
 
 
-def quick_props(raw: bytes) -> tuple[int | None, int | None, str | None, bool]:
+def quick_props_py(raw: bytes) -> tuple[int | None, int | None, str | None, bool]:
     """(delivery_mode, priority, expiration, has_headers) read straight from the bytes."""
     if len(raw) < 2:
         return None, None, None, False
@@ -222,6 +226,13 @@ def quick_props(raw: bytes) -> tuple[int | None, int | None, str | None, bool]:
     except IndexError:
         raise FrameSyntaxError("truncated content properties") from None
     return delivery_mode, priority, expiration, has_headers
+
+
+QuickProps = Callable[[bytes], tuple[int | None, int | None, str | None, bool]]
+quick_props: QuickProps = quick_props_py
+if WIRE is not None:
+    WIRE.setup_props(FrameSyntaxError, quick_props_py)
+    quick_props = WIRE.quick_props
 
 
 def replace_headers(raw: bytes, headers: dict[str, Any] | None) -> bytes:

@@ -66,7 +66,7 @@ class Broker:
         self, *, ports: ShellPorts, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
         limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
-        compat: Compat = COMPAT_3_10,
+        compat: Compat = COMPAT_3_10, delayed_data_dir: Path | None = None,
     ) -> None:
         self.compat = compat  # which RabbitMQ release's semantics (compat.py); fixed for the process
         # deprecated features clients used since the start that leave no object behind (global
@@ -88,6 +88,9 @@ class Broker:
         self.store = StoreOutbox(store_enabled, ports.wake_flusher)
         self.mirrors = MirrorOutbox(ports.wake_mirror_writer)
         self.stream_data_dir: Path | None = None  # where stream queues keep their logs (the shell sets it)
+        self.stream_handover_timeout = limits.stream_handover_timeout_ms / 1000  # a stream queue's bound, in s
+        # where x-delayed-message exchanges spill what is not due soon (delayed.py; wiped at start)
+        self.delayed_data_dir = delayed_data_dir
         self.replies = ReplyRegistry()  # direct reply-to consumers by address
         self.delivery = Delivery(self.store, self.mirrors, self.replies, ports)
         # tickets whose ops the store could not write (disk full): their confirms go out as nacks.
@@ -134,6 +137,7 @@ class Broker:
         for queue_name in list(vhost.queues):
             vhost.delete_queue(queue_name)
         self.retired.vhost_gone(vhost)
+        vhost.delayed.close()
         self.delivery.window_deleted("exchange", name)  # and every other dedup window of the vhost
         for key in [k for k in self.users.permissions if k[1] == name]:
             del self.users.permissions[key]

@@ -1,18 +1,44 @@
 """Messages held by ``x-delayed-message`` exchanges until their ``x-delay`` is due.
 
-Rule 1: the ``VHost`` owns one ``DelayedMessages``; only its publish path adds and its tick pops.
-A heap keyed by (due time, arrival order) keeps equal due times in publish order.
+Rule 1: the ``VHost`` owns one ``DelayedMessages``; only its publish path adds, recovery adds, and
+the delivery owner's tick pops (at ``next_due``, armed in the one deadline heap, ``deadlines.py``).
+Every method takes ``now``; none reads a clock.
+
+Why a spilled schedule: RabbitMQ's plugin keeps every delayed message in one Mnesia table and
+drifts or runs out of memory near a million of them. Here only the near horizon is in memory: a
+heap keyed by (due time, arrival order), so equal due times keep publish order, of the messages
+due within ``HORIZON`` seconds. The rest wait in bucket files (``persistence/delay_buckets.py``),
+a hierarchical timing wheel on disk: level ``L`` buckets are ``WIDTHS[L]`` seconds wide, and a
+message goes to the lowest level whose span (16 of its buckets) reaches its due time. A level-0
+bucket is read into the heap ``HORIZON`` seconds before it starts; a higher one is cascaded (read
+and placed again, one level down) ``WIDTHS[L]`` seconds before it starts, a chunk of
+``CHUNK_BYTES`` per tick so a large bucket never stalls the loop. Each message is written at most
+once per level, and memory holds the heap, a few hundred buckets' counters and the write buffers
+(bounded, ``delay_buckets.FLUSH_ALL_BYTES``), whatever the number scheduled.
+
+The operator's view (``schedule``) counts messages per exchange by the minute of their due time:
+one counter per exchange and minute, so its size follows the span of due times, not their number.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["DELAYED_TYPE", "DelayedMessage", "DelayedMessages"]
+from headrace.persistence.delay_buckets import DelayBuckets, DelayRecord, decode, encode
+
+__all__ = ["DELAYED_TYPE", "DelayedMessage", "DelayedMessages", "HISTOGRAM_EDGES", "spill_dir"]
 
 DELAYED_TYPE = "x-delayed-message"
+
+HORIZON = 2.0  # seconds ahead that are held in memory
+WIDTHS = (1, 16, 256, 4096, 65536)  # bucket width per level, seconds (the top level has no end)
+CHUNK_BYTES = 4 << 20  # read per bucket step of one tick
+# the schedule's bins, in seconds from now: due within 1 min, 5 min, 15 min, 1 h, 6 h, 1 day, 7 days, later
+HISTOGRAM_EDGES = (60, 300, 900, 3600, 21600, 86400, 604800)
 
 
 @dataclass(order=True, slots=True)
@@ -26,33 +52,201 @@ class DelayedMessage:
     message_id: int = field(compare=False, default=0)  # store id when persistent, else 0
 
 
+@dataclass(slots=True)
+class _Bucket:
+    level: int
+    index: int
+    count: int = 0
+    by_exchange: dict[str, int] = field(default_factory=dict)
+    offset: int = 0  # bytes of the file already taken back (a cascade in progress)
+
+    @property
+    def name(self) -> str:
+        return f"{self.level}-{self.index}"
+
+
+def spill_dir(base: Path, vhost: str) -> Path:
+    """A vhost's bucket directory under ``base``, for any vhost name: its bytes in hex, or their
+    SHA-1 where that would be longer than a file name may be."""
+    raw = vhost.encode()
+    return base / (raw.hex() if len(raw) <= 100 else "sha1-" + hashlib.sha1(raw).hexdigest())
+
+
+def _action(level: int, index: int) -> float:
+    """When bucket (level, index) must be read: into the heap (level 0) or one level down."""
+    start = index * WIDTHS[level]
+    return start - (HORIZON if level == 0 else WIDTHS[level])
+
+
 class DelayedMessages:
-    def __init__(self) -> None:
+    __slots__ = ("_heap", "_order", "_files", "_buckets", "_actions", "_minutes", "_totals")
+
+    def __init__(self, directory: Path | None = None) -> None:
+        """``directory``: where bucket files go (None: everything stays in the heap, as where no
+        data directory exists)."""
         self._heap: list[DelayedMessage] = []
         self._order = itertools.count()
+        self._files = DelayBuckets(directory) if directory is not None else None
+        self._buckets: dict[tuple[int, int], _Bucket] = {}
+        self._actions: list[tuple[float, int, int]] = []  # (action time, level, index), one per bucket
+        self._minutes: dict[tuple[str, int], int] = {}  # (exchange, due minute) -> messages
+        self._totals: dict[str, int] = {}  # exchange -> messages
 
+    # ------------------------------------------------------------------ adding
     def add(self, due: float, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
-            message_id: int = 0) -> DelayedMessage:
-        item = DelayedMessage(due, next(self._order), exchange, routing_key, props_raw, body, message_id)
-        heapq.heappush(self._heap, item)
-        return item
+            message_id: int = 0, *, now: float) -> None:
+        self._count(exchange, due, 1)
+        self._place(due, next(self._order), message_id, exchange, routing_key, props_raw, body, now, len(WIDTHS) - 1)
 
+    def _count(self, exchange: str, due: float, n: int) -> None:
+        key = (exchange, int(due // 60))
+        left = self._minutes.get(key, 0) + n
+        if left:
+            self._minutes[key] = left
+        else:
+            self._minutes.pop(key, None)
+        total = self._totals.get(exchange, 0) + n
+        if total:
+            self._totals[exchange] = total
+        else:
+            self._totals.pop(exchange, None)
+
+    def _place(self, due: float, order: int, mid: int, exchange: str, routing_key: str, props_raw: bytes,
+               body: bytes, now: float, top: int) -> None:
+        """Into the heap, or the bucket of the lowest level (at most ``top``) that reaches ``due``,
+        going lower while that bucket's read time has come already."""
+        files = self._files
+        level = 0
+        if files is not None:
+            distance = due - now
+            while level < top and distance >= 16 * WIDTHS[level]:
+                level += 1
+            while level >= 0 and _action(level, int(due // WIDTHS[level])) <= now:
+                level -= 1
+        if files is None or level < 0:
+            heapq.heappush(self._heap, DelayedMessage(due, order, exchange, routing_key, props_raw, body, mid))
+            return
+        index = int(due // WIDTHS[level])
+        bucket = self._buckets.get((level, index))
+        if bucket is None:
+            bucket = self._buckets[(level, index)] = _Bucket(level, index)
+            heapq.heappush(self._actions, (_action(level, index), level, index))
+        bucket.count += 1
+        bucket.by_exchange[exchange] = bucket.by_exchange.get(exchange, 0) + 1
+        files.append(bucket.name, encode(due, order, mid, exchange, routing_key, props_raw, body))
+
+    # ------------------------------------------------------------------ time
     def pop_due(self, now: float) -> list[DelayedMessage]:
+        """The messages due at ``now``, in (due, publish) order, after the buckets whose time has
+        come were read (one chunk of one cascading bucket at most: ``next_due`` is then ``now``)."""
+        self._step_buckets(now)
         heap = self._heap
         out = []
         while heap and heap[0].due <= now:
-            out.append(heapq.heappop(heap))
+            item = heapq.heappop(heap)
+            self._count(item.exchange, item.due, -1)
+            out.append(item)
         return out
 
-    def drop_exchange(self, exchange: str) -> list[DelayedMessage]:
-        dropped = [m for m in self._heap if m.exchange == exchange]
-        if dropped:
-            self._heap = [m for m in self._heap if m.exchange != exchange]
-            heapq.heapify(self._heap)
-        return dropped
+    def _step_buckets(self, now: float) -> None:
+        files, actions = self._files, self._actions
+        if files is None:
+            return
+        while actions and actions[0][0] <= now:
+            _, level, index = actions[0]
+            bucket = self._buckets[(level, index)]
+            data, done = files.read(bucket.name, bucket.offset, CHUNK_BYTES)
+            taken = 0
+            for stop, rec in decode(data):
+                taken = stop
+                self._take(bucket, rec, now, level - 1)
+            bucket.offset += taken
+            if done:
+                heapq.heappop(actions)
+                del self._buckets[(level, index)]
+                files.remove(bucket.name)
+            elif level > 0:
+                return  # the rest of this cascade on the next tick
+
+    def _take(self, bucket: _Bucket, rec: DelayRecord, now: float, top: int) -> None:
+        due, order, mid, exchange, routing_key, props_raw, body = rec
+        bucket.count -= 1
+        bucket.by_exchange[exchange] -= 1
+        if top < 0:
+            heapq.heappush(self._heap, DelayedMessage(due, order, exchange, routing_key, props_raw, body, mid))
+        else:
+            self._place(due, order, mid, exchange, routing_key, props_raw, body, now, top)
 
     def next_due(self) -> float | None:
-        return self._heap[0].due if self._heap else None
+        """The earliest of the heap's first due time and the next bucket read."""
+        heap_due = self._heap[0].due if self._heap else None
+        if not self._actions:
+            return heap_due
+        action = self._actions[0][0]
+        return action if heap_due is None or action < heap_due else heap_due
+
+    # ------------------------------------------------------------------ exchanges
+    def drop_exchange(self, exchange: str) -> list[int]:
+        """A delayed exchange went: its messages go, from the heap and every bucket holding some.
+        Returns the store ids of the persistent ones (their Delay records need an Undelay)."""
+        mids = [m.message_id for m in self._heap if m.exchange == exchange and m.message_id]
+        if any(m.exchange == exchange for m in self._heap):
+            self._heap = [m for m in self._heap if m.exchange != exchange]
+            heapq.heapify(self._heap)
+        files = self._files
+        if files is not None:
+            for bucket in self._buckets.values():
+                if not bucket.by_exchange.get(exchange):
+                    continue
+                kept = bytearray()
+                offset, done = bucket.offset, False
+                while not done:
+                    data, done = files.read(bucket.name, offset, CHUNK_BYTES)
+                    taken = 0
+                    for stop, rec in decode(data):
+                        if rec[3] == exchange:
+                            if rec[2]:
+                                mids.append(rec[2])
+                        else:
+                            kept += data[taken:stop]
+                        taken = stop
+                    offset += taken
+                    if not taken:
+                        break
+                files.replace(bucket.name, bytes(kept))
+                bucket.offset = 0
+                bucket.count -= bucket.by_exchange.pop(exchange)
+        for key in [k for k in self._minutes if k[0] == exchange]:
+            del self._minutes[key]
+        self._totals.pop(exchange, None)
+        return mids
+
+    def close(self) -> None:
+        """The vhost is gone: its bucket files go."""
+        if self._files is not None:
+            self._files.close()
+
+    # ------------------------------------------------------------------ the operator's view
+    def count(self, exchange: str) -> int:
+        return self._totals.get(exchange, 0)
+
+    def schedule(self, exchange: str, now: float) -> list[int]:
+        """Messages of ``exchange`` per bin of ``HISTOGRAM_EDGES`` (one more for later), by the
+        minute of their due time: a minute counts in the bin its end falls in (past: the first)."""
+        bins = [0] * (len(HISTOGRAM_EDGES) + 1)
+        for (name, minute), n in self._minutes.items():
+            if name != exchange:
+                continue
+            left = (minute + 1) * 60 - now
+            i = 0
+            while i < len(HISTOGRAM_EDGES) and left > HISTOGRAM_EDGES[i]:
+                i += 1
+            bins[i] += n
+        return bins
+
+    def in_memory(self) -> int:
+        """Messages held in the heap (the rest are in bucket files)."""
+        return len(self._heap)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return sum(self._totals.values())

@@ -40,6 +40,7 @@ from .dead_letters import completes_cycle
 from .deadlines import Deadlines, Timer
 from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_row
+from .publish_runs import RunPlacer, run_queues
 from .ports import ShellPorts
 from .reply_to import REPLY_PREFIX, ReplyRegistry
 from .saturation import Saturation
@@ -79,6 +80,7 @@ class Delivery:
         self.recover_spilled = settlement.recover_spilled
         self._dispatch = settlement.dispatch
         self._settled = settlement.settled
+        self._runs = RunPlacer(store, self.next_message_id, settlement.dispatch, self.saturation, _expiration_ms)
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -116,7 +118,7 @@ class Delivery:
                 # as RabbitMQ's delayed-message plugin: only a durable exchange keeps its messages
                 # across a restart, so only there are they written to the store
                 return self._hold(vhost, exchange_name, routing_key, props_raw, body, now + delay / 1000,
-                                  delivery_mode == 2 and exchange.durable)
+                                  delivery_mode == 2 and exchange.durable, now)
         exchange.published_in += 1
         if exchange.wants_properties:
             result = exchange.route(routing_key, headers, vhost.exchanges.get, _routing_properties(props_raw))
@@ -170,6 +172,10 @@ class Delivery:
             for props_raw, body in contents:  # unroutable (mirrored, counted) or screened: one by one
                 results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
             return
+        queues = run_queues(vhost, exchange_name, targets)
+        if queues is not None:  # every target takes the run at once (publish_runs.py)
+            contents = self._runs.place(vhost, exchange, exchange_name, routing_key, queues, contents, now, results,
+                                        self._batch)
         place = self._place
         next_id = self.next_message_id
         for props_raw, body in contents:
@@ -265,13 +271,13 @@ class Delivery:
                     self._dispatch(vhost, queue, now)
 
     def _hold(self, vhost: VHostView, exchange: str, routing_key: str, props_raw: bytes, body: bytes,
-              due: float, persistent: bool) -> PublishResult:
+              due: float, persistent: bool, now: float) -> PublishResult:
         message_id = self.next_message_id() if persistent else 0
         ticket = 0
         if persistent and self.store.enabled:
             ticket = self.store.add_ticketed(
                 Delay(message_id, vhost.name, exchange, routing_key, props_raw, body, int(due * 1000)))
-        vhost.delayed.add(due, exchange, routing_key, props_raw, body, message_id)
+        vhost.delayed.add(due, exchange, routing_key, props_raw, body, message_id, now=now)
         self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
         return PublishResult(True, False, ticket)
 
@@ -283,8 +289,8 @@ class Delivery:
 
     def exchange_deleted(self, vhost: VHostView, name: str) -> None:
         """A delayed exchange went: the messages it held go with it."""
-        for item in vhost.delayed.drop_exchange(name):
-            self._undelay(item.message_id)
+        for message_id in vhost.delayed.drop_exchange(name):
+            self._undelay(message_id)
 
     def _undelay(self, message_id: int) -> None:
         if message_id and self.store.enabled:

@@ -19,7 +19,7 @@ from .core import Broker
 from .node import NODE_NAME
 from .shovels import FederationHop, ShovelSpec, parse_uri
 
-__all__ = ["LinkKey", "federation_links", "parse_upstream", "parse_upstream_set"]
+__all__ = ["LinkKey", "federation_links", "parse_upstream", "parse_upstream_set", "queue_wants"]
 
 UPSTREAM = "federation-upstream"
 UPSTREAM_SET = "federation-upstream-set"
@@ -31,8 +31,9 @@ _KEYS = {"uri", "exchange", "max-hops", "prefetch-count", "reconnect-delay", "ac
 @dataclass(frozen=True, slots=True)
 class LinkKey:
     vhost: str
-    exchange: str
+    exchange: str  # the federated exchange's name, or the federated queue's
     upstream: str
+    kind: str = "exchange"  # or "queue"
 
 
 def _positive(value: dict[str, Any], key: str, default: int | None) -> int | None:
@@ -96,6 +97,7 @@ def federation_links(broker: Broker) -> dict[LinkKey, ShovelSpec]:
     if not any(c == UPSTREAM for (c, _, _) in params):
         return {}
     links: dict[LinkKey, ShovelSpec] = {}
+    _queue_links(broker, links)
     for vhost_name, vhost in broker.vhosts.items():
         for name, exchange in vhost.exchanges.items():
             if not name or name.startswith("amq."):
@@ -126,3 +128,37 @@ def federation_links(broker: Broker) -> dict[LinkKey, ShovelSpec]:
                     prefetch_count=int(value.get("prefetch-count", 1000)),
                     reconnect_delay=float(value.get("reconnect-delay", 5)), federation=hop)
     return links
+
+
+def _queue_links(broker: Broker, links: dict[LinkKey, ShovelSpec]) -> None:
+    """Queue federation (RabbitMQ's plugin, 3.10): a queue a federation policy matches fetches from
+    the upstream queue of the same name (or the upstream's ``queue``), declared there with this
+    queue's arguments, and only while it has consumers with credit left and no message ready
+    (``ShovelSpec.on_demand``; the shell's link asks ``queue_wants``)."""
+    params = broker.parameters.parameters
+    for vhost_name, vhost in broker.vhosts.items():
+        for name, queue in vhost.queues.items():
+            policy = broker.policies.applied(vhost_name, "queue", name).policy
+            if policy is None or not ({UPSTREAM, UPSTREAM_SET} & policy.definition.keys()):
+                continue
+            if queue.exclusive_owner is not None or queue.log_info() is not None:  # a stream is read, not fetched
+                continue
+            for upstream in _upstream_names(broker, vhost_name, policy.definition):
+                try:
+                    value = parse_upstream(params.get((UPSTREAM, vhost_name, upstream)))
+                except ValueError:
+                    continue
+                links[LinkKey(vhost_name, name, upstream, "queue")] = ShovelSpec(
+                    src_uris=tuple(value["uri"]), dest_uris=("amqp://",), src_queue=value.get("queue") or name,
+                    src_queue_args=dict(queue.arguments), dest_queue=name, ack_mode=value.get("ack-mode", "on-confirm"),
+                    prefetch_count=int(value.get("prefetch-count", 1000)),
+                    reconnect_delay=float(value.get("reconnect-delay", 5)), on_demand=True)
+
+
+def queue_wants(broker: Broker, vhost: str, name: str) -> bool:
+    """Whether a federated queue wants messages from its upstream: a consumer with credit left
+    and nothing ready to give it."""
+    v = broker.vhosts.get(vhost)
+    queue = v.queues.get(name) if v is not None else None
+    return queue is not None and not queue.deleted and queue.messages_ready == 0 \
+        and any(c.can_take() for c in queue.consumers())

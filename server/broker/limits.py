@@ -30,6 +30,7 @@ class Limits:
     max_connections_per_user: int | None = None
     max_tx_bytes: int = 64 << 20  # uncommitted publishes one transactional channel may hold
     consumer_timeout_ms: int | None = None  # a delivery unacked longer closes its channel (None: off)
+    stream_handover_timeout_ms: int = 10_000  # a stream group's demoted member holds its partition this long at most
 
 
 def check_connection(limits: Limits, sessions: Iterable[Any], count: int, user: User) -> None:

@@ -40,7 +40,7 @@ from .vhost_view import VHostView
 
 __all__ = [
     "Applied", "Policy", "apply_queue_dedup", "PolicyError", "PolicyStore", "apply_exchange_policy", "apply_policies", "dedup_arguments", "effective_alternate",
-    "effective_queue_arguments", "MIRRORING_KEYS", "queue_args", "refuse_mirroring", "stream_arguments", "trim_recovered",
+    "effective_queue_arguments", "MIRRORING_KEYS", "queue_args", "refuse_mirroring", "stream_arguments", "tier_uri_ok", "trim_recovered",
 ]
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
@@ -102,7 +102,22 @@ _VALIDATORS: dict[str, tuple[Callable[[Any], bool], str]] = {
     # exchange federation (federation.py): an upstream's name, or an upstream set's (``all``)
     "federation-upstream": (lambda v: isinstance(v, str) and bool(v), "is not a valid federation upstream value"),
     "federation-upstream-set": (lambda v: isinstance(v, str) and bool(v), "is not a valid federation upstream set value"),
+    # tiered segments of a mirrored exchange's or a stream's log (server/net/tier_uploader.py)
+    "tier-uri": (lambda v: tier_uri_ok(v), "is not a valid tier URI (file:///absolute/path, s3://bucket/prefix, "
+                                           "hdfs://host/path, gs://bucket/prefix)"),
+    "tier-local-max-bytes": (lambda v: _is_int(v, 0), "is not a valid local size in bytes"),
 }
+TIER_SCHEMES = ("file", "s3", "hdfs", "viewfs", "gs", "gcs", "abfs", "abfss")
+
+
+def tier_uri_ok(value: Any) -> bool:
+    """A ``pyarrow.fs`` URI of a folder: a scheme it knows, and an absolute path for ``file``."""
+    if not isinstance(value, str) or "://" not in value:
+        return False
+    scheme, _, rest = value.partition("://")
+    if scheme not in TIER_SCHEMES or not rest:
+        return False
+    return scheme != "file" or rest.startswith("/")
 MIRRORING_KEYS = tuple(key for key in _VALIDATORS if key.startswith("ha-"))
 STREAM_KEYS = ("max-age", "max-length-bytes", "stream-max-segment-size-bytes")  # the policy wins
 # policy key -> the declare argument it stands for (dedup.py); the argument wins

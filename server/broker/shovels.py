@@ -9,16 +9,23 @@ deletes itself.
 
 The keys are those of RabbitMQ's AMQP 0-9-1 dynamic shovel (3.10, with the older un-prefixed
 ``prefetch-count``, ``delete-after``, ``add-forward-headers`` and ``publish-properties``
-accepted as RabbitMQ still does).
+accepted as RabbitMQ still does); every one accepted is applied (``rewrite_properties`` for the
+destination's properties and headers, ``consumer_args`` on the source's basic.consume).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["ACK_MODES", "Endpoint", "FederationHop", "Ledger", "ShovelSpec", "parse_shovel", "parse_uri", "redact"]
+from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
+
+from .node import NODE_NAME
+
+__all__ = ["ACK_MODES", "Endpoint", "FederationHop", "Ledger", "ShovelSpec", "parse_shovel", "parse_uri", "redact",
+           "rewrite_properties"]
 
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 _KNOWN = {
@@ -70,6 +77,21 @@ class ShovelSpec:
     delete_after: int | str = "never"  # "never", "queue-length" or a count
     reconnect_delay: float = 5.0
     federation: FederationHop | None = None
+    consumer_args: dict[str, Any] = field(default_factory=dict)  # src-consumer-args: basic.consume's arguments
+    # dest-publish-properties: (property, value) pairs set on every message forwarded
+    publish_properties: tuple[tuple[str, Any], ...] = ()
+    forward_headers: bool = False  # dest-add-forward-headers: x-shovelled
+    timestamp_header: bool = False  # dest-add-timestamp-header: x-shovelled-timestamp
+    name: str = ""  # the shovel's name and vhost, for x-shovelled
+    vhost: str = "/"
+    # a federated queue's link: consume from the source only while the destination queue wants
+    # messages (consumers with credit left, none ready), as RabbitMQ's queue federation
+    on_demand: bool = False
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether a forwarded message's properties change (else its bytes go as they came)."""
+        return bool(self.publish_properties) or self.forward_headers or self.timestamp_header
 
 
 def redact(uri: str) -> str:
@@ -132,8 +154,44 @@ def _table(value: dict[str, Any], key: str) -> dict[str, Any]:
     return v
 
 
-def parse_shovel(value: Any) -> ShovelSpec:
-    """The parameter's value, checked as RabbitMQ checks it: ValueError says what is wrong."""
+# dest-publish-properties: each property's check (RabbitMQ's names: basic.properties' fields)
+_SHORTSTR = (lambda v: isinstance(v, str) and len(v.encode()) <= 255, "a string of at most 255 bytes")
+_OCTET = (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255, "an integer from 0 to 255")
+_PROPERTY_CHECKS: dict[str, tuple[Any, str]] = {
+    **{f.name: _SHORTSTR for f in dataclasses.fields(BasicProperties)},
+    "headers": (lambda v: isinstance(v, dict), "an object"),
+    "delivery_mode": (lambda v: v in (1, 2) and not isinstance(v, bool), "1 or 2"),
+    "priority": _OCTET,
+    "timestamp": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63,
+                  "a non-negative integer (seconds)"),
+}
+
+
+def _publish_properties(value: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    props = _table(value, "dest-publish-properties") or _table(value, "publish-properties")
+    for key, v in props.items():
+        check = _PROPERTY_CHECKS.get(key)
+        if check is None:
+            raise ValueError(f"'dest-publish-properties': unknown property '{key}' (one of "
+                             f"{', '.join(f.name for f in dataclasses.fields(BasicProperties))})")
+        if not check[0](v):
+            raise ValueError(f"'dest-publish-properties': '{key}' must be {check[1]}")
+    return tuple(sorted(props.items()))
+
+
+def _flag(value: dict[str, Any], *keys: str) -> bool:
+    for key in keys:
+        v = value.get(key, False)
+        if not isinstance(v, bool):
+            raise ValueError(f"'{key}' must be true or false")
+        if v:
+            return True
+    return False
+
+
+def parse_shovel(value: Any, name: str = "", vhost: str = "/") -> ShovelSpec:
+    """The parameter's value, checked as RabbitMQ checks it: ValueError says what is wrong.
+    ``name`` and ``vhost`` (the parameter's) go into ``x-shovelled`` when forward headers are on."""
     if not isinstance(value, dict):
         raise ValueError("a shovel's value must be an object of shovel keys")
     unknown = sorted(set(value) - _KNOWN)
@@ -167,7 +225,41 @@ def parse_shovel(value: Any) -> ShovelSpec:
         src_exchange_key=_str(value, "src-exchange-key") or "#", src_queue_args=_table(value, "src-queue-args"),
         dest_queue=dest_queue, dest_exchange=dest_exchange, dest_exchange_key=_str(value, "dest-exchange-key"),
         dest_queue_args=_table(value, "dest-queue-args"), ack_mode=ack_mode, prefetch_count=prefetch or 1000,
-        delete_after=delete_after, reconnect_delay=float(delay))
+        delete_after=delete_after, reconnect_delay=float(delay), consumer_args=_table(value, "src-consumer-args"),
+        publish_properties=_publish_properties(value),
+        forward_headers=_flag(value, "dest-add-forward-headers", "add-forward-headers"),
+        timestamp_header=_flag(value, "dest-add-timestamp-header"), name=name, vhost=vhost)
+
+
+def rewrite_properties(spec: ShovelSpec, props_raw: bytes, src_uri: str, dest_uri: str, now: float) -> bytes:
+    """A forwarded message's properties under ``dest-publish-properties`` (set), and with RabbitMQ
+    3.10's ``x-shovelled`` (a table about this shovel, prepended to the list) and
+    ``x-shovelled-timestamp`` (seconds) headers when asked for."""
+    props = decode_properties(props_raw)
+    if spec.publish_properties:
+        props = dataclasses.replace(props, **dict(spec.publish_properties))
+    if spec.forward_headers or spec.timestamp_header:
+        headers = dict(props.headers or {})
+        if spec.forward_headers:
+            table: dict[str, Any] = {"shovelled-by": NODE_NAME, "shovel-type": "dynamic", "shovel-name": spec.name,
+                                     "shovel-vhost": spec.vhost, "src-uri": redact(src_uri)}
+            if spec.src_queue is not None:
+                table["src-queue"] = spec.src_queue
+            else:
+                table["src-exchange"] = spec.src_exchange or ""
+                table["src-exchange-key"] = spec.src_exchange_key
+            table["dest-uri"] = redact(dest_uri)
+            if spec.dest_queue is not None:
+                table["dest-queue"] = spec.dest_queue
+            if spec.dest_exchange is not None:
+                table["dest-exchange"] = spec.dest_exchange
+            if spec.dest_exchange_key is not None:
+                table["dest-exchange-key"] = spec.dest_exchange_key
+            headers["x-shovelled"] = [table, *(headers.get("x-shovelled") or [])]
+        if spec.timestamp_header:
+            headers["x-shovelled-timestamp"] = int(now)
+        props = dataclasses.replace(props, headers=headers)
+    return encode_properties(props)
 
 
 @dataclass(slots=True)

@@ -15,7 +15,11 @@ came (``groups``) and only the active one reads. On a stream alone the first mem
 member of a super stream's group (``x-super-stream: NAME`` on a stream ``NAME-<i>``) is active on
 partition ``i`` when it is member ``i mod members``, RabbitMQ's rule, so the partitions spread
 evenly and move when a member joins or leaves. A member that becomes active reads on right after
-the group's last acked offset, so nothing the group acked comes again.
+the group's last acked offset, so nothing the group acked comes again. It waits for the member it
+replaces to settle what it holds (RabbitMQ's step-down, where the old member answers before the new
+one is activated), for ``handover_timeout`` at most: then that member's deliveries are let go
+(their late acks return its credit but no longer move the group's offset) and come again to the
+new member, as after a crash.
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ class StreamReader:
     active: bool = True  # reads; a waiting member of a group does not
     resume: bool = False  # just made active: reads once the member it replaces has settled its deliveries
     start: int = 0  # where it began: a group with no acked offset resumes there
+    out: int = 0  # its deliveries not settled yet
+    resume_by: float | None = None  # made active and waiting: when the member it replaces is let go
+    let_go: bool = False  # its deliveries came again to another member: their acks move no offset
 
 
 @dataclass(slots=True)
@@ -80,13 +87,13 @@ class ReadBudget:
 
 class StreamQueue(Destination):
     __slots__ = ("data_dir", "end", "first", "last_timestamp_ms", "readers", "tracked", "track_pending",
-                 "groups", "_in_flight", "_turn", "_sources", "_keys")
+                 "groups", "handover_timeout", "_in_flight", "_turn", "_sources", "_keys")
 
     is_log = True
 
     def __init__(self, name: str, *, data_dir: Path, vhost: str = "/", durable: bool = True,
                  arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
-                 held: HeldTally | None = None) -> None:
+                 held: HeldTally | None = None, handover_timeout: float = 10.0) -> None:
         super().__init__(name, "stream", vhost=vhost, durable=durable, exclusive_owner=None, auto_delete=False,
                          arguments=arguments, args=args, held=held)
         self.data_dir = data_dir
@@ -98,6 +105,7 @@ class StreamQueue(Destination):
         self.tracked: dict[str, int] = {}  # consumer name -> last acked offset
         self.track_pending = False  # tracked changed since the flusher last wrote it
         self.groups: dict[str, list[Consumer[Any]]] = {}  # single active consumer: group -> members, oldest first
+        self.handover_timeout = handover_timeout  # seconds a demoted member may hold a partition
         self._in_flight = 0
         self._turn = 0  # which consumer starts the next dispatch
         self._sources: dict[bytes, str] = {}  # record meta bytes -> source exchange
@@ -201,27 +209,52 @@ class StreamQueue(Destination):
             reader = self.readers[member]
             active = position == reader.index % len(members)
             if active and not reader.active:
-                reader.resume = True
+                reader.resume, reader.resume_by = True, None
             reader.active = active
 
-    def _take_over(self, reader: StreamReader) -> bool:
+    def _take_over(self, reader: StreamReader, now: float) -> bool:
         """Whether a newly active member may read: not while the member it replaces still has
-        deliveries out (their acks move the group's offset; the settle dispatches again). Then it
-        reads on right after the group's last acked offset, or from its own start when the group
-        has acked nothing (a member made active again has read on past what it gave back), so
-        what the group acked is not delivered again and what it had not acked is."""
+        deliveries out (their acks move the group's offset; the settle dispatches again), for
+        ``handover_timeout`` at most (``_let_go``; the deadline heap dispatches the queue then).
+        Then it reads on right after the group's last acked offset, or from its own start when
+        the group has acked nothing (a member made active again has read on past what it gave
+        back), so what the group acked is not delivered again and what it had not acked is."""
         group = reader.group
-        for member in self.groups.get(group or "", ()):
-            other = self.readers[member]
-            if other is not reader and other.consumer.unacked:
+        holding = [self.readers[m] for m in self.groups.get(group or "", ()) if self.readers[m].out]
+        if any(other is not reader for other in holding):
+            if reader.resume_by is None:
+                reader.resume_by = now + self.handover_timeout
+                self.timed = True  # next_deadline has it
+            if now < reader.resume_by:
                 return False
-        reader.resume = False
+            for other in holding:
+                if other is not reader:
+                    self._let_go(other)
+        reader.resume, reader.resume_by = False, None
         offset = self.tracked[group] + 1 if group is not None and group in self.tracked else reader.start
         if offset != reader.cursor.offset:
             wanted = reader.cursor.filter
             reader.cursor.close()
             reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, offset, wanted)
         return True
+
+    def _let_go(self, reader: StreamReader) -> None:
+        """A demoted member held its deliveries past the handover bound: they stay with the old
+        reader object (their settles return the member's credit, their acks move no offset) and
+        the member goes on as a fresh reader with nothing out."""
+        reader.let_go = True
+        self.readers[reader.consumer] = StreamReader(reader.consumer, reader.cursor, reader.name, reader.group,
+                                                     reader.index, reader.active, reader.resume, reader.start)
+
+    def next_deadline(self) -> float | None:
+        """When a member waiting to take a partition over stops waiting for the one it replaces."""
+        due = [r.resume_by for r in self.readers.values() if r.active and r.resume and r.resume_by is not None]
+        return min(due) if due else None
+
+    def release_delayed(self, now: float) -> bool:
+        """At a deadline: whether a waiting member's handover bound has passed (it reads now)."""
+        return any(r.active and r.resume and r.resume_by is not None and r.resume_by <= now
+                   for r in self.readers.values())
 
     def _start_offset(self, spec: object, now: float) -> int:
         if isinstance(spec, bytes):
@@ -279,7 +312,7 @@ class StreamQueue(Destination):
         first = self._turn % n
         for i in range(n):
             reader = readers[(first + i) % n]
-            if not reader.active or (reader.resume and not self._take_over(reader)):
+            if not reader.active or (reader.resume and not self._take_over(reader, now)):
                 continue
             consumer = reader.consumer
             cursor = reader.cursor
@@ -314,6 +347,7 @@ class StreamQueue(Destination):
         if wanted is not None:
             records = [r for r in records if wanted.matches(filter_value(data[bounds[5 * r + 3]:bounds[5 * r + 4]]))]
         consumer.unacked += len(records)
+        reader.out += len(records)
         self._in_flight += len(records)
         sources, keys = self._sources, self._keys
         if len(sources) > NAME_CACHE or len(keys) > NAME_CACHE:
@@ -343,12 +377,13 @@ class StreamQueue(Destination):
             return False
         entry.owner = None
         reader.consumer.unacked -= 1
+        reader.out -= 1
         self._in_flight -= 1
         return True
 
     def ack(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         reader = entry.owner
-        if self._release(entry) and isinstance(reader, StreamReader) and reader.name is not None:
+        if self._release(entry) and isinstance(reader, StreamReader) and reader.name is not None and not reader.let_go:
             if entry.seq > self.tracked.get(reader.name, -1):
                 self.tracked[reader.name] = entry.seq
                 self.track_pending = True

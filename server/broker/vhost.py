@@ -32,7 +32,7 @@ from headrace.queues.held import HeldTally
 from . import errors
 from .bound_from import BoundFrom
 from .definition_changes import DefinitionChanges
-from .delayed import DELAYED_TYPE, DelayedMessages
+from .delayed import DELAYED_TYPE, DelayedMessages, spill_dir
 from .delivery import Delivery
 from .compat import Compat
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
@@ -82,6 +82,8 @@ class VHostOwner(Protocol):
     definitions: DefinitionChanges
     retired: Retired  # the counts of deleted queues and exchanges (totals.py)
     stream_data_dir: Path | None
+    stream_handover_timeout: float  # seconds a stream group's demoted member may hold its partition
+    delayed_data_dir: Path | None  # where delayed exchanges' bucket files go (None: kept in memory)
     resident_max_messages: int
     resident_max_bytes: int
     held: HeldTally  # shared by every queue (queues/held.py)
@@ -112,7 +114,8 @@ class VHost:
         self.mirror_retention: dict[str, tuple[int | None, int | None]] = {}
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
-        self.delayed = DelayedMessages()
+        self.delayed = DelayedMessages(
+            None if broker.delayed_data_dir is None else spill_dir(broker.delayed_data_dir, name))
         # the management API's per-vhost message_stats that no queue or exchange holds: publishes
         # routed nowhere (counted by the delivery owner), returned to a mandatory publisher,
         # received on a channel in confirm mode and confirmed (counted by the channels, the last per
@@ -293,7 +296,8 @@ class VHost:
         if kind == "stream":
             assert self.broker.stream_data_dir is not None
             queue = StreamQueue(name, data_dir=self.broker.stream_data_dir, vhost=self.name, durable=durable,
-                                arguments=arguments, args=args, held=self.broker.held)
+                                arguments=arguments, args=args, held=self.broker.held,
+                                handover_timeout=self.broker.stream_handover_timeout)
         else:  # classic, and quorum: the same queue under quorum rules (Destination.counts_deliveries)
             queue = Queue(name, vhost=self.name, durable=durable, exclusive_owner=owner if exclusive else None,
                           auto_delete=auto_delete, arguments=arguments, args=args,
@@ -421,3 +425,4 @@ class VHost:
 
     def owned_queues(self, owner: object) -> list[str]:
         return list(self._owned.get(owner, ()))
+

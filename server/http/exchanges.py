@@ -6,12 +6,13 @@ from typing import Any
 
 from headrace.server.amqp.names import check_name
 from headrace.server.broker import VHost
+from headrace.server.broker.delayed import DELAYED_TYPE, HISTOGRAM_EDGES
 
 from .list_query import flag
 from .listing import page, rated, visible_vhosts
 from .models import ExchangeBody
 from .object_json import exchange_name
-from .routes import Context, Request, Response, Routes, json_response
+from .routes import Context, HTTPError, Request, Response, Routes, json_response
 
 __all__ = ["routes"]
 
@@ -27,6 +28,8 @@ def _exchange_json(ctx: Context, vhost: VHost, name: str, *, stats: bool = True)
     if stats:
         out["message_stats"] = rated(ctx, ("exchange", vhost.name, name), ("publish_in", "publish_out"),
                                      (ex.published_in, ex.published_out))
+    if name in vhost.delayed_exchanges:  # what it holds until due (its histogram: ``/schedule``)
+        out["messages_delayed"] = vhost.delayed.count(name)
     policy = ctx.broker.policies.applied(vhost.name, "exchange", name).policy if name else None
     if policy is not None:  # as RabbitMQ, only an exchange a policy applies to lists one
         out["policy"] = policy.name
@@ -65,3 +68,22 @@ def delete_exchange(ctx: Context, req: Request, vhost: VHost, name: str) -> Resp
     vhost.get_exchange(name)
     vhost.delete_exchange(name, if_unused=req.arg("if-unused") == "true")
     return Response(204)
+
+
+@routes.get("/api/exchanges/{vhost}/{name}/schedule")
+def get_schedule(ctx: Context, req: Request, vhost: VHost, name: str) -> Response:
+    """An x-delayed-message exchange's held messages counted by when they are due (bins of
+    ``delayed.HISTOGRAM_EDGES`` seconds from now, the last unbounded), as of the request's ``now``.
+    400 for an exchange of another type: it holds nothing to schedule."""
+    name = exchange_name(name)
+    vhost.get_exchange(name)
+    if vhost.exchange_type(name) != DELAYED_TYPE:
+        raise HTTPError(400, "bad_request", f"exchange '{name}' in vhost '{vhost.name}' is not of type "
+                        f"'{DELAYED_TYPE}': it schedules nothing")
+    bins = vhost.delayed.schedule(name, ctx.now)
+    edges: list[int | None] = [*HISTOGRAM_EDGES, None]
+    return json_response(200, {
+        "name": name, "vhost": vhost.name, "messages_delayed": sum(bins),
+        "granularity_seconds": 60,
+        "histogram": [{"due_within_seconds": edge, "count": n} for edge, n in zip(edges, bins)],
+    })

@@ -5,6 +5,7 @@ enforces the limits and topic permissions; these handlers only read and change t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -72,8 +73,9 @@ def put_parameter(ctx: Context, req: Request, component: str, vhost: VHost, name
     _policymaker(req)
     body = ValueBody.model_validate(req.json())
     # checked as RabbitMQ's shovel and federation plugins check them, before they are stored
-    check = {"shovel": parse_shovel, "federation-upstream": parse_upstream,
-             "federation-upstream-set": parse_upstream_set}.get(component)
+    checks: dict[str, Callable[[Any], object]] = {"shovel": parse_shovel, "federation-upstream": parse_upstream,
+                                                  "federation-upstream-set": parse_upstream_set}
+    check = checks.get(component)
     if check is not None:
         try:
             check(body.value)

@@ -3,7 +3,9 @@
 Owns no state: the logs' files belong to their writers (``MirrorWriter``, ``StreamWriter``), whose
 open log's next offset is read as an int as it stands. A segment's bytes go out with ``sendfile(2)``
 on a plain socket (the kernel copies from the page cache to the socket, nothing passes through
-Python) and in 1 MiB ``pread``s in a worker thread through TLS. Each step of a send is bounded by
+Python) and in 1 MiB ``pread``s in a worker thread through TLS. A segment whose local copy went to
+the log's tier (``persistence/tier.py``) is read from its URI in a worker thread, a few MiB at a
+time; plans name each segment's tier copy, so a reader that can reach the tier reads it there. Each step of a send is bounded by
 the request timeout, not the whole send: a large range to a slow reader takes as long as it takes
 while it moves.
 """
@@ -18,6 +20,7 @@ import h11
 import trio
 
 from headrace.persistence.mirror_log import list_segments, next_offset, read_ranges
+from headrace.persistence.tier_manifest import all_segments, read_uri
 from headrace.persistence.stream_log import stream_root
 from headrace.server.http.routes import HTTPError, LogSlice, Response, error_response
 
@@ -44,7 +47,7 @@ def log_plan(app: Any, kind: str, vhost: str, name: str, target_bytes: int,
     if found is None:
         return None
     root, open_log = found
-    segments = list_segments(root, vhost, name)
+    segments = all_segments(root, vhost, name)
     if not segments:
         return None
     following = open_log.next_offset if open_log is not None else next_offset(root, vhost, name)
@@ -53,9 +56,10 @@ def log_plan(app: Any, kind: str, vhost: str, name: str, target_bytes: int,
     return {
         "kind": kind, "vhost": vhost, "name": name, "first_offset": segments[0].base_offset,
         "next_offset": following,
-        "segments": [{"base_offset": s.base_offset, "size": s.size} for s in segments],
+        "segments": [{"base_offset": s.base_offset, "size": s.size, "local": s.path.exists(), "tier": s.tier}
+                     for s in segments],
         "ranges": [{"segment": base_of[r.path], "start": r.start, "stop": r.stop, "first_offset": r.first_offset,
-                    "end_offset": r.end_offset, "size": r.size} for r in ranges if r.path in base_of],
+                    "end_offset": r.end_offset, "size": r.size, "tier": r.tier} for r in ranges if r.path in base_of],
     }
 
 
@@ -83,19 +87,32 @@ class _FileBody:
         return self.length
 
 
+def _tier_copy(app: Any, piece: LogSlice) -> tuple[str, int] | None:
+    """(URI, size) of the segment's copy in the log's tier, when its local copy is gone."""
+    found = _root_and_log(app, piece.kind, piece.vhost, piece.name)
+    if found is None:
+        return None
+    for segment in all_segments(found[0], piece.vhost, piece.name):
+        if segment.base_offset == piece.base and segment.tier is not None:
+            return segment.tier, segment.size
+    return None
+
+
 async def send_slice(app: Any, stream: trio.abc.Stream, conn: h11.Connection, response: Response,
                      server: str, closing: bool, head_only: bool, timeout: float) -> Response | None:
     """Sends the bytes ``response.file`` names; or returns the error response to send instead
-    (the segment is gone, the range starts past its end) before anything was sent."""
+    (the segment is gone, the range starts past its end) before anything was sent. A segment only
+    in the log's tier is read from there in a worker thread (``TIER_CHUNK`` at a time)."""
     piece = response.file
     assert piece is not None
     fd = _open(app, piece)
+    tier = _tier_copy(app, piece) if fd is None else None
     what = "stream" if piece.kind == "stream" else "mirror log"
-    if fd is None:
+    if fd is None and tier is None:
         return error_response(HTTPError(404, "not_found", f"{what} '{piece.name}' in vhost '{piece.vhost}' has no "
                                                           f"segment at offset {piece.base} (retention may have dropped it)"))
     try:
-        size = os.fstat(fd).st_size
+        size = os.fstat(fd).st_size if fd is not None else tier[1]  # type: ignore[index]
         stop = size if piece.stop is None else min(piece.stop, size)
         if piece.start > size or (response.status == 206 and piece.start >= size):
             return error_response(HTTPError(416, "range_not_satisfiable",
@@ -113,14 +130,31 @@ async def send_slice(app: Any, stream: trio.abc.Stream, conn: h11.Connection, re
         if not head_only and length:
             parts = conn.send_with_data_passthrough(h11.Data(data=_FileBody(length)))  # type: ignore[arg-type]
             for part in parts or ():
-                if isinstance(part, _FileBody):
+                if not isinstance(part, _FileBody):
+                    await stream.send_all(part)
+                elif fd is not None:
                     await _send_file(stream, fd, piece.start, length, timeout)
                 else:
-                    await stream.send_all(part)
+                    await _send_tier(stream, tier[0], piece.start, length, timeout)
         await stream.send_all(conn.send(h11.EndOfMessage()))
         return None
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
+
+
+TIER_CHUNK = 4 << 20  # bytes per read from a tier (a request each on an object store)
+
+
+async def _send_tier(stream: trio.abc.Stream, uri: str, start: int, length: int, timeout: float) -> None:
+    pos, end = start, start + length
+    while pos < end:
+        data = await trio.to_thread.run_sync(read_uri, uri, pos, min(pos + TIER_CHUNK, end))
+        if not data:
+            raise OSError("tiered segment ended before the range did")
+        with trio.fail_after(timeout):
+            await stream.send_all(data)
+        pos += len(data)
 
 
 async def _send_file(stream: trio.abc.Stream, fd: int, start: int, length: int, timeout: float) -> None:

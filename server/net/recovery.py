@@ -32,8 +32,9 @@ def _props_info(props_raw: bytes) -> tuple[int | None, int | None]:
     return priority, int(expiration) if expiration and expiration.isdigit() else None
 
 
-def recover(store: MessageStore, broker: Broker) -> int:
-    """Load ``store`` into ``broker``'s queues (definitions already loaded); returns messages."""
+def recover(store: MessageStore, broker: Broker, now: float) -> int:
+    """Load ``store`` into ``broker``'s queues and delayed exchanges (definitions already loaded;
+    a delayed message not due soon is spilled again by its due time); returns messages."""
     recovered = store.recover()
     if recovered.truncated_bytes:
         log.warning("message store: truncated %d bytes of torn tail", recovered.truncated_bytes)
@@ -68,7 +69,7 @@ def recover(store: MessageStore, broker: Broker) -> int:
             orphans.append(Undelay(delay.message_id))
             continue
         vhost.delayed.add(delay.due_ms / 1000, delay.exchange, delay.routing_key, delay.props_raw,
-                          delay.body, delay.message_id)
+                          delay.body, delay.message_id, now=now)
         count += 1
     if orphans:
         try:

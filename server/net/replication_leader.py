@@ -101,11 +101,17 @@ class ReplicationLeader:
         return self.tap.position
 
     def ship(self) -> int:
-        """Move what the tap holds into the backlog and wake the follower tasks; the position
-        that covers every write made so far."""
+        """Move what the tap holds into the backlog and, when it held something, wake the follower
+        tasks; the position that covers every write made so far. An empty tap wakes nobody: the
+        idle leader's tick (``keep_in_sync``) calls this every ``HEARTBEAT_INTERVAL``, and a
+        follower task woken for nothing would send nothing, not even its heartbeat."""
+        took = False
         while (taken := self.tap.take()) is not None:
             self.backlog.append(taken)
             self.backlog_bytes += len(taken[1])
+            took = True
+        if not took:
+            return self.tap.position
         while self.backlog_bytes > BACKLOG_MAX_BYTES and len(self.backlog) > 1:
             _, dropped = self.backlog.popleft()
             self.backlog_bytes -= len(dropped)

@@ -12,6 +12,7 @@ destination confirmed it, and a failure costs at most a redelivery (at-least-onc
 from __future__ import annotations
 
 import ssl
+import time
 from urllib.parse import quote
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from headrace.server.amqp.client import (ChannelClosed, ClientConnection, Client
                                          Ready, Reply)
 from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.broker.node import NODE_NAME
-from headrace.server.broker.shovels import Endpoint, FederationHop, Ledger, ShovelSpec, redact
+from headrace.server.broker.shovels import Endpoint, FederationHop, Ledger, ShovelSpec, redact, rewrite_properties
 
 __all__ = ["LinkError", "Peer", "open_peer", "run_link"]
 
@@ -33,6 +34,9 @@ READ_SIZE = 1 << 16
 
 class LinkError(Exception):
     """Why a link ended: shown as the shovel's ``reason`` while it waits to reconnect."""
+
+
+DEMAND_CHECK = 0.05  # seconds between two looks at a federated queue's demand
 
 
 @dataclass(slots=True)
@@ -137,10 +141,12 @@ async def declare_queue(peer: Peer, name: str, args: dict[str, object]) -> int:
 
 
 async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[[int], int | None],
-                   ledger_made: Callable[[Ledger], None]) -> None:
+                   ledger_made: Callable[[Ledger], None], wants: Callable[[], bool] | None = None) -> None:
     """Set both sides up, then forward until the count of ``src-delete-after`` is settled (return)
     or either side fails (``LinkError``). ``remaining(count)`` gets the source queue's message
-    count and answers how many messages are left to move (None: no end)."""
+    count and answers how many messages are left to move (None: no end). ``wants`` (a federated
+    queue's link, ``spec.on_demand``): whether the destination queue wants messages now; the
+    link consumes only while it does."""
     if spec.ack_mode == "on-confirm":
         await dest.call(m.ConfirmSelect(False), m.ConfirmSelectOk)
     if spec.dest_queue is not None:
@@ -167,10 +173,14 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
     ledger_made(ledger)
     if ledger.done():
         return
-    await src.call(m.BasicConsume(0, queue, "shovel", no_ack=spec.ack_mode == "no-ack"), m.BasicConsumeOk)
+    consume = m.BasicConsume(0, queue, "shovel", no_ack=spec.ack_mode == "no-ack", arguments=dict(spec.consumer_args))
+    if wants is None:
+        await src.call(consume, m.BasicConsumeOk)
     failure: LinkError | None = None
     try:
         async with trio.open_nursery() as nursery:
+            if wants is not None:
+                nursery.start_soon(_on_demand, src, consume, wants)
             nursery.start_soon(_forward, spec, src, dest, ledger, nursery.cancel_scope)
             if spec.ack_mode == "on-confirm":
                 nursery.start_soon(_confirms, src, dest, ledger, nursery.cancel_scope)
@@ -202,6 +212,8 @@ async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done
                     if spec.ack_mode != "no-ack":
                         src.conn.send(m.BasicAck(event.delivery_tag, False))
                     continue
+                if spec.rewrites:
+                    props = rewrite_properties(spec, props, src.uri, dest.uri, time.time())
                 dest.conn.publish(exchange, key, props, event.body)
                 acks += ledger.published(event.delivery_tag)
             elif type(event) is ChannelClosed:
@@ -213,6 +225,20 @@ async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done
         await src.flush()
         if ledger.done():
             done.cancel()
+
+
+async def _on_demand(src: Peer, consume: m.BasicConsume, wants: Callable[[], bool]) -> None:
+    """A federated queue's link consumes from its upstream while its queue wants messages and
+    cancels when it stops wanting them (what was delivered meanwhile is still forwarded). The
+    replies (consume-ok, cancel-ok) reach ``_forward``, which passes over them."""
+    consuming = False
+    while True:
+        wanted = wants()
+        if wanted != consuming:
+            src.conn.send(consume if wanted else m.BasicCancel(consume.consumer_tag))
+            await src.flush()
+            consuming = wanted
+        await trio.sleep(DEMAND_CHECK)
 
 
 def received_from(hop: FederationHop, props_raw: bytes, uri: str) -> bytes | None:

@@ -21,7 +21,7 @@ import trio
 
 from headrace.server.broker import Broker
 from headrace.server.broker.definition_changes import Change
-from headrace.server.broker.federation import LinkKey, federation_links
+from headrace.server.broker.federation import LinkKey, federation_links, queue_wants
 from headrace.server.broker.node import NODE_NAME
 from headrace.server.broker.shovels import Endpoint, Ledger, ShovelSpec, parse_shovel, parse_uri, redact
 from headrace.server.net.shovel_link import LinkError, Peer, open_peer, run_link
@@ -33,7 +33,7 @@ log = logging.getLogger("headrace.shovel")
 COMPONENT = "shovel"
 # what can start or stop a shovel or a federation link (a policy naming an upstream, an exchange's
 # bindings, which its link binds on the upstream)
-_WATCHED = frozenset({"parameters", "vhosts", "policies", "exchanges", "bindings"})
+_WATCHED = frozenset({"parameters", "vhosts", "policies", "exchanges", "bindings", "queues"})
 MAX_BACKOFF = 30.0
 
 
@@ -53,14 +53,18 @@ class ShovelRun:
     total: int | None = None  # messages to move in all (``src-delete-after``), once known
 
     def link_status(self) -> dict[str, Any]:
-        """RabbitMQ's ``/api/federation-links`` entry of an exchange link."""
+        """RabbitMQ's ``/api/federation-links`` entry of an exchange or a queue link."""
         spec = self.spec
         out: dict[str, Any] = {
-            "node": NODE_NAME, "vhost": self.vhost, "exchange": self.name, "type": "exchange",
-            "upstream": self.upstream, "id": f"{self.vhost}/{self.name}/{self.upstream}",
-            "upstream_exchange": spec.src_exchange if spec is not None else None,
+            "node": NODE_NAME, "vhost": self.vhost, "upstream": self.upstream,
+            "id": f"{self.vhost}/{self.name}/{self.upstream}",
             "status": "error" if self.state == "terminated" else self.state,
             "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))}
+        if type(self.value) is ShovelSpec and self.value.on_demand:
+            out.update({"type": "queue", "queue": self.name, "upstream_queue": self.value.src_queue})
+        else:
+            out.update({"type": "exchange", "exchange": self.name,
+                        "upstream_exchange": spec.src_exchange if spec is not None else None})
         if spec is not None:
             out["uri"] = redact(spec.src_uris[0])
         if self.state == "terminated":
@@ -164,7 +168,7 @@ class Shovels:
         """Links one after another, with a growing pause after each failure (reset once a link ran)."""
         with run.scope:
             try:
-                run.spec = run.value if type(run.value) is ShovelSpec else parse_shovel(run.value)
+                run.spec = run.value if type(run.value) is ShovelSpec else parse_shovel(run.value, run.name, run.vhost)
             except ValueError as exc:
                 run.set_state("terminated", f"invalid definition: {exc}")
                 return
@@ -217,7 +221,11 @@ class Shovels:
                     run.ledger = ledger
                     run.set_state("running")
 
-                await run_link(spec, src, dest, remaining, ledger_made)
+                wants = None
+                if spec.on_demand and spec.dest_queue is not None:
+                    queue = spec.dest_queue
+                    wants = lambda: queue_wants(self.broker, run.vhost, queue)  # noqa: E731
+                await run_link(spec, src, dest, remaining, ledger_made, wants)
             finally:
                 with trio.CancelScope(shield=True):
                     await src.aclose()

@@ -14,6 +14,7 @@ failure to the ``DiskWatch`` (the disk alarm stays up) and retries until it is w
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -34,6 +35,7 @@ from .definitions_writer import DefinitionsWriter
 from .flusher import Flusher
 from .gate import Gate
 from .mirror_writer import MirrorWriter
+from .tier_uploader import TierUploader
 from .pager import Pager
 from .recovery import recover
 from .stream_writer import StreamWriter
@@ -54,10 +56,13 @@ class Storage:
                                   checkpoint_min_bytes=settings.storage.checkpoint_min_bytes)
         # its page-in wants go to the pager, made just below (``_page_wanted`` forwards)
         self.spill = SpillStore(data_dir / "spill", report=self.disk, on_page_wanted=self._page_wanted)
+        self.delayed_dir = data_dir / "delayed"  # delayed exchanges' bucket files: a cache, wiped here
+        shutil.rmtree(self.delayed_dir, ignore_errors=True)
         self.streams = StreamWriter(data_dir, settings.storage.fsync != "off")
         self.flusher = Flusher(self.store, self.disk, settings, self.streams, after_group)
         self.pager = Pager(self.spill, self.disk)
         self.mirror_writer = MirrorWriter(data_dir, self.disk, settings)
+        self.tier = TierUploader(data_dir, settings)
         self.flusher.dedup = self.dedup = DedupJournal(data_dir / "dedup")
         # the durable definitions: loaded and compacted by the app at start, then written by the flusher
         self.definitions = DefinitionsWriter(DefinitionsLog(data_dir, compact_min_bytes=settings.storage.definitions_log_min_bytes),
@@ -71,7 +76,7 @@ class Storage:
         return self.spill.backing(f"{vhost}\x00{queue}", (vhost, queue))
 
     def recover(self, broker: Broker) -> None:
-        recover(self.store, broker)
+        recover(self.store, broker, time.time())
         for vhost in broker.vhosts.values():
             trim_recovered(broker.delivery, vhost, time.time())  # a lower limit applies at once (policies.py)
         dedup = broker.delivery.dedup
@@ -85,6 +90,7 @@ class Storage:
         self.disk.broker, self.disk.gate = broker, gate
         nursery.start_soon(self.flusher.run, broker, gate)
         nursery.start_soon(self.mirror_writer.run, broker, gate)
+        nursery.start_soon(self.tier.run, broker)
         nursery.start_soon(self.pager.run, broker)
 
     async def drain(self, broker: Broker) -> None:

@@ -188,16 +188,16 @@ def run_end(events: list[Event], first: ContentReceived, start: int, count: int)
     if first.headers is not None:
         return start + 1
     channel = first.channel
-    method = first.method
-    exchange = method.exchange
-    key = method.routing_key
+    first_method = first.method
+    exchange = first_method.exchange
+    key = first_method.routing_key
     end = start + 1
     while end < count:
         event = events[end]
         if type(event) is not ContentReceived or event.channel != channel or event.headers is not None:
             break
-        method = event.method
-        if method.exchange != exchange or method.routing_key != key:
+        method = event.method  # the same object along a run the C scan cut (_wire.c)
+        if method is not first_method and (method.exchange != exchange or method.routing_key != key):
             break
         end += 1
     return end

@@ -8,6 +8,7 @@ on the same ports and data, for the tests of a cluster that sees its etcd go awa
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -29,6 +30,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def fixed_port() -> int:
+    """A free port below the kernel's ephemeral range, for a process started again on the same port
+    (a cluster node, etcd): a port from that range may be taken, while the process is down, by any
+    outgoing connection's local end or another test's listener on port 0."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(20000, max(low, 20001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
 class EtcdProcess:
     """``etcd`` in a subprocess; ready once its JSON gateway answers a range request."""
 
@@ -48,7 +64,7 @@ class EtcdProcess:
         if binary is None:
             pytest.fail("etcd is not installed: `make test` installs Debian's etcd-server")
         if not self.client_port:
-            self.client_port, self.peer_port = free_port(), free_port()
+            self.client_port, self.peer_port = fixed_port(), fixed_port()
         client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

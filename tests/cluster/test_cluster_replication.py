@@ -22,7 +22,7 @@ import pika.exceptions
 import pytest
 
 from conftest import free_port
-from nodes import TTL, Node, in_sync, wait_for
+from nodes import TTL, Node, connect, drain, healthy, in_sync, leader_of, logs, start_three, wait_for
 
 QUEUE = "orders"
 
@@ -32,37 +32,6 @@ def cluster(etcd: Any, module_broker_factory: Any, tmp_path_factory: pytest.Temp
     """One cluster of three for the module: each test leaves it whole again (every node running
     and in sync), so the next one starts from a healthy cluster without three process starts."""
     return start_three(module_broker_factory, etcd, "t" + uuid.uuid4().hex[:12], tmp_path_factory.mktemp("cluster"))
-
-
-def healthy(nodes: list[Node]) -> None:
-    """Every node running and in the leader's in-sync set."""
-    for n in nodes:
-        if n.proc.proc.poll() is not None:
-            n.start()
-    names = {n.name for n in nodes}
-    try:
-        wait_for(lambda: in_sync(leader_of(nodes)) == names, 30.0)
-    except AssertionError:
-        raise AssertionError("the cluster did not become whole again:\n" + logs(nodes)) from None
-
-
-def start_three(broker_factory: Any, etcd: Any, cluster_name: str, tmp_path: Any) -> list[Node]:
-    nodes = [Node(broker_factory, etcd, cluster_name, f"hr{i}@localhost", tmp_path / f"n{i}", HEADRACE_METRICS="aggregate")
-             for i in (1, 2, 3)]
-    starts = [threading.Thread(target=n.start) for n in nodes]  # together: a process takes seconds to start
-    for t in starts:
-        t.start()
-    for t in starts:
-        t.join()
-    names = {n.name for n in nodes}
-    wait_for(lambda: in_sync(leader_of(nodes)) == names, 20.0)
-    return nodes
-
-
-def leader_of(nodes: list[Node]) -> Node:
-    wait_for(lambda: sum(n.proc.proc.poll() is None and n.leads() for n in nodes) == 1, TTL + 10.0)
-    (leader,) = [n for n in nodes if n.proc.proc.poll() is None and n.leads()]
-    return leader
 
 
 class Publisher(threading.Thread):
@@ -99,35 +68,6 @@ class Publisher(threading.Thread):
                     self.errors += 1
                     n += 1  # the one in flight may or may not be in
                     time.sleep(0.05)
-
-
-def connect(node: Node, timeout: float = 10.0) -> pika.BlockingConnection:
-    """A client's connection that tries again while the node changes role (it listens again)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.amqp_port, connection_attempts=1))
-        except pika.exceptions.AMQPConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def logs(nodes: list[Node]) -> str:
-    return "\n".join(f"--- {n.name}\n" + "".join([x for x in n.lines if "httpx" not in x][-30:]) for n in nodes)
-
-
-def drain(node: Node, queue: str = QUEUE) -> list[int]:
-    conn = connect(node)
-    ch = conn.channel()
-    got = []
-    while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        got.append(int(body))
-    conn.close()
-    return got
 
 
 def test_a_follower_forwards_clients_to_the_leader_and_the_message_is_on_every_disk(cluster: list[Node]) -> None:

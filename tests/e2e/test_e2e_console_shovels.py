@@ -56,3 +56,24 @@ def test_shovel_page_adds_shows_and_deletes_a_shovel(browser, broker, http):
     confirm(browser)
     wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f'#shovels tr[data-key="/|{name}"]'))
     assert http.get(f"/api/parameters/shovel/%2F/{name}").status_code == 404
+
+
+def test_shovel_page_lists_a_federated_queues_link(browser, broker, http):
+    q = unique("console-fq")
+    upstream = unique("nowhere")
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    conn.channel().queue_declare(q, durable=True)
+    conn.close()
+    assert http.put(f"/api/parameters/federation-upstream/%2F/{upstream}", json={"value": {
+        "uri": "amqp://127.0.0.1:1", "reconnect-delay": 30}}).status_code == 201
+    assert http.put(f"/api/policies/%2F/{q}", json={"pattern": f"^{q}$", "apply-to": "queues",
+                                                     "definition": {"federation-upstream": upstream}}).status_code == 201
+    base = broker.http_url
+    login(browser, base)
+    go(browser, base, "shovels")
+    link = f"//{q}/{upstream}"  # the link's id: vhost, queue, upstream
+    wait(browser, lambda d: f"queue {q}" in row(d, "federation-links", link).text)
+    assert q in row(browser, "federation-links", link).text.split(f"queue {q}", 1)[1]  # the upstream queue
+    http.delete(f"/api/policies/%2F/{q}")
+    http.delete(f"/api/parameters/federation-upstream/%2F/{upstream}")
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f'#federation-links tr[data-key="{link}"]'))

@@ -97,6 +97,10 @@ def test_local_shovel_moves_messages_and_reports_status(broker):
     ({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "src-prefetch-count": -1},
      "'src-prefetch-count'"),
     ({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "bogus-key": 1}, "unknown shovel key"),
+    ({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-publish-properties": {"colour": 1}},
+     "unknown property 'colour'"),
+    ({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-add-forward-headers": "yes"},
+     "'dest-add-forward-headers' must be true or false"),
     ("not an object", "must be an object"),
 ])
 def test_bad_definition_is_refused_with_the_reason(broker, value, reason):
@@ -152,6 +156,30 @@ def test_exchange_to_exchange_keeps_properties(broker):
     method, props, body = ch.basic_get(out, auto_ack=True)
     assert body == b"yes" and props.message_id == "m1" and props.headers == {"h": 1}
     conn.close()
+    api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
+
+
+def test_keys_that_change_messages_are_applied(broker):
+    """dest-publish-properties, dest-add-forward-headers, dest-add-timestamp-header (RabbitMQ 3.10's
+    headers) and src-consumer-args, on a local shovel."""
+    src, dest, name = unique("kw-src"), unique("kw-dst"), unique("kw")
+    before = time.time()
+    assert put_shovel(broker, name, {"src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://", "dest-queue": dest,
+                                     "dest-publish-properties": {"delivery_mode": 2, "app_id": "shovelled"},
+                                     "dest-add-forward-headers": True, "dest-add-timestamp-header": True,
+                                     "src-consumer-args": {"x-priority": 7}}).status_code == 201
+    publish(broker.url, src, [b"one"], headers={"h": 1})
+    assert wait_until(lambda: queue_count(broker, dest) == 1, timeout=10)
+    consumers = [c for c in api(broker, "GET", "/api/consumers").json() if c["queue"]["name"] == src]
+    assert consumers and consumers[0]["priority"] == 7  # src-consumer-args reached basic.consume
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    method, props, body = conn.channel().basic_get(dest, auto_ack=True)
+    conn.close()
+    assert body == b"one" and props.delivery_mode == 2 and props.app_id == "shovelled"
+    assert props.headers["h"] == 1 and before - 1 <= props.headers["x-shovelled-timestamp"] <= time.time() + 1
+    (shovelled,) = props.headers["x-shovelled"]
+    assert shovelled["shovel-name"] == name and shovelled["shovel-vhost"] == "/"
+    assert shovelled["shovel-type"] == "dynamic" and shovelled["src-queue"] == src and shovelled["dest-queue"] == dest
     api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
 
 

@@ -29,3 +29,16 @@ def spark():
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory):
+    """A Spark standalone cluster (a master and two workers) shared by every test; jobs run on it as
+    driver processes of their own (spark-submit, headrace commands), never in this process."""
+    from standalone import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

@@ -1,5 +1,7 @@
-// Admin: users, virtual hosts, permissions, policies, virtual host and user limits (administrators only).
+// Admin: users, virtual hosts, permissions, policies, virtual host and user limits (administrators only),
+// and admin_more.js's operator policies, topic permissions, feature flags and definitions.
 import { api, ApiError, enc, get } from "./api.js";
+import { definitionsSection, featureFlagsSection, operatorPoliciesSection, topicPermissionsSection } from "./admin_more.js";
 import { act, confirmAction, field, h, ListView, press, refreshNow } from "./ui.js";
 
 // A list whose endpoint may not exist on this broker: shown as "not available" instead of failing.
@@ -92,6 +94,8 @@ export function adminView(main, _params, session) {
   const ulimName = h("select", { id: "user-limit-name" }, ["max-connections", "max-channels"].map((n) => h("option", { value: n }, n)));
   const ulimValue = input("user-limit-value", { type: "number", required: true, min: "-1", value: "-1" });
   const policyNote = h("p", { class: "muted", id: "policies-note" });
+  const topicPerms = topicPermissionsSection(), operatorPolicies = operatorPoliciesSection();
+  const flags = featureFlagsSection(), definitions = definitionsSection();
 
   main.append(h("h2", {}, "Admin"),
     section("users-section", "Users", users.el, form("add-user-form", async () => {
@@ -110,6 +114,7 @@ export function adminView(main, _params, session) {
       return `Permissions of ${permUser.value} set.`;
     }, field("User", permUser), field("Virtual host", permVhost), field("Configure regexp", permC),
     field("Write regexp", permW), field("Read regexp", permR), h("div", {}, h("button", { type: "submit" }, "Set permission")))),
+    topicPerms.el,
     section("policies-section", "Policies", policyNote, policies.el, form("add-policy-form", async () => {
       let definition;
       try { definition = JSON.parse(polDefinition.value); } catch { throw new Error("Definition must be a JSON object"); }
@@ -119,6 +124,7 @@ export function adminView(main, _params, session) {
     }, field("Virtual host", polVhost), field("Name", polName), field("Pattern", polPattern), field("Apply to", polApply),
     field("Priority", polPriority), field("Definition (JSON)", polDefinition),
     h("div", {}, h("button", { type: "submit" }, "Add / update policy")))),
+    operatorPolicies.el,
     section("limits-section", "Virtual host limits", limits.el, form("set-limit-form", async () => {
       await api("PUT", `/vhost-limits/${enc(limVhost.value)}/${enc(limName.value)}`, { value: Number(limValue.value) });
       return `Limit ${limName.value} set.`;
@@ -128,11 +134,12 @@ export function adminView(main, _params, session) {
       await api("PUT", `/user-limits/${enc(ulimUser.value)}/${enc(ulimName.value)}`, { value: Number(ulimValue.value) });
       return `Limit ${ulimName.value} of ${ulimUser.value} set.`;
     }, field("User", ulimUser), field("Limit", ulimName), field("Value (-1: none)", ulimValue),
-    h("div", {}, h("button", { type: "submit" }, "Set user limit")))));
+    h("div", {}, h("button", { type: "submit" }, "Set user limit")))),
+    flags.el, definitions.el);
   return {
     async refresh() {
       await Promise.all([users.refresh(), vhosts.refresh(), perms.refresh(), policies.refresh(), limits.refresh(),
-        userLimits.refresh()]);
+        userLimits.refresh(), topicPerms.refresh(), operatorPolicies.refresh(), flags.refresh(), definitions.refresh()]);
       policyNote.textContent = policiesMissing ? "This broker has no policies endpoint." : "";
     },
   };

@@ -48,9 +48,10 @@ function addExchangeForm(session) {
 export function exchangeView(main, [vhost, name]) {
   const info = h("div");
   const chart = h("div");
+  const schedule = h("div");
   const bindings = bindingsSection(vhost, { source: name === "amq.default" ? "" : name });
   main.append(h("a", { href: "#/exchanges", class: "back" }, "← Exchanges"),
-    h("h2", {}, `Exchange ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), h("div", { class: "grid" }, info, chart));
+    h("h2", {}, `Exchange ${name}`, h("span", { class: "muted" }, ` in ${vhost}`)), h("div", { class: "grid" }, info, chart), schedule);
   if (name !== "amq.default") main.append(bindings.el);
   main.append(publishForm(vhost, name));
   if (name !== "amq.default" && !name.startsWith("amq.")) {
@@ -72,7 +73,23 @@ export function exchangeView(main, [vhost, name]) {
         ["Mirrored", String(Boolean(x.mirrored))]])));
       chart.replaceChildren(lineChart(ms, ["publish_in", "publish_out"], ["Publish in", "Publish out"],
         { title: "Message rates" }));
+      schedule.replaceChildren(x.type === "x-delayed-message"
+        ? scheduleCard(await get(`/exchanges/${enc(vhost)}/${enc(name)}/schedule`)) : "");
       if (name !== "amq.default") await bindings.refresh();
     },
   };
+}
+
+const span = (s) => (s === null ? "later" : s < 3600 ? `≤ ${s / 60} min` : s < 86400 ? `≤ ${s / 3600} h` : `≤ ${s / 86400} d`);
+
+// A delayed exchange's held messages by due time: a bar per bin of GET .../schedule.
+function scheduleCard(sched) {
+  const top = Math.max(1, ...sched.histogram.map((b) => b.count));
+  return h("section", { class: "card", id: "schedule", "aria-labelledby": "schedule-title" },
+    h("h3", { id: "schedule-title" }, `Scheduled messages: ${sched.messages_delayed}`),
+    h("table", { class: "schedule" }, h("thead", {}, h("tr", {}, h("th", {}, "Due"), h("th", {}, "Messages"), h("th", {}, ""))),
+      h("tbody", {}, sched.histogram.map((b) => h("tr", { "data-due": String(b.due_within_seconds) },
+        h("td", {}, span(b.due_within_seconds)), h("td", { class: "num" }, String(b.count)),
+        h("td", {}, h("div", { class: "bar", style: `width:${Math.round((100 * b.count) / top)}%` })))))),
+    h("p", { class: "muted" }, `Counted by the minute of their due time.`));
 }

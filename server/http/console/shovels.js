@@ -37,19 +37,20 @@ export function shovelsView(main, _params, session) {
   const links = new ListView({
     id: "federation-links", empty: "No federation links.", rowKey: (l) => l.id,
     columns: [
-      { key: "vhost", label: "Virtual host" }, { key: "exchange", label: "Exchange" },
+      { key: "vhost", label: "Virtual host" },
+      { key: "name", label: "Federated", render: (l) => `${l.type} ${l.name}` },
       { key: "upstream", label: "Upstream" }, { key: "uri", label: "URI" },
-      { key: "upstream_exchange", label: "Upstream exchange" },
+      { key: "upstream_name", label: "Upstream exchange or queue" },
       { key: "status", label: "State", render: (l) => (l.error ? `${l.status}: ${l.error}` : l.status) },
     ],
     load: async () => (await get("/federation-links")).filter((l) => !session.vhost || l.vhost === session.vhost)
-      .map((l) => ({ ...l, name: l.exchange })),
+      .map((l) => ({ ...l, name: l.exchange ?? l.queue, upstream_name: l.upstream_exchange ?? l.upstream_queue })),
   });
   main.append(h("h2", {}, "Shovels"),
     h("p", { class: "muted" }, "Dynamic shovels move messages from a queue or exchange to another, on this broker (amqp://) or another."),
     list.el, addShovelForm(session),
     h("h2", {}, "Federation links"),
-    h("p", { class: "muted" }, "Exchanges federated from upstreams (a policy with federation-upstream or federation-upstream-set)."),
+    h("p", { class: "muted" }, "Exchanges and queues federated from upstreams (a policy with federation-upstream or federation-upstream-set)."),
     links.el);
   return { async refresh() { await Promise.all([list.refresh(), links.refresh()]); } };
 }

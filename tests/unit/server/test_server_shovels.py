@@ -9,7 +9,7 @@ import pytest
 from headrace.exchanges.base import QUEUE
 from headrace.server.amqp.properties import BasicProperties, decode_properties, encode_properties
 from headrace.server.broker import Broker
-from headrace.server.broker.federation import LinkKey, federation_links, parse_upstream
+from headrace.server.broker.federation import LinkKey, federation_links, parse_upstream, queue_wants
 from headrace.server.broker.shovels import FederationHop, Ledger, parse_shovel, parse_uri, redact
 from headrace.server.net.shovel_link import received_from
 from shell_ports import shell_ports
@@ -107,6 +107,19 @@ def test_links_follow_upstreams_policies_and_bindings():
     assert federation_links(broker) == {}
 
 
+def test_a_queue_policy_federates_queues_on_demand():
+    broker = federated_broker()
+    broker.parameters.set_parameter("federation-upstream", "/", "up", {**UP, "queue": "remote-q"})
+    broker.set_policy("/", "fedq", {"pattern": "^q$", "apply-to": "queues",
+                                    "definition": {"federation-upstream": "up"}}, 0.0)
+    links = federation_links(broker)
+    assert list(links) == [LinkKey("/", "q", "up", "queue")]
+    spec = links[LinkKey("/", "q", "up", "queue")]
+    assert spec.on_demand and spec.src_queue == "remote-q" and spec.dest_queue == "q" and spec.federation is None
+    assert not queue_wants(broker, "/", "q")  # no consumer
+    assert not queue_wants(broker, "/", "missing")
+
+
 def test_upstream_refusals():
     for value in ({"uri": "amqp://"}, {"uri": "amqp://h", "max-hops": 0}, {"uri": "amqp://h", "what": 1}, []):
         with pytest.raises(ValueError):
@@ -122,3 +135,39 @@ def test_received_from_counts_hops():
     twice = received_from(hop, once, "amqp://u@h2:5672/%2F")
     assert twice is not None and len((decode_properties(twice).headers or {})["x-received-from"]) == 2
     assert received_from(hop, twice, "amqp://u@h3:5672/%2F") is None  # made its two hops
+
+
+def test_publish_properties_and_forward_headers_rewrite_what_is_forwarded():
+    spec = parse_shovel({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://u:pw@h", "dest-queue": "b",
+                         "dest-publish-properties": {"delivery_mode": 2, "app_id": "sh"},
+                         "dest-add-forward-headers": True, "dest-add-timestamp-header": True,
+                         "src-consumer-args": {"x-priority": 5}}, "sh1", "v")
+    assert spec.rewrites and spec.consumer_args == {"x-priority": 5}
+    raw = encode_properties(BasicProperties(delivery_mode=1, headers={"x-shovelled": [{"shovel-name": "earlier"}]}))
+    props = decode_properties(spec_rewrite(spec, raw))
+    assert props.delivery_mode == 2 and props.app_id == "sh"
+    assert props.headers is not None and props.headers["x-shovelled-timestamp"] == 1_700_000_000
+    first, earlier = props.headers["x-shovelled"]
+    assert earlier == {"shovel-name": "earlier"}  # prepended, the latest first
+    assert first["shovel-name"] == "sh1" and first["shovel-vhost"] == "v" and first["shovel-type"] == "dynamic"
+    assert first["src-queue"] == "a" and first["dest-queue"] == "b" and first["dest-uri"] == "amqp://u@h"
+    assert not parse_shovel({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://"}).rewrites
+
+
+def spec_rewrite(spec, raw: bytes) -> bytes:
+    from headrace.server.broker.shovels import rewrite_properties
+    return rewrite_properties(spec, raw, "amqp://local", "amqp://u:pw@h", 1_700_000_000.5)
+
+
+@pytest.mark.parametrize("value, reason", [
+    ({"dest-publish-properties": {"colour": "red"}}, "unknown property 'colour'"),
+    ({"dest-publish-properties": {"delivery_mode": 3}}, "'delivery_mode' must be 1 or 2"),
+    ({"dest-publish-properties": {"priority": "high"}}, "'priority' must be an integer"),
+    ({"dest-publish-properties": "x"}, "'dest-publish-properties' must be an object"),
+    ({"dest-add-forward-headers": "yes"}, "'dest-add-forward-headers' must be true or false"),
+    ({"dest-add-timestamp-header": 1}, "'dest-add-timestamp-header' must be true or false"),
+    ({"src-consumer-args": []}, "'src-consumer-args' must be an object"),
+])
+def test_the_keys_that_change_messages_are_checked(value, reason):
+    with pytest.raises(ValueError, match=reason):
+        parse_shovel({"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", **value})
