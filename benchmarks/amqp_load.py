@@ -31,10 +31,11 @@ class Target:
     port: int
     user: str = "guest"
     password: str = "guest"
+    vhost: str = "/"
 
     @property
     def params(self) -> pika.ConnectionParameters:
-        return pika.ConnectionParameters(self.host, self.port, "/", pika.PlainCredentials(self.user, self.password),
+        return pika.ConnectionParameters(self.host, self.port, self.vhost, pika.PlainCredentials(self.user, self.password),
                                          heartbeat=0, blocked_connection_timeout=60)
 
 

@@ -19,6 +19,12 @@ Log semantics (applied in log order at recovery):
 - ``PurgeQueue`` does the same except for the ids it keeps (delivered and unacked at the purge).
 - ``Delay`` holds a message for a delaying exchange until ``Undelay``.
 
+Restarting fast: ``maybe_checkpoint`` writes the index as it stands at the end of the log
+(``store_checkpoint.py``) once segments sealed since the last checkpoint hold at least
+``CHECKPOINT_LOG_RATIO`` times its size (and ``checkpoint_min_bytes``), so a restart reads the
+checkpoint and replays only the log after it; checkpoints then cost at most about half the log's
+own writes, and the log left to replay stays within a fraction of the backlog.
+
 Reclaiming disk (the choice, and why it cannot resurrect anything): segments are only ever deleted
 from the head (the oldest). A kill record (Ack, DropQueue, PurgeQueue, Undelay) only affects Publish/Delay
 records that come before it in the log, and everything before the head has already been deleted, so
@@ -33,11 +39,13 @@ publish order. A crash between the copy and the unlink leaves both records; the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .fsync import FsyncMode
+from .store_checkpoint import write_checkpoint
 from .store_compaction import LIVE_RATIO_LOW, MAX_REWRITES_PER_CALL, maybe_compact
 from .store_delayed import DelayedIndex
 from .store_index import StoreIndex
@@ -70,6 +78,8 @@ from .store_recovery import rebuild
 from .store_segments import StoreSegments
 
 __all__ = [
+    "CHECKPOINT_LOG_RATIO",
+    "DEFAULT_CHECKPOINT_MIN_BYTES",
     "DEFAULT_SEGMENT_MAX_BYTES",
     "LIVE_RATIO_LOW",
     "MAX_REWRITES_PER_CALL",
@@ -77,9 +87,16 @@ __all__ = [
     "StoreNotOpenError",
 ]
 
+log = logging.getLogger("headrace.persistence.message_store")
+
 # Soft size of one segment file: a segment rolls once it reaches this. Big enough that rolling (an
 # fsync and a directory sync) is rare, small enough that rewriting one in maybe_compact is quick.
 DEFAULT_SEGMENT_MAX_BYTES = 32 << 20
+# Log written since the last checkpoint, as a multiple of that checkpoint's size, before the next
+# one (module docstring). 2: a 256 B message is ~290 B of log and ~29 B of checkpoint, so the log
+# replayed at restart stays under ~20% of the backlog while checkpoints add ~half the log's writes.
+CHECKPOINT_LOG_RATIO = 2
+DEFAULT_CHECKPOINT_MIN_BYTES = 64 << 20
 
 
 class StoreNotOpenError(RuntimeError):
@@ -95,6 +112,7 @@ class MessageStore:
         *,
         segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
         fsync: FsyncMode = FsyncMode.BATCH,
+        checkpoint_min_bytes: int = DEFAULT_CHECKPOINT_MIN_BYTES,
     ) -> None:
         self._dir = Path(directory)
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -105,6 +123,11 @@ class MessageStore:
         self._segments: StoreSegments | None = None  # opened by recover()
         self._reader: RecoveredReader | None = None  # until the first write after recover()
         self._read_before = 0  # messages the closed recovery reader read back
+        self._top = 0  # >= every message id in the log (a checkpoint records it)
+        self._ckpt_min = checkpoint_min_bytes
+        self._ckpt_seq = 0  # the segment the last checkpoint (or recovery) stood in
+        self._ckpt_mark = 0  # bytes written when it was taken (``StoreIO.write_bytes``)
+        self._ckpt_bytes = 0  # its size
         # ``StoreSegments.append`` once open: (segment seq, offset, bytes) of the record appended
         self._append: Callable[[int, Sequence[bytes]], tuple[int, int, int]] = _not_open
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -128,6 +151,8 @@ class MessageStore:
         segments = self._segments = StoreSegments(
             self._dir, rebuilt.segments, max_bytes=self._max, fsync=self._mode)
         self._append = segments.append
+        self._top = rebuilt.next_message_id - 1
+        self._ckpt_seq = segments.position()[0]
         self._reader = RecoveredReader(rebuilt.index, segments.path_of)
         return Recovered(self._reader.queues(), rebuilt.delayed_ops, rebuilt.next_message_id,
                          rebuilt.damaged)
@@ -189,6 +214,8 @@ class MessageStore:
         queues = op.queues
         if not queues:
             return
+        if op.message_id > self._top:
+            self._top = op.message_id
         seq, off, n = self._append(REC_PUBLISH, publish_parts(
             op.message_id, op.timestamp_ms, op.vhost, queues, None, op.exchange,
             op.routing_key, op.props_raw, op.body))
@@ -225,6 +252,8 @@ class MessageStore:
         self._index.kill_queue(key, frozenset(op.keep))
 
     def _on_delay(self, op: Delay) -> None:
+        if op.message_id > self._top:
+            self._top = op.message_id
         seq, _, n = self._append(REC_DELAY, delay_parts(op))
         self._delayed.delay(op.message_id, seq, n)
 
@@ -240,6 +269,38 @@ class MessageStore:
         if self._segments is None or not self._segments.is_open:
             return 0
         return maybe_compact(self._index, self._delayed, self._segments)
+
+    def checkpoint_due(self) -> bool:
+        """Whether ``maybe_checkpoint`` would write: a segment sealed since the last checkpoint,
+        enough log written since (module docstring), no delayed message held (their records are
+        not in the checkpoint) and no write failing. Cheap: the flusher asks on the event loop."""
+        segments = self._segments
+        if segments is None or not segments.is_open or segments.failing is not None \
+                or len(self._delayed) or segments.position()[0] == self._ckpt_seq:
+            return False
+        written = segments.io.write_bytes - self._ckpt_mark
+        return written >= max(self._ckpt_min, CHECKPOINT_LOG_RATIO * self._ckpt_bytes)
+
+    def maybe_checkpoint(self) -> int:
+        """Sync, then write the index checkpoint at the end of the log if ``checkpoint_due``;
+        returns its bytes (0: not written). A failed write leaves the previous checkpoint (the
+        new one is renamed into place only once whole) and is retried after as much log again."""
+        if not self.checkpoint_due():
+            return 0
+        segments = self._segments
+        assert segments is not None
+        self.sync()  # the checkpoint's position must be in the file (and on disk with fsync)
+        seq, offset = segments.position()
+        self._ckpt_seq, self._ckpt_mark = seq, segments.io.write_bytes
+        try:
+            self._ckpt_bytes = write_checkpoint(self._dir, self._index, seq, offset, self._top,
+                                                segments.sealed(),
+                                                sync=self._mode is not FsyncMode.OFF)
+        except OSError as exc:
+            log.warning("message store: cannot write the index checkpoint (%s); restarts replay "
+                        "the log from the previous one", exc.strerror or exc)
+            return 0
+        return self._ckpt_bytes
 
     def disk_bytes(self) -> int:
         return self._segments.disk_bytes() if self._segments is not None else 0

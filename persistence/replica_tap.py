@@ -43,8 +43,10 @@ _HEAD = struct.Struct(">BH")
 _TAIL = struct.Struct(">QI")
 # files of the node itself, never replicated nor replaced by a copy: the data directory's lock
 # (server/net/startup.py; its holder keeps it locked), the node's identity and highest epoch in the
-# cluster, the mark of a copy in progress, and the ports file the tests' launcher reads
-NODE_OWN = frozenset({"headrace.lock", "cluster.instance", "cluster.epoch", "replica.incomplete", "ports.json"})
+# cluster, the mark of a copy in progress, the ports file the tests' launcher reads, and the message
+# store's index checkpoint (each node writes its own from its log: persistence/store_checkpoint.py)
+NODE_OWN = frozenset({"headrace.lock", "cluster.instance", "cluster.epoch", "replica.incomplete", "ports.json",
+                      "store/index.ckpt"})
 # a batch taken past this many bytes is cut: one replication frame stays well under the codec's bound
 MAX_BATCH_BYTES = 8 << 20
 # a write larger than this (a group of many records) is reported in pieces of it

@@ -24,29 +24,23 @@ arrays, one slot per message, sorted by message id, about 29 bytes a message in 
   frees whole chunks.
 
 Delayed messages (x-delay) are in ``DelayedIndex`` (``store_delayed.py``). Recovered messages are
-read back by position in the chunks (``recovered_positions``, ``entry``), valid until a change.
+read back by position in the chunks (``store_reading.py``, from ``export``), valid until a change.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .index_chunks import DEAD, MULTI, Chunk
 from .store_ops import QKey
 from .store_slots import QueueSlots
 
-__all__ = ["CHUNK", "DEAD", "MULTI", "Entry", "SegmentLive", "StoreIndex"]
+__all__ = ["CHUNK", "DEAD", "MULTI", "SegmentLive", "StoreIndex"]
 
 # Entries a chunk takes by appending before a new one starts; inserts may grow it to twice that.
 CHUNK = 4096
-# A recovered entry's position: chunk number << _POS_BITS | index in the chunk.
-_POS_BITS = 24
-_POS_MASK = (1 << _POS_BITS) - 1
-
-Entry = tuple[int, int, int, int, int]  # id, segment seq, record offset, record bytes, deliveries
 
 
 @dataclass(slots=True)
@@ -71,6 +65,22 @@ class StoreIndex:
         self._entries = 0  # live messages in the chunks
         self._seg_live: dict[int, SegmentLive] = {}  # segment seq -> its live records
         self._live_bytes = 0
+
+    def export(self) -> tuple[QueueSlots, list[Chunk], list[int], dict[int, dict[int, int]],
+                              dict[int, SegmentLive], int, int]:
+        """What a checkpoint saves (``store_checkpoint.py``), as it stands: not copies."""
+        return (self.slots, self._chunks, self._firsts, self._multi, self._seg_live, self._entries,
+                self._live_bytes)
+
+    @classmethod
+    def restore(cls, slots: QueueSlots, chunks: list[Chunk], firsts: list[int],
+                multi: dict[int, dict[int, int]], seg_live: dict[int, SegmentLive], entries: int,
+                live_bytes: int) -> StoreIndex:
+        """The index ``export`` saved."""
+        index = cls()
+        index.slots, index._chunks, index._firsts, index._multi = slots, chunks, firsts, multi
+        index._seg_live, index._entries, index._live_bytes = seg_live, entries, live_bytes
+        return index
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -353,51 +363,6 @@ class StoreIndex:
         self._count_live(c.seg[i], -c.size[i], -1)
         c.seg[i], c.off[i], c.size[i] = seq, off, size
         self._count_live(seq, size)
-
-    # -- recovered messages, read back before the first write -----------------------------------
-
-    def recovered_positions(self) -> dict[QKey, tuple[int, array[int]]]:
-        """Each queue's slot and live entries in id (publish) order, as positions in the chunks
-        (chunk number << ``_POS_BITS`` | index): 8 bytes a message while they load, no lookup."""
-        per_slot: dict[int, array[int]] = {}
-        multi = self._multi
-        for k, c in enumerate(self._chunks):
-            q, ids = c.q, c.ids
-            base = k << _POS_BITS
-            first = q[0]
-            if first != DEAD and first != MULTI and q.count(first) == len(q):
-                bucket = per_slot.get(first)
-                if bucket is None:
-                    per_slot[first] = bucket = array("Q")
-                bucket.extend(range(base, base + len(q)))  # a chunk of one queue, all live
-                continue
-            for i, slot in enumerate(q):
-                if slot == DEAD:
-                    continue
-                for s in (multi[ids[i]] if slot == MULTI else (slot,)):
-                    bucket = per_slot.get(s)
-                    if bucket is None:
-                        per_slot[s] = bucket = array("Q")
-                    bucket.append(base | i)
-        keys = self.slots.keys
-        return {keys[slot]: (slot, at) for slot, at in per_slot.items()}  # type: ignore[misc]
-
-    def entry(self, at: int, slot: int) -> Entry:
-        """The entry at a recovered position, with queue ``slot``'s delivery count."""
-        c = self._chunks[at >> _POS_BITS]
-        i = at & _POS_MASK
-        mid = c.ids[i]
-        count = self._multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
-        return mid, c.seg[i], c.off[i], c.size[i], count
-
-    def entries(self, positions: array[int], slot: int) -> Iterator[Entry]:
-        """``entry`` for each of ``positions``, in a loop of its own (recovery spills millions)."""
-        chunks, multi = self._chunks, self._multi
-        for at in positions:
-            c = chunks[at >> _POS_BITS]
-            i = at & _POS_MASK
-            mid = c.ids[i]
-            yield mid, c.seg[i], c.off[i], c.size[i], multi[mid][slot] if c.q[i] == MULTI else c.cnt[i]
 
     # -- figures --------------------------------------------------------------------------------
 

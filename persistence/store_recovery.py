@@ -7,8 +7,10 @@ fills them by replaying the log, and hands them over in a ``Rebuilt`` with the s
 each record's op did when it was written (``message_store``'s docstring), through the same index
 methods, so the rebuilt indexes are the ones the writer had.
 
-Why a function that returns what it rebuilt: the store opens with whatever it is given, so another
-way to get the indexes (a checkpoint, say) only has to produce a ``Rebuilt`` too.
+Why a function that returns what it rebuilt: the store opens with whatever it is given. The index
+checkpoint (``store_checkpoint.py``) plugs in here: ``rebuild`` starts from the checkpoint's index
+and replays only the records after its position, or replays everything when there is no
+checkpoint that matches the segments.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, Record
 from .segments import list_segments, zero_tail
+from .store_checkpoint import Checkpoint, load_checkpoint, missing_segments
 from .store_delayed import DelayedIndex
 from .store_index import StoreIndex
 from .store_ops import (
@@ -63,32 +66,69 @@ class Rebuilt:
 
 
 def rebuild(directory: Path) -> Rebuilt:
-    """Read every segment in order and rebuild the indexes.
+    """Rebuild the indexes from the index checkpoint and the log after it, or, without a
+    checkpoint that matches the segments (``store_checkpoint.py``), from every segment in order.
 
     A torn or corrupt tail of the last segment is cut off (its size ends at the last good record,
     where writing continues); in older segments the bytes after the bad record are ignored."""
     gc_was_enabled = gc.isenabled()
     gc.disable()  # a bulk load of acyclic objects: collections would only rescan the heap
     try:
-        return _rebuild(directory)
+        ckpt = load_checkpoint(directory)
+        if ckpt is not None:
+            try:
+                rebuilt = _from_checkpoint(directory, ckpt)
+            except Exception:  # noqa: BLE001 - a shortcut only: whatever goes wrong, the whole log decides
+                log.exception("%s: replaying the log after the index checkpoint failed; replaying "
+                              "the whole log", directory)
+                rebuilt = None
+            if rebuilt is not None:
+                return rebuilt
+            del ckpt
+        return _rebuild(directory, None)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _rebuild(directory: Path) -> Rebuilt:
-    """Replays the log in order; holds no more than the indexes themselves, whatever the backlog."""
-    index, delayed = StoreIndex(), DelayedIndex()
+def _from_checkpoint(directory: Path, ckpt: Checkpoint) -> Rebuilt | None:
+    """The checkpoint's index with the log after its position replayed on top, or None (logged)
+    when it does not match the segments."""
+    present = dict(list_segments(directory))
+    missing = missing_segments(ckpt, present)
+    if missing is not None:
+        rebuilt = _rebuild(directory, ckpt)
+        if not any(rebuilt.index.live_in(s).count for s in missing):
+            for s in missing:
+                rebuilt.index.forget_segment(s)
+            log.info("message store: index checkpoint at segment %d offset %d, %d bytes of log "
+                     "replayed after it", ckpt.seq, ckpt.offset,
+                     sum(seg.size for seg in rebuilt.segments if seg.seq >= ckpt.seq) - ckpt.offset)
+            return rebuilt
+    log.warning("%s: the index checkpoint does not match the segments; replaying the whole log",
+                directory)
+    return None
+
+
+def _rebuild(directory: Path, ckpt: Checkpoint | None) -> Rebuilt:
+    """Replays the log in order (after the checkpoint's position, with one); holds no more than
+    the indexes themselves, whatever the backlog."""
+    index, delayed = (StoreIndex(), DelayedIndex()) if ckpt is None else (ckpt.index, DelayedIndex())
     segs = list_segments(directory)
     found: list[Segment] = []
     damaged = 0
     delay_ops: dict[int, Delay] = {}
-    max_id = 0
+    max_id = ckpt.top_id if ckpt is not None else 0
+    sealed = dict((s, size) for s, size, _ in ckpt.covered) if ckpt is not None else {}
     for n, (seq, path) in enumerate(segs):
+        if ckpt is not None and seq < ckpt.seq:
+            found.append(Segment(seq, path, sealed[seq]))  # covered: its records are in the index
+            continue
         data = path.read_bytes()
         seg = Segment(seq, path, len(data))
         found.append(seg)
-        end, top = _replay_segment(index, delayed, data, seq, delay_ops)
+        start = ckpt.offset if ckpt is not None and seq == ckpt.seq else 0
+        end, top = _replay_segment(index, delayed, data, seq, delay_ops, start)
         max_id = max(max_id, top)
         is_last = n == len(segs) - 1
         if end < len(data) and zero_tail(data, end):
@@ -107,8 +147,9 @@ def _rebuild(directory: Path) -> Rebuilt:
 
 
 def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: int,
-                    delay_ops: dict[int, Delay]) -> tuple[int, int]:
-    """Apply a segment's good records; returns (end of the last good one, highest id seen).
+                    delay_ops: dict[int, Delay], start: int = 0) -> tuple[int, int]:
+    """Apply a segment's good records from ``start``; returns (end of the last good one, highest
+    id seen).
 
     ``records.iter_records`` inlined, and a one-queue Publish (nearly every record of a
     backlog) indexed straight from the buffer: no record object and no payload copy."""
@@ -122,7 +163,7 @@ def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: 
     head_size, queue_size = PUB_HEAD.size, PUB_QUEUE.size
     names: dict[bytes, tuple[int, QKey]] = {}  # queue name + vhost bytes -> (name length, key)
     slot_of, put = index.slots.take, index.put
-    pos = top = 0
+    pos, top = start, 0
     try:
         while pos + HEADER_SIZE <= end:
             length, crc, kind = unpack_header(data, pos)

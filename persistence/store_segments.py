@@ -190,6 +190,17 @@ class StoreSegments:
 
     # -- figures and shutdown -------------------------------------------------------------------
 
+    def position(self) -> tuple[int, int]:
+        """(current segment, bytes of it in the file): where the log ends once flushed."""
+        w = self._writer
+        assert w is not None
+        return w.seq, w.flushed
+
+    def sealed(self) -> list[tuple[int, Path, int]]:
+        """(seq, path, size) of every segment before the current one, in log order."""
+        return [(seg.seq, seg.path, seg.size) for seg in self._segments.values()
+                if seg is not self._current]
+
     def path_of(self, seq: int) -> Path:
         return self._segments[seq].path
 

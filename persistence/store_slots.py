@@ -30,6 +30,15 @@ class QueueSlots:
         self.live: list[int] = [0]  # slot -> live messages
         self._free: list[int] = []
 
+    @classmethod
+    def restore(cls, keys: list[QKey | None], live: list[int]) -> QueueSlots:
+        """Slots as a checkpoint (``store_checkpoint.py``) saved ``keys`` and ``live``."""
+        slots = cls()
+        slots.keys, slots.live = keys, live
+        slots.ids = {key: n for n, key in enumerate(keys) if key is not None}
+        slots._free = [n for n, key in enumerate(keys) if key is None and n]
+        return slots
+
     def take(self, key: QKey) -> int:
         """The slot of ``key`` (a new one if it holds nothing yet); counts one more message."""
         slot = self.ids.get(key)

@@ -171,6 +171,9 @@ class StorageSettings(_Group):
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)
     segment_max_bytes: int = Field(32 * MiB, ge=4096)
+    # the message store writes its index checkpoint once at least this much log (and twice the
+    # last checkpoint's size) was written since the previous one (persistence/store_checkpoint.py)
+    checkpoint_min_bytes: int = Field(64 * MiB, ge=0)
     # the definitions log is compacted into a new snapshot once it is larger than this and than the
     # snapshot (persistence/definitions_log.py)
     definitions_log_min_bytes: int = Field(1 * MiB, ge=4096)

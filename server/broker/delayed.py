@@ -232,12 +232,13 @@ class DelayedMessages:
 
     def schedule(self, exchange: str, now: float) -> list[int]:
         """Messages of ``exchange`` per bin of ``HISTOGRAM_EDGES`` (one more for later), by the
-        minute of their due time: a minute counts in the bin its end falls in (past: the first)."""
+        minute of their due time: a minute counts in the bin its start falls in (past: the first),
+        so a message due within a bin's edge is never shown in a later bin."""
         bins = [0] * (len(HISTOGRAM_EDGES) + 1)
         for (name, minute), n in self._minutes.items():
             if name != exchange:
                 continue
-            left = (minute + 1) * 60 - now
+            left = minute * 60 - now
             i = 0
             while i < len(HISTOGRAM_EDGES) and left > HISTOGRAM_EDGES[i]:
                 i += 1

@@ -179,6 +179,8 @@ class Flusher:
             try:
                 await self.streams.retention(broker)  # idle streams age too
                 reclaimed = await trio.to_thread.run_sync(store.maybe_compact)
+                if store.checkpoint_due():  # the index at the log's end: restarts replay the rest
+                    await trio.to_thread.run_sync(store.maybe_checkpoint)
             except OSError as exc:
                 log.warning("message store: compaction stopped: %s", exc)
             else:

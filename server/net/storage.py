@@ -52,7 +52,8 @@ class Storage:
         self.settings = settings
         self.disk = DiskWatch(data_dir, settings.limits.disk_free_limit)
         self.store = MessageStore(data_dir / "store", segment_max_bytes=settings.storage.segment_max_bytes,
-                                  fsync=FsyncMode(settings.storage.fsync))
+                                  fsync=FsyncMode(settings.storage.fsync),
+                                  checkpoint_min_bytes=settings.storage.checkpoint_min_bytes)
         # its page-in wants go to the pager, made just below (``_page_wanted`` forwards)
         self.spill = SpillStore(data_dir / "spill", report=self.disk, on_page_wanted=self._page_wanted)
         self.delayed_dir = data_dir / "delayed"  # delayed exchanges' bucket files: a cache, wiped here

@@ -181,3 +181,29 @@ def test_a_copy_writes_into_the_files_that_are_there_now_not_into_ones_replaced_
     files.apply(encode_op(KEEP_ONLY, ".", 0, b"definitions.log") + encode_op(WRITE, "definitions.log", 0, b"copied"))
     files.sync()
     assert (copy / "definitions.log").read_bytes() == b"copied"
+
+
+def test_the_index_checkpoint_is_the_nodes_own(tap: replica_tap.Tap, tmp_path: Path) -> None:
+    """The store's checkpoint is neither shipped nor part of a copy (NODE_OWN): the follower's
+    store, with no checkpoint of its own, recovers the leader's messages by replaying its log."""
+    leader, follower_root = tmp_path / "leader", tmp_path / "follower"
+    store = MessageStore(leader / "store", fsync=FsyncMode.BATCH, segment_max_bytes=4000,
+                         checkpoint_min_bytes=0)
+    store.recover()
+    store.write_and_sync([pub(m) for m in range(1, 200)])
+    assert store.maybe_checkpoint() > 0
+    store.write_and_sync([Ack(m, "/", "q") for m in range(1, 50)])
+    store.close()
+    assert (leader / "store" / "index.ckpt").exists()
+    shipped = []
+    while (batch := tap.take()) is not None:
+        shipped += [op.path for op in decode_ops(batch[1])]
+    assert shipped and not [p for p in shipped if "ckpt" in p]
+    assert not [p for op in snapshot_ops(leader) for p in [next(decode_ops(op)).path]
+                if "ckpt" in p] and "store/index.ckpt" in replica_tap.NODE_OWN
+    follower = ReplicaFiles(follower_root)
+    for op in snapshot_ops(leader):
+        follower.apply(op)
+    follower.sync()
+    assert not (follower_root / "store" / "index.ckpt").exists()
+    assert recovered(follower_root / "store") == recovered(leader / "store")

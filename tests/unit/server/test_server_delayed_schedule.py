@@ -80,6 +80,15 @@ def test_the_schedule_counts_by_due_time(tmp_path: Path) -> None:
     assert d.schedule("ex", T0 + 11)[0] == 0 and d.count("ex") == 15
 
 
+def test_a_message_due_within_a_minute_is_in_the_first_bin_whatever_the_second(tmp_path: Path) -> None:
+    # due 4 s ahead at :58 of a minute: its minute ends 62 s ahead, but it is due within 60 s
+    d = DelayedMessages(tmp_path / "d")
+    now = 60 * 16_667 + 58.0
+    d.add(now + 4, "ex", "k", b"", b"", now=now)
+    d.add(now + 59, "ex", "k", b"", b"", now=now)
+    assert d.schedule("ex", now)[0] == 2
+
+
 def test_without_a_directory_everything_stays_in_memory() -> None:
     d = DelayedMessages(None)
     d.add(T0 + 5000, "ex", "k", b"", b"x", now=T0)

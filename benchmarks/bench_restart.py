@@ -1,0 +1,121 @@
+"""Restart after ``kill -9`` of one persistent backlog, two trees alternating on the same data.
+
+    python benchmarks/bench_restart.py --count 10000000 --rounds 2 --before /path/to/old/pkg [--dir PATH]
+
+Publishes ``--count`` persistent 256 B messages to a durable queue with this tree (two pika
+producers without confirms, then one confirmed publish: everything before it is fsynced, as in
+``bench_backlog.py --kill-restart``), then ``kill -9``. Then restarts the broker on that data
+directory ``--rounds`` times with each tree, alternating (before, this, before, this, ...): each
+restart is timed until the first AMQP handshake succeeds (the broker recovers before it serves),
+with the broker's CPU seconds by then, its peak RSS, and the depth it found; then ``kill -9``
+again. ``--before`` is a PYTHONPATH entry whose ``headrace`` package is the tree to compare with
+(run the script from outside the clone, so that the clone's own ``headrace`` is not first on the
+path). A restart changes nothing in the store, so every round reads the same log; the store this
+tree wrote carries its index checkpoints, which a tree without them ignores.
+
+Prints one JSON line per restart and one with the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import amqp_load
+import pika
+from bench_backlog import PeakRss, _connect
+from run import Headrace, cpu_seconds
+
+
+def publish_backlog(tmp: Path, count: int, size: int, timeout: float,
+                    env: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    qname = f"bench-restart-{uuid.uuid4().hex[:8]}"
+    server = Headrace(tmp, env=env)
+    rss = PeakRss(server.proc.pid)
+    conn = _connect(server.port, 60)
+    ch = conn.channel()
+    ch.queue_declare(qname, durable=True)
+    results: mp.Queue = mp.Queue()
+    per = count // 2
+    body = b"x" * size
+    start = time.perf_counter()
+    procs = [mp.Process(target=amqp_load.producer,
+                        args=(amqp_load.Target("h", "127.0.0.1", server.port), "", [qname], body, per,
+                              True, False, 0, results)) for _ in range(2)]
+    amqp_load._run(procs)
+    for _ in procs:
+        results.get(timeout=timeout)
+    amqp_load._join(procs)
+    depth = 0
+    while depth < per * 2 and time.perf_counter() - start < timeout:
+        depth = ch.queue_declare(qname, passive=True).method.message_count
+        time.sleep(0.5)
+    ch.confirm_delivery()
+    ch.basic_publish("", qname, body, pika.BasicProperties(delivery_mode=2))
+    out = {"publish_rate": round(per * 2 / (time.perf_counter() - start)),
+           "publish_peak_rss_mb": rss.stop(),
+           "publish_cpu_seconds": round(cpu_seconds(server.proc.pid), 1)}
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait()
+    return qname, out
+
+
+def restart(tmp: Path, qname: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    start = time.perf_counter()
+    server = Headrace(tmp, env=env)
+    rss = PeakRss(server.proc.pid)
+    try:
+        conn = _connect(server.port, timeout)
+        out = {"restart_seconds": round(time.perf_counter() - start, 1),
+               "restart_cpu_seconds": round(cpu_seconds(server.proc.pid), 1),
+               "restart_peak_rss_mb": rss.stop(),
+               "rss_after_restart_mb": round(amqp_load.rss_of(server.proc.pid) / 2**20, 1),
+               "depth": conn.channel().queue_declare(qname, passive=True).method.message_count}
+    finally:
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=10_000_000)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--before", required=True, help="PYTHONPATH entry of the tree to compare with")
+    ap.add_argument("--after", default="", help="PYTHONPATH entry of the tree under test (default: "
+                    "the installed one, this clone)")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--dir", type=Path, default=None, help="parent of the data directory")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="headrace-restart-", dir=args.dir))
+    try:
+        this = {"PYTHONPATH": args.after} if args.after else {}
+        qname, published = publish_backlog(tmp, args.count, args.size, args.timeout, this)
+        print(json.dumps({"scenario": "restart-publish", "count": args.count, **published}), flush=True)
+        runs: dict[str, list[dict[str, Any]]] = {"before": [], "this": []}
+        for _ in range(args.rounds):
+            for tree, env in (("before", {"PYTHONPATH": args.before}), ("this", this)):
+                r = restart(tmp, qname, env, args.timeout)
+                runs[tree].append(r)
+                print(json.dumps({"scenario": "restart", "tree": tree, **r}), flush=True)
+        print(json.dumps({"scenario": "restart-medians", **{
+            f"{tree}_{key}": statistics.median(r[key] for r in rs)
+            for tree, rs in runs.items() for key in ("restart_seconds", "restart_cpu_seconds",
+                                                     "restart_peak_rss_mb", "rss_after_restart_mb")}}),
+              flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
