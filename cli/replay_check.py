@@ -17,7 +17,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-__all__ = ["DEFAULT_HTTP_PORT", "dedup_problem", "dedup_window", "http_url_of", "needed_keys"]
+__all__ = ["DEFAULT_HTTP_PORT", "dedup_problem", "dedup_window", "http_url_of", "needed_keys", "target_api",
+           "window_problem"]
 
 DEFAULT_HTTP_PORT = 15672
 # the policy keys of a dedup window and the exchange arguments they stand for (server/broker/policies.py)
@@ -56,28 +57,47 @@ def _window(http: httpx.Client, vhost: str, exchange: str) -> dict[str, Any]:
     return args
 
 
-def dedup_problem(http_url: str, user: str, password: str, vhost: str, exchange: str, *, partitions: int,
-                  window: int, header: str) -> str | None:
-    """What keeps ``exchange`` from dropping a resumed replay's re-sends, in one line (None: nothing).
-    Raises ``httpx.HTTPError`` when the API cannot be asked."""
-    with httpx.Client(base_url=http_url.rstrip("/"), auth=(user, password), timeout=10) as http:
-        args = _window(http, vhost, exchange)
-    need = needed_keys(partitions, window)
+def target_api(amqp_url: str, http_url: str | None) -> tuple[str, str, str, str]:
+    """(HTTP API URL, user, password, vhost) of the target: ``http_url`` when given (credentials in it
+    win, and are taken out of the URL), else guessed from the AMQP URL."""
+    guessed, user, password, vhost = http_url_of(amqp_url)
+    url = http_url or guessed
+    given = urlsplit(url)
+    if given.username:
+        user, password = unquote(given.username), unquote(given.password or "")
+        url = url.replace(given.netloc, given.netloc.rpartition("@")[2], 1)
+    return url, user, password, vhost
+
+
+def window_problem(args: dict[str, Any], exchange: str, need: int, header: str, *, who: str, risk: str,
+                   short: str) -> str | None:
+    """What keeps a window of these arguments from dropping ``need`` re-sent keys read from
+    ``header``, in one line (None: nothing). ``who`` sends ("the replay"), ``risk`` says what a
+    missing window costs, ``short`` names the ``need`` a too small one misses."""
     how = (f"declare it with `-a x-message-deduplication=true -a x-cache-size={need}` (or a policy with "
            f"message-deduplication and deduplication-cache-size), or give --at-least-once to accept duplicates")
     enabled = args.get("x-message-deduplication")
     if enabled is not True and str(enabled).lower() != "true":
-        return (f"target exchange '{exchange}' has no dedup window (x-message-deduplication), so a replay resumed "
-                f"after a kill can deliver up to {need} messages twice: {how}")
+        return f"target exchange '{exchange}' has no dedup window (x-message-deduplication), so {risk}: {how}"
     size = int(args.get("x-cache-size") or DEFAULT_SIZE)
     if size < need:
-        return (f"target exchange '{exchange}' keeps {size} dedup keys (x-cache-size), fewer than the {need} "
-                f"(3 x {partitions} partitions x {window} window) a resumed replay can re-send: {how}")
+        return f"target exchange '{exchange}' keeps {size} dedup keys (x-cache-size), fewer than the {short}: {how}"
     reads = args.get("x-deduplication-header") or DEFAULT_HEADER
     if reads != header:
-        return (f"target exchange '{exchange}' deduplicates on the header '{reads}', the replay sets '{header}': "
+        return (f"target exchange '{exchange}' deduplicates on the header '{reads}', {who} sets '{header}': "
                 f"give --dedup-header {reads}, or give --at-least-once to accept duplicates")
     return None
+
+
+def dedup_problem(http_url: str, user: str, password: str, vhost: str, exchange: str, *, partitions: int,
+                  window: int, header: str) -> str | None:
+    """What keeps ``exchange`` from dropping a resumed replay's re-sends, in one line (None: nothing).
+    Raises ``httpx.HTTPError`` when the API cannot be asked."""
+    need = needed_keys(partitions, window)
+    return window_problem(
+        dedup_window(http_url, user, password, vhost, exchange), exchange, need, header, who="the replay",
+        risk=f"a replay resumed after a kill can deliver up to {need} messages twice",
+        short=f"{need} (3 x {partitions} partitions x {window} window) a resumed replay can re-send")
 
 
 def dedup_window(http_url: str, user: str, password: str, vhost: str, exchange: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
@@ -100,14 +100,9 @@ def _check_dedup(amqp_url: str, http_url: str | None, exchange: str, partitions:
     """Refuses, in one line, a target whose dedup window would not drop a resume's re-sends."""
     import httpx
 
-    from .replay_check import dedup_problem, http_url_of
+    from .replay_check import dedup_problem, target_api
 
-    guessed, user, password, vhost = http_url_of(amqp_url)
-    url = http_url or guessed
-    given = urlsplit(url)
-    if given.username:  # credentials in --http-url win
-        user, password = unquote(given.username), unquote(given.password or "")
-        url = url.replace(given.netloc, given.netloc.rpartition("@")[2], 1)
+    url, user, password, vhost = target_api(amqp_url, http_url)
     try:
         problem = dedup_problem(url, user, password, vhost, exchange, partitions=partitions, window=window,
                                 header=header)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import signal
 import threading
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import click
 
@@ -30,34 +29,18 @@ DEFAULT_BATCH = 10_000
 def _window_problem(amqp_url: str, http_url: str | None, exchange: str, need: int, header: str) -> str | None:
     import httpx
 
-    from .replay_check import DEFAULT_HEADER, DEFAULT_SIZE, dedup_window, http_url_of
+    from .replay_check import dedup_window, target_api, window_problem
 
-    guessed, user, password, vhost = http_url_of(amqp_url)
-    url = http_url or guessed
-    given = urlsplit(url)
-    if given.username:  # credentials in --http-url win
-        user, password = unquote(given.username), unquote(given.password or "")
-        url = url.replace(given.netloc, given.netloc.rpartition("@")[2], 1)
+    url, user, password, vhost = target_api(amqp_url, http_url)
     try:
         args = dedup_window(url, user, password, vhost, exchange)
     except httpx.HTTPError as exc:
         return (f"cannot check the target exchange's dedup window over the HTTP API at {url} ({exc}): give "
                 f"--http-url, or --at-least-once to bridge without that check")
-    how = (f"declare it with `-a x-message-deduplication=true -a x-cache-size={need}` (or a policy with "
-           f"message-deduplication and deduplication-cache-size), or give --at-least-once to accept duplicates")
-    enabled = args.get("x-message-deduplication")
-    if enabled is not True and str(enabled).lower() != "true":
-        return (f"target exchange '{exchange}' has no dedup window (x-message-deduplication), so a bridge restarted "
-                f"after a kill can deliver a micro-batch ({need} messages) twice: {how}")
-    size = int(args.get("x-cache-size") or DEFAULT_SIZE)
-    if size < need:
-        return (f"target exchange '{exchange}' keeps {size} dedup keys (x-cache-size), fewer than the {need} of a "
-                f"micro-batch (--max-records-per-trigger) a restarted bridge can publish again: {how}")
-    reads = args.get("x-deduplication-header") or DEFAULT_HEADER
-    if reads != header:
-        return (f"target exchange '{exchange}' deduplicates on the header '{reads}', the bridge sets '{header}': "
-                f"give --dedup-header {reads}, or --at-least-once to accept duplicates")
-    return None
+    return window_problem(
+        args, exchange, need, header, who="the bridge",
+        risk=f"a bridge restarted after a kill can deliver a micro-batch ({need} messages) twice",
+        short=f"{need} of a micro-batch (--max-records-per-trigger) a restarted bridge can publish again")
 
 
 @click.command("stream-bridge")
