@@ -2,6 +2,7 @@
 // and admin_more.js's operator policies, topic permissions, feature flags and definitions.
 import { api, ApiError, enc, get } from "./api.js";
 import { definitionsSection, featureFlagsSection, operatorPoliciesSection, topicPermissionsSection } from "./admin_more.js";
+import { form, removeButton, section } from "./admin_parts.js";
 import { act, confirmAction, field, h, ListView, press, refreshNow } from "./ui.js";
 
 // A list whose endpoint may not exist on this broker: shown as "not available" instead of failing.
@@ -10,24 +11,6 @@ async function optional(path) {
     if (err instanceof ApiError && err.status === 404) return null;
     throw err;
   }
-}
-
-function removeButton(label, question, path) {
-  return h("button", { type: "button", class: "secondary", "aria-label": label, onclick: press(async () => {
-    if (!(await confirmAction(question))) return;
-    await api("DELETE", path);
-    refreshNow();
-  }) }, "Delete");
-}
-
-function section(id, title, ...children) {
-  return h("section", { class: "card", id, "aria-labelledby": `${id}-title` }, h("h3", { id: `${id}-title` }, title), ...children);
-}
-
-function form(id, submit, ...fields) {
-  const out = h("p", { class: "error", role: "alert" });
-  return h("form", { class: "row", id, onsubmit: (ev) => { ev.preventDefault(); act(out, submit, refreshNow); } },
-    ...fields, out);
 }
 
 export function adminView(main, _params, session) {

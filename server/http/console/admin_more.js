@@ -2,28 +2,11 @@
 // vhosts, permissions and policies: operator policies, topic permissions, feature flags, and the
 // definitions document's export and import. Each is { el, refresh } for admin.js to place.
 import { api, enc, get } from "./api.js";
+import { form, removeButton, section } from "./admin_parts.js";
 import { act, confirmAction, field, h, ListView, press, refreshNow, toast } from "./ui.js";
-
-function section(id, title, ...children) {
-  return h("section", { class: "card", id, "aria-labelledby": `${id}-title` }, h("h3", { id: `${id}-title` }, title), ...children);
-}
-
-function form(id, submit, ...fields) {
-  const out = h("p", { class: "error", role: "alert" });
-  return h("form", { class: "row", id, onsubmit: (ev) => { ev.preventDefault(); act(out, submit, refreshNow); } },
-    ...fields, out);
-}
 
 const input = (id, attrs = {}) => h("input", { id, ...attrs });
 const submitButton = (text) => h("div", {}, h("button", { type: "submit" }, text));
-
-function removeButton(label, question, path) {
-  return h("button", { type: "button", class: "secondary", "aria-label": label, onclick: press(async () => {
-    if (!(await confirmAction(question))) return;
-    await api("DELETE", path);
-    refreshNow();
-  }) }, "Delete");
-}
 
 // Operator policies: set by administrators over the users' policies; RabbitMQ merges the two and
 // keeps the stricter value of each key (only the numeric limits are allowed here).
