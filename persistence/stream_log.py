@@ -25,6 +25,7 @@ from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, see
 from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 from .stream_filter import FILTER_SUFFIX, Chunk, StreamFilter, read_chunks
+from .tier_manifest import TierFile, all_segments
 
 __all__ = [
     "OFFSETS_FILE",
@@ -173,7 +174,7 @@ class StreamCursor:
     value are stepped over on their side-file entry alone, and a read stops before the next such
     chunk; the records read still need the exact check (``StreamFilter.matches``) by the caller."""
 
-    __slots__ = ("root", "vhost", "queue", "offset", "filter", "_fd", "_path", "_pos", "_avg", "_chunks",
+    __slots__ = ("root", "vhost", "queue", "offset", "filter", "_fd", "_tier", "_path", "_pos", "_avg", "_chunks",
                  "_starts")
 
     def __init__(self, data_dir: Path, vhost: str, queue: str, offset: int,
@@ -186,32 +187,49 @@ class StreamCursor:
         self._chunks: list[Chunk] = []  # the open segment's chunks, as far as read (filtered only)
         self._starts: list[int] = []
         self._fd: int | None = None
+        self._tier: TierFile | None = None  # the open segment, when only its tier copy is left
         self._path: Path | None = None
         self._pos = 0
         self._avg = 512  # bytes per record, as last read: sizes the next read to the credit
 
     def _locate(self) -> bool:
-        """Open the segment holding ``offset`` (the oldest one if retention dropped it)."""
-        segs = list_segments(self.root, self.vhost, self.queue)
-        if not segs:
-            return False
-        seg = segs[0]
-        for candidate in segs:
-            if candidate.base_offset <= self.offset:
-                seg = candidate
-        if seg.base_offset > self.offset:
-            self.offset = seg.base_offset
-        if seg.path == self._path and self._fd is not None:
-            return False  # still the same segment: nothing further has been written
-        self.close()
-        try:
-            self._fd = os.open(seg.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return False
-        self._path = seg.path
-        self._pos = seek_position(seg.path, self.offset, None)
-        self._chunks, self._starts = [], []
-        return True
+        """Open the segment holding ``offset`` (the oldest one if retention dropped it), from the
+        log's tier when its local copy is gone: a consumer starting at ``first`` reads the tiered
+        segments in order, then the local ones. Listed twice at most: a local copy may be let go
+        (after its manifest line) between the listing and the open."""
+        for _ in range(2):
+            segs = all_segments(self.root, self.vhost, self.queue)
+            if not segs:
+                return False
+            seg = segs[0]
+            for candidate in segs:
+                if candidate.base_offset <= self.offset:
+                    seg = candidate
+            if seg.base_offset > self.offset:
+                self.offset = seg.base_offset
+            if seg.path == self._path and (self._fd is not None or self._tier is not None):
+                return False  # still the same segment: nothing further has been written
+            self.close()
+            try:
+                self._fd = os.open(seg.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                if seg.tier is None:
+                    continue
+                try:
+                    self._tier = TierFile(seg.tier)
+                except OSError:
+                    return False  # the tier is unreachable: the next read tries again
+            self._path = seg.path
+            self._pos = seek_position(seg.path, self.offset, None)  # the .idx stays local
+            self._chunks, self._starts = [], []
+            return True
+        return False
+
+    def _pread(self, n: int, position: int) -> bytes:
+        if self._fd is not None:
+            return os.pread(self._fd, n, position)
+        assert self._tier is not None
+        return self._tier.pread(n, position)
 
     def _filtered_span(self, end: int, want: int) -> int:
         """Step over the chunks from ``_pos`` that the filter rules out (only those wholly below
@@ -248,17 +266,20 @@ class StreamCursor:
         that whole)."""
         want = max(MIN_READ, min(max_bytes, max_records * self._avg))
         while self.offset < end:
-            if self._fd is None and not self._locate():
+            if self._fd is None and self._tier is None and not self._locate():
                 return None
-            assert self._fd is not None
             span = self._filtered_span(end, want) if self.filter is not None else want
             if self.offset >= end:
                 return None
-            data = os.pread(self._fd, span, self._pos) if span else b""
+            try:
+                data = self._pread(span, self._pos) if span else b""
+            except OSError:  # a tier gone unreachable mid-segment: reopened at the next read
+                self.close()
+                return None
             if len(data) >= HEADER_SIZE:
                 length = HEADER.unpack_from(data, 0)[0]
                 if HEADER_SIZE + length > len(data) and length <= MAX_RECORD_SIZE:
-                    data = os.pread(self._fd, HEADER_SIZE + length, self._pos)  # one large record
+                    data = self._pread(HEADER_SIZE + length, self._pos)  # one large record
             scan = scan_span(data, 0, len(data), 1 << 30)
             offsets = scan.offsets
             n = len(offsets)
@@ -282,5 +303,10 @@ class StreamCursor:
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
-        self._fd = None
+        if self._tier is not None:
+            try:
+                self._tier.close()
+            except OSError:
+                pass  # nothing was written through it
+        self._fd = self._tier = None
         self._path = None

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import replica_tap
 from .mirror_reader import index_entries, last_timestamp
 from .mirror_records import INDEX_SUFFIX, Retention, SegmentInfo, list_segments, mirror_dir, peek_entry
 from .records import iter_records
@@ -160,10 +161,12 @@ def _append(directory: Path, doc: dict[str, Any]) -> None:
     new = not path.exists()
     line = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
     with open(path, "a+b", buffering=0) as f:
-        if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+        at = f.seek(0, os.SEEK_END)
+        if at and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
             line = b"\n" + line  # a line torn by a crash stays a line of its own, which readers skip
         f.write(line)
         os.fsync(f.fileno())
+    replica_tap.wrote(path, at, line)  # a follower's manifest says what its leader's does
     if new:
         _fsync(str(directory))
 
@@ -179,6 +182,7 @@ def _trim_local(local: list[SegmentInfo], manifest: dict[int, TierEntry], keep: 
         if seg.base_offset not in manifest:
             continue
         seg.path.unlink(missing_ok=True)
+        replica_tap.deleted(seg.path)  # after the manifest line the follower got before it
         total -= seg.size
         deleted += 1
     return deleted
@@ -208,6 +212,7 @@ def _retention(root: Path, vhost: str, name: str, retention: Retention, now_ms: 
             _delete_objects(seg.tier)
         for path in (seg.path, seg.path.with_suffix(INDEX_SUFFIX), seg.path.with_suffix(FILTER_SUFFIX)):
             path.unlink(missing_ok=True)
+            replica_tap.deleted(path)
         total -= seg.size
         dropped += 1
     return dropped

@@ -26,7 +26,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from .mirror_records import SEGMENT_SUFFIX, SegmentInfo, list_segments, mirror_dir
 
-__all__ = ["MANIFEST", "TierEntry", "all_segments", "load_manifest", "object_uri", "read_uri", "tier_dir_uri"]
+__all__ = ["MANIFEST", "TierEntry", "TierFile", "all_segments", "first_offset", "load_manifest", "object_uri",
+           "read_uri", "tier_dir_uri"]
 
 MANIFEST = "tier.manifest"
 
@@ -92,6 +93,40 @@ def all_segments(root: Path, vhost: str, name: str) -> list[SegmentInfo]:
             for e in tiered.values() if e.base not in have]
     out.sort(key=lambda s: s.base_offset)
     return out
+
+
+def first_offset(root: Path, vhost: str, name: str, local: list[SegmentInfo], default: int) -> int:
+    """The log's oldest offset: its oldest local segment's, or an older one's only in the tier
+    (the manifest is read only when a local listing does not start at 0 and there is one)."""
+    first = local[0].base_offset if local else default
+    if first == 0:
+        return 0
+    directory = mirror_dir(root, vhost, name)
+    if not (directory / MANIFEST).exists():
+        return first
+    tiered = load_manifest(directory)
+    return min(first, min(tiered)) if tiered else first
+
+
+class TierFile:
+    """One tiered segment open for positional reads (a stream consumer's cursor): ``OSError``
+    when it cannot be opened or read from here."""
+
+    __slots__ = ("_file",)
+
+    def __init__(self, uri: str) -> None:
+        from pyarrow import fs
+
+        filesystem, path = fs.FileSystem.from_uri(uri)
+        self._file: Any = filesystem.open_input_file(path)
+
+    def pread(self, n: int, position: int) -> bytes:
+        size: int = self._file.size()
+        n = min(n, size - position)
+        return bytes(self._file.read_at(n, position)) if n > 0 else b""
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def read_uri(uri: str, start: int, stop: int | None) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from headrace.persistence.mirror_log import MirrorLog, MirrorRow, Retention, list_segments
 from headrace.persistence.store_ops import DropQueue
+from headrace.persistence.tier_manifest import first_offset
 from headrace.persistence.stream_log import (
     StreamAppend,
     StreamTrack,
@@ -95,7 +96,7 @@ class StreamWriter:
                 if isinstance(queue, StreamQueue):
                     log_ = self._log((vname, qname), _settings(broker, queue))
                     segs = list_segments(log_.root, vname, qname)
-                    queue.restore(log_.next_offset, segs[0].base_offset if segs else 0,
+                    queue.restore(log_.next_offset, first_offset(log_.root, vname, qname, segs, 0),
                                   read_offsets(stream_dir(self.data_dir, vname, qname)), log_._stamp or None)
 
     def plan(self, broker: Broker, ops: Sequence[object]) -> tuple[dict[tuple[str, str], list[MirrorRow]],
@@ -136,7 +137,7 @@ class StreamWriter:
             log_.enforce_retention(log_.stamp_ms)
             segs = list_segments(log_.root, *key)
             written.append(Written(key, log_.next_offset, log_.stamp_ms,
-                                   segs[0].base_offset if segs else log_.next_offset))
+                                   first_offset(log_.root, *key, segs, log_.next_offset)))
         for key, offsets in tracks.items():
             write_offsets(stream_dir(self.data_dir, *key), offsets)
         for key in drops:
@@ -165,7 +166,7 @@ class StreamWriter:
             if log_.enforce_retention(now_ms):
                 log.info("stream %s/%s: retention dropped old segments", *key)
                 segs = list_segments(log_.root, *key)
-                out.append(Written(key, log_.next_offset, None, segs[0].base_offset if segs else log_.next_offset))
+                out.append(Written(key, log_.next_offset, None, first_offset(log_.root, *key, segs, log_.next_offset)))
         return out
 
     async def write_group(self, broker: Broker, ops: Sequence[object]) -> None:

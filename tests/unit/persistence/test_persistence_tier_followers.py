@@ -1,0 +1,126 @@
+"""Tiered segments beyond one node's uploader: a follower gets the manifest and the local
+deletions as file operations (its copy then says which segments live in the tier, as a new
+leader needs) and a stream cursor reads tiered segments in order and then local ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.persistence import replica_tap
+from headrace.persistence.mirror_log import MirrorLog, MirrorRecord
+from headrace.persistence.mirror_records import list_segments, mirror_dir
+from headrace.persistence.replica_files import ReplicaFiles, snapshot_ops
+from headrace.persistence.stream_log import StreamCursor, stream_dir, stream_root
+from headrace.persistence.tier import TierSettings, tier_pass
+from headrace.persistence.tier_manifest import MANIFEST, all_segments, first_offset, load_manifest
+
+T0 = 1_700_000_000_000
+N = 300
+
+
+@pytest.fixture
+def tap(tmp_path: Path) -> Iterator[replica_tap.Tap]:
+    t = replica_tap.Tap(tmp_path / "leader")
+    replica_tap.install(t)
+    yield t
+    replica_tap.uninstall()
+
+
+def write(data: Path, n: int = N, start: int = 0) -> None:
+    log = MirrorLog(stream_root(data), "/", "s", segment_max_bytes=2000, index_interval_bytes=256)
+    log.recover()
+    log.append_many([MirrorRecord(T0 + i, "rk", b"", b"body-%d" % i, source="ex") for i in range(start, start + n)])
+    log.flush()
+    log.close()
+
+
+def ship(tap: replica_tap.Tap, follower: ReplicaFiles) -> None:
+    while (batch := tap.take()) is not None:
+        follower.apply(batch[1])
+    follower.sync()
+
+
+def read_all(data: Path, offset: int, end: int) -> list[tuple[int, bytes]]:
+    cursor = StreamCursor(data, "/", "s", offset)
+    out: list[tuple[int, bytes]] = []
+    while (batch := cursor.read(end, 37)) is not None:
+        out += [(e.offset, e.body) for e in batch.entries("/", "s")]
+    cursor.close()
+    return out
+
+
+def test_a_follower_gets_the_manifest_and_loses_the_local_copies_its_leader_let_go(tmp_path, tap):
+    leader, follower_dir, tier = tmp_path / "leader", tmp_path / "follower", tmp_path / "tier"
+    follower = ReplicaFiles(follower_dir)
+    write(leader)
+    ship(tap, follower)
+    root = stream_root(leader)
+    sealed = list_segments(root, "/", "s")[:-1]
+    assert len(sealed) > 4
+    report = tier_pass(root, "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    assert report.local_deleted == len(sealed)
+    ship(tap, follower)
+    copy = stream_root(follower_dir)
+    # the follower holds what the leader holds: the manifest, the indexes, no uploaded .log
+    assert [s.path.name for s in list_segments(copy, "/", "s")] == [s.path.name for s in list_segments(root, "/", "s")]
+    assert (mirror_dir(copy, "/", "s") / MANIFEST).read_bytes() == (mirror_dir(root, "/", "s") / MANIFEST).read_bytes()
+    tiered = all_segments(copy, "/", "s")
+    assert [(s.base_offset, s.tier) for s in tiered] == [(s.base_offset, s.tier) for s in all_segments(root, "/", "s")]
+    assert all(s.tier and not s.path.exists() and s.path.with_suffix(".idx").exists() for s in tiered[:-1])
+    # as a new leader: its first offset is the tier's, a consumer from there reads every record
+    assert first_offset(copy, "/", "s", list_segments(copy, "/", "s"), 0) == 0
+    assert read_all(follower_dir, 0, N) == [(i, b"body-%d" % i) for i in range(N)]
+    # and its own uploader goes on from the manifest: nothing is copied again
+    again = tier_pass(copy, "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    assert again.uploaded == again.recorded == []
+
+
+def test_a_new_followers_copy_carries_the_manifest(tmp_path):
+    leader, tier = tmp_path / "leader", tmp_path / "tier"
+    write(leader)
+    tier_pass(stream_root(leader), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    follower = ReplicaFiles(tmp_path / "follower")
+    for payload in snapshot_ops(leader):
+        follower.apply(payload)
+    follower.sync()
+    assert sorted(load_manifest(stream_dir(tmp_path / "follower", "/", "s"))) == \
+        sorted(load_manifest(stream_dir(leader, "/", "s")))
+    assert read_all(tmp_path / "follower", 0, N) == [(i, b"body-%d" % i) for i in range(N)]
+
+
+def test_a_cursor_reads_the_tier_in_order_then_the_local_segments(tmp_path):
+    tier = tmp_path / "tier"
+    write(tmp_path)
+    tier_pass(stream_root(tmp_path), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=2000), T0)
+    local = list_segments(stream_root(tmp_path), "/", "s")
+    assert len(local) <= 2 and local[0].base_offset > 0  # most of the log is in the tier only
+    assert first_offset(stream_root(tmp_path), "/", "s", local, 0) == 0
+    assert read_all(tmp_path, 0, N) == [(i, b"body-%d" % i) for i in range(N)]
+    middle = local[0].base_offset // 2  # from an offset inside a tiered segment
+    assert [o for o, _ in read_all(tmp_path, middle, N)] == list(range(middle, N))
+    # a cursor open on a local segment reads on when the next one's local copy goes meanwhile
+    write(tmp_path, 100, N)
+    cursor = StreamCursor(tmp_path, "/", "s", local[0].base_offset)
+    got = [e.offset for e in cursor.read(N + 100, 5).entries("/", "s")]  # type: ignore[union-attr]
+    tier_pass(stream_root(tmp_path), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    while (batch := cursor.read(N + 100, 50)) is not None:
+        got += [e.offset for e in batch.entries("/", "s")]
+    assert got == list(range(local[0].base_offset, N + 100))
+    cursor.close()
+
+
+def test_an_unreachable_tier_stalls_the_cursor_until_it_is_back(tmp_path):
+    tier = tmp_path / "tier"
+    write(tmp_path)
+    tier_pass(stream_root(tmp_path), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    tier.rename(tmp_path / "away")
+    cursor = StreamCursor(tmp_path, "/", "s", 0)
+    assert cursor.read(N, 10) is None and cursor.offset == 0  # nothing skipped
+    (tmp_path / "away").rename(tier)
+    batch = cursor.read(N, 10)
+    assert batch is not None and [e.offset for e in batch.entries("/", "s")] == list(range(10))
+    cursor.close()
+
