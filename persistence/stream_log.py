@@ -25,6 +25,7 @@ from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, see
 from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 from .stream_filter import FILTER_SUFFIX, Chunk, StreamFilter, read_chunks
+from .tier import note_drop
 from .tier_manifest import TierFile, all_segments
 
 __all__ = [
@@ -96,7 +97,10 @@ def write_offsets(directory: Path, offsets: dict[str, int]) -> None:
     replica_tap.replaced(directory / OFFSETS_FILE)
 
 
-def remove_stream(data_dir: Path, vhost: str, queue: str) -> None:
+def remove_stream(data_dir: Path, vhost: str, queue: str, tier_dir: str | None = None) -> None:
+    """The deleted stream's log; its tier (``tier_dir``: its policy's folder) is noted for the
+    tier uploader to remove first (``tier.note_drop``)."""
+    note_drop(data_dir, stream_dir(data_dir, vhost, queue), tier_dir)
     shutil.rmtree(stream_dir(data_dir, vhost, queue), ignore_errors=True)
     replica_tap.deleted(stream_dir(data_dir, vhost, queue))
 

@@ -21,6 +21,14 @@ Retention (the log's max-age / max-length-bytes, counted over local and tiered s
 drops a segment from the tier by writing a ``drop`` line first and deleting the objects after,
 so the manifest never names a deleted object; a crash in between leaves an orphan object, which
 nothing reads.
+
+A deleted stream's tier goes with it, as a deleted Kafka topic's remote segments do: before its
+local directory is removed, its writer leaves a durable *drop note* (``note_drop``: the log's tier
+folders, from its manifest and its policy, in ``tier-drops/`` under the data directory, replicated
+like any file); the uploader's next pass removes those folders, then the note (``run_drops``). The
+uploader alone deletes objects, one pass at a time, so a pass over the stream that was under way
+when it was deleted has finished (its last object included) before the folder goes; a crash before
+the note is removed only repeats the removal.
 """
 
 from __future__ import annotations
@@ -37,12 +45,13 @@ from .mirror_reader import index_entries, last_timestamp
 from .mirror_records import INDEX_SUFFIX, Retention, SegmentInfo, list_segments, mirror_dir, peek_entry
 from .records import iter_records
 from .stream_filter import FILTER_SUFFIX
-from .tier_manifest import MANIFEST, TierEntry, all_segments, load_manifest, object_uri, tier_dir_uri
+from .tier_manifest import MANIFEST, TierEntry, all_segments, load_manifest, object_uri, parent_uri, tier_dir_uri
 
-__all__ = ["TierReport", "TierSettings", "tier_pass"]
+__all__ = ["DROPS", "TierReport", "TierSettings", "note_drop", "run_drops", "tier_pass"]
 
 CHUNK = 1 << 20  # bytes per write to the tier
 UPLOADING = ".uploading"
+DROPS = "tier-drops"  # under the data directory: the drop notes of deleted logs' tiers
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,3 +236,49 @@ def _delete_objects(log_uri: str) -> None:
             filesystem.delete_file(target)
         except (FileNotFoundError, OSError):
             pass  # gone already (a pass cut short after the drop line)
+
+
+def note_drop(data_dir: Path, directory: Path, tier_dir: str | None) -> bool:
+    """Before the log in ``directory`` is removed: a durable note naming its tier folders (those
+    its manifest's objects lie in, and ``tier_dir``, its policy's, where an upload may have begun
+    before any committed). False when there is nothing to drop."""
+    folders = {parent_uri(entry.uri) for entry in load_manifest(directory).values()}
+    if tier_dir is not None:
+        folders.add(tier_dir)
+    if not folders:
+        return False
+    drops = data_dir / DROPS
+    drops.mkdir(exist_ok=True)
+    path = drops / f"{time.time_ns():020d}.json"
+    data = json.dumps({"folders": sorted(folders)}).encode()
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync(str(drops))
+    replica_tap.replaced(path, data)
+    return True
+
+
+def run_drops(data_dir: Path) -> list[str]:
+    """The uploader's part: removes the folders the drop notes name, then the notes; the folders
+    removed. A tier that fails leaves its note for the next pass (``OSError``)."""
+    from pyarrow import fs
+
+    removed: list[str] = []
+    for note in sorted((data_dir / DROPS).glob("*.json")):
+        try:
+            folders = [str(f) for f in json.loads(note.read_bytes())["folders"]]
+        except (ValueError, KeyError, TypeError):
+            folders = []  # a note torn before its rename cannot be here; one unreadable is let go
+        for folder in folders:
+            filesystem, path = fs.FileSystem.from_uri(folder)
+            try:
+                filesystem.delete_dir(path)
+            except FileNotFoundError:
+                pass  # removed before a crash, or never written
+            removed.append(folder)
+        note.unlink(missing_ok=True)
+        replica_tap.deleted(note)
+    return removed

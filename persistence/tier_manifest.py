@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from .mirror_records import SEGMENT_SUFFIX, SegmentInfo, list_segments, mirror_dir
 
 __all__ = ["MANIFEST", "TierEntry", "TierFile", "all_segments", "first_offset", "load_manifest", "object_uri",
-           "read_uri", "tier_dir_uri"]
+           "parent_uri", "read_uri", "tier_dir_uri"]
 
 MANIFEST = "tier.manifest"
 
@@ -76,6 +76,12 @@ def tier_dir_uri(tier_uri: str, kind: str, vhost: str, name: str) -> str:
 def object_uri(directory_uri: str, file_name: str) -> str:
     u = urlsplit(directory_uri)
     return urlunsplit((u.scheme, u.netloc, u.path + "/" + file_name, u.query, ""))
+
+
+def parent_uri(uri: str) -> str:
+    """The folder an object's URI lies in (its query kept): ``object_uri``'s inverse."""
+    u = urlsplit(uri)
+    return urlunsplit((u.scheme, u.netloc, u.path.rsplit("/", 1)[0], u.query, ""))
 
 
 def all_segments(root: Path, vhost: str, name: str) -> list[SegmentInfo]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from headrace.persistence.mirror_log import MirrorLog, MirrorRow, Retention, list_segments
 from headrace.persistence.store_ops import DropQueue
-from headrace.persistence.tier_manifest import first_offset
+from headrace.persistence.tier_manifest import first_offset, tier_dir_uri
 from headrace.persistence.stream_log import (
     StreamAppend,
     StreamTrack,
@@ -49,6 +49,7 @@ class Written:
 
 
 Settings = tuple[Retention, int]
+Drop = tuple[tuple[str, str], str | None]  # a deleted stream, and the tier folder its policy names
 
 
 def _settings(broker: Broker, queue: StreamQueue) -> Settings:
@@ -101,12 +102,12 @@ class StreamWriter:
 
     def plan(self, broker: Broker, ops: Sequence[object]) -> tuple[dict[tuple[str, str], list[MirrorRow]],
                                                                  dict[tuple[str, str], dict[str, int]],
-                                                                 list[tuple[str, str]]]:
+                                                                 list[Drop]]:
         """On the event loop: what the worker thread will write (records, offset snapshots, and
-        the logs of deleted streams to remove)."""
+        the logs of deleted streams to remove, with the tier folder their policy names)."""
         appends: dict[tuple[str, str], list[MirrorRow]] = {}
         tracks: dict[tuple[str, str], dict[str, int]] = {}
-        drops: list[tuple[str, str]] = []
+        drops: list[Drop] = []
         for op in ops:
             kind = type(op)
             if kind is StreamAppend:
@@ -119,15 +120,16 @@ class StreamWriter:
             elif kind is DropQueue:
                 key = (op.vhost, op.queue)  # type: ignore[attr-defined]
                 if self.queue(broker, key) is None and (key in self.logs or stream_dir(self.data_dir, *key).exists()):
-                    drops.append(key)
-        for key in drops:
+                    tier = broker.policies.applied(key[0], "queue", key[1], "stream").definition.get("tier-uri")
+                    drops.append((key, tier_dir_uri(tier, "stream", *key) if isinstance(tier, str) else None))
+        for key, _ in drops:
             appends.pop(key, None)
             tracks.pop(key, None)
         return appends, tracks, drops
 
     def write(self, settings: dict[tuple[str, str], Settings | None],
               appends: dict[tuple[str, str], list[MirrorRow]], tracks: dict[tuple[str, str], dict[str, int]],
-              drops: list[tuple[str, str]]) -> list[Written]:
+              drops: list[Drop]) -> list[Written]:
         """In the flusher's worker thread: append, sync, retention of the logs written, offsets."""
         written: list[Written] = []
         for key, records in appends.items():
@@ -140,11 +142,11 @@ class StreamWriter:
                                    first_offset(log_.root, *key, segs, log_.next_offset)))
         for key, offsets in tracks.items():
             write_offsets(stream_dir(self.data_dir, *key), offsets)
-        for key in drops:
+        for key, tier_dir in drops:
             dropped = self.logs.pop(key, None)
             if dropped is not None:
                 dropped.close()
-            remove_stream(self.data_dir, *key)
+            remove_stream(self.data_dir, *key, tier_dir)
         return written
 
     def retention_targets(self, broker: Broker) -> list[tuple[tuple[str, str], Settings]]:

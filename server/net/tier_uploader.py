@@ -11,6 +11,9 @@ which retention (the policy's ``tier-uri`` and ``tier-local-max-bytes``, the mir
 stream's retention), then runs a pass over each in a worker thread: a slow upload (a big segment,
 a remote store, ``tier_upload_max_bytes_per_second``) never holds the event loop. A failing tier
 (unreachable, no credentials) is logged once per log until it works again; the log stays local.
+
+Each pass first removes the tiers of deleted streams (their drop notes, ``tier.run_drops``): this
+task being the only one to write or delete tier objects, a removal never races an upload.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import trio
 
 from headrace.persistence.mirror_log import Retention
 from headrace.persistence.stream_log import stream_root
-from headrace.persistence.tier import TierSettings, tier_pass
+from headrace.persistence.tier import DROPS, TierSettings, run_drops, tier_pass
 from headrace.server.broker import Broker
 from headrace.server.broker.policies import stream_arguments
 from headrace.server.broker.queue_types import parse_interval_ms
@@ -69,7 +72,12 @@ class TierUploader:
         return out
 
     def upload(self, targets: list[Target], now_ms: int) -> None:
-        """In a worker thread: one pass over each log."""
+        """In a worker thread: the deleted logs' tiers removed, then one pass over each log."""
+        try:
+            for folder in run_drops(self.data_dir):
+                log.info("tier %s removed with its log", folder)
+        except OSError as exc:
+            log.warning("a deleted log's tier not removed yet: %s", exc)
         for kind, root, vhost, name, tier in targets:
             key = (kind, vhost, name)
             try:
@@ -91,5 +99,5 @@ class TierUploader:
         while True:
             await trio.sleep(self.settings.spark.tier_interval)
             targets = self.targets(broker)
-            if targets:
+            if targets or (self.data_dir / DROPS).exists():
                 await trio.to_thread.run_sync(self.upload, targets, int(time.time() * 1000))

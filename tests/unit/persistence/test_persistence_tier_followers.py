@@ -1,6 +1,7 @@
 """Tiered segments beyond one node's uploader: a follower gets the manifest and the local
 deletions as file operations (its copy then says which segments live in the tier, as a new
-leader needs) and a stream cursor reads tiered segments in order and then local ones."""
+leader needs), a stream cursor reads tiered segments in order and then local ones, and a
+deleted log's tier goes through a drop note."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from headrace.persistence import replica_tap
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord
 from headrace.persistence.mirror_records import list_segments, mirror_dir
 from headrace.persistence.replica_files import ReplicaFiles, snapshot_ops
-from headrace.persistence.stream_log import StreamCursor, stream_dir, stream_root
-from headrace.persistence.tier import TierSettings, tier_pass
-from headrace.persistence.tier_manifest import MANIFEST, all_segments, first_offset, load_manifest
+from headrace.persistence.stream_log import StreamCursor, remove_stream, stream_dir, stream_root
+from headrace.persistence.tier import DROPS, TierSettings, run_drops, tier_pass
+from headrace.persistence.tier_manifest import MANIFEST, all_segments, first_offset, load_manifest, tier_dir_uri
 
 T0 = 1_700_000_000_000
 N = 300
@@ -112,6 +113,7 @@ def test_a_cursor_reads_the_tier_in_order_then_the_local_segments(tmp_path):
     cursor.close()
 
 
+
 def test_an_unreachable_tier_stalls_the_cursor_until_it_is_back(tmp_path):
     tier = tmp_path / "tier"
     write(tmp_path)
@@ -124,3 +126,36 @@ def test_an_unreachable_tier_stalls_the_cursor_until_it_is_back(tmp_path):
     assert batch is not None and [e.offset for e in batch.entries("/", "s")] == list(range(10))
     cursor.close()
 
+
+def test_a_deleted_streams_tier_goes_through_a_replicated_drop_note(tmp_path, tap):
+    leader, tier = tmp_path / "leader", tmp_path / "tier"
+    write(leader)
+    follower = ReplicaFiles(tmp_path / "follower")
+    tier_pass(stream_root(leader), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    folder = tier_dir_uri(f"file://{tier}", "stream", "/", "s")
+    remote = tier / "stream" / "%2F" / "s"
+    (remote / "99999999999999999999.log.uploading").write_bytes(b"a copy under way")
+    remove_stream(leader, "/", "s", folder)
+    assert not stream_dir(leader, "/", "s").exists() and remote.is_dir()  # the uploader removes it
+    notes = list((leader / DROPS).glob("*.json"))
+    assert len(notes) == 1
+    ship(tap, follower)
+    assert [p.name for p in (tmp_path / "follower" / DROPS).glob("*.json")] == [notes[0].name]
+    assert run_drops(leader) == [folder]
+    assert not remote.exists() and not list((leader / DROPS).glob("*.json"))
+    ship(tap, follower)
+    assert not list((tmp_path / "follower" / DROPS).glob("*.json"))
+    assert run_drops(leader) == []
+
+
+def test_a_drop_note_names_the_manifests_folders_and_a_removal_repeats_safely(tmp_path):
+    data, tier = tmp_path / "data", tmp_path / "tier"
+    write(data)
+    tier_pass(stream_root(data), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    remove_stream(data, "/", "s")  # no policy any more: the manifest still says where the tier is
+    (tier / "stream" / "%2F" / "s").rename(tmp_path / "moved")  # as if removed before a crash
+    assert run_drops(data) == [tier_dir_uri(f"file://{tier}", "stream", "/", "s")]
+    assert not list((data / DROPS).glob("*.json"))
+    write(data)
+    remove_stream(data, "/", "s")  # never tiered: no note
+    assert not list((data / DROPS).glob("*.json"))
