@@ -14,7 +14,7 @@ from headrace.persistence import replica_tap
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord
 from headrace.persistence.mirror_records import list_segments, mirror_dir
 from headrace.persistence.replica_files import ReplicaFiles, snapshot_ops
-from headrace.persistence.stream_log import StreamCursor, remove_stream, stream_dir, stream_root
+from headrace.persistence.stream_log import StreamCursor, offset_at_time, remove_stream, stream_dir, stream_root
 from headrace.persistence.tier import DROPS, TierSettings, run_drops, tier_pass
 from headrace.persistence.tier_manifest import MANIFEST, all_segments, first_offset, load_manifest, tier_dir_uri
 
@@ -113,6 +113,17 @@ def test_a_cursor_reads_the_tier_in_order_then_the_local_segments(tmp_path):
     cursor.close()
 
 
+
+def test_a_timestamp_finds_its_offset_in_a_tiered_segment(tmp_path):
+    tier = tmp_path / "tier"
+    write(tmp_path)
+    tier_pass(stream_root(tmp_path), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    assert list_segments(stream_root(tmp_path), "/", "s")[0].base_offset > 0  # only the active one is local
+    for i in (0, 1, 57, 123, 200, N - 1):
+        assert offset_at_time(tmp_path, "/", "s", T0 + i, N) == i
+    assert offset_at_time(tmp_path, "/", "s", T0 + N, N) == N
+    tier.rename(tmp_path / "away")  # out of reach: a little early, never late
+    assert offset_at_time(tmp_path, "/", "s", T0 + 123, N) <= 123
 
 def test_an_unreachable_tier_stalls_the_cursor_until_it_is_back(tmp_path):
     tier = tmp_path / "tier"
