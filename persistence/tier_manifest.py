@@ -101,17 +101,29 @@ def all_segments(root: Path, vhost: str, name: str) -> list[SegmentInfo]:
     return out
 
 
-def first_offset(root: Path, vhost: str, name: str, local: list[SegmentInfo], default: int) -> int:
-    """The log's oldest offset: its oldest local segment's, or an older one's only in the tier
-    (the manifest is read only when a local listing does not start at 0 and there is one)."""
+def first_offset(root: Path, vhost: str, name: str, local: list[SegmentInfo], default: int,
+                 memo: dict[Path, tuple[int, int, int | None]] | None = None) -> int:
+    """The log's oldest offset: its oldest local segment's, or an older one's only in the tier.
+    The manifest is read only when a local listing does not start at 0 and there is one, and with
+    a ``memo`` (the caller's, by manifest: its size and mtime, and its oldest base) only when it
+    changed: a stream's writer asks after every write."""
     first = local[0].base_offset if local else default
     if first == 0:
         return 0
-    directory = mirror_dir(root, vhost, name)
-    if not (directory / MANIFEST).exists():
+    path = mirror_dir(root, vhost, name) / MANIFEST
+    try:
+        stat = path.stat()
+    except OSError:
         return first
-    tiered = load_manifest(directory)
-    return min(first, min(tiered)) if tiered else first
+    known = memo.get(path) if memo is not None else None
+    if known is not None and known[:2] == (stat.st_size, stat.st_mtime_ns):
+        oldest = known[2]
+    else:
+        tiered = load_manifest(path.parent)
+        oldest = min(tiered) if tiered else None
+        if memo is not None:
+            memo[path] = (stat.st_size, stat.st_mtime_ns, oldest)
+    return first if oldest is None else min(first, oldest)
 
 
 class TierFile:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from headrace.persistence.mirror_log import MirrorLog, MirrorRow, Retention, list_segments
 from headrace.persistence.store_ops import DropQueue
-from headrace.persistence.tier_manifest import first_offset, tier_dir_uri
+from headrace.persistence.tier_manifest import MANIFEST, first_offset, tier_dir_uri
 from headrace.persistence.stream_log import (
     StreamAppend,
     StreamTrack,
@@ -70,6 +70,7 @@ class StreamWriter:
         # writes go in turn, in the order their groups took their ops (a later offsets snapshot must
         # land last); the flusher already runs one group at a time, this keeps the rule local
         self._lock = trio.Lock()
+        self._tiered: dict[Path, tuple[int, int, int | None]] = {}  # tiered streams' oldest bases, by manifest
 
     def _log(self, key: tuple[str, str], settings: Settings | None) -> MirrorLog:
         """The stream's open log, with its current settings (a policy may have changed them)."""
@@ -97,7 +98,7 @@ class StreamWriter:
                 if isinstance(queue, StreamQueue):
                     log_ = self._log((vname, qname), _settings(broker, queue))
                     segs = list_segments(log_.root, vname, qname)
-                    queue.restore(log_.next_offset, first_offset(log_.root, vname, qname, segs, 0),
+                    queue.restore(log_.next_offset, first_offset(log_.root, vname, qname, segs, 0, self._tiered),
                                   read_offsets(stream_dir(self.data_dir, vname, qname)), log_._stamp or None)
 
     def plan(self, broker: Broker, ops: Sequence[object]) -> tuple[dict[tuple[str, str], list[MirrorRow]],
@@ -139,7 +140,7 @@ class StreamWriter:
             log_.enforce_retention(log_.stamp_ms)
             segs = list_segments(log_.root, *key)
             written.append(Written(key, log_.next_offset, log_.stamp_ms,
-                                   first_offset(log_.root, *key, segs, log_.next_offset)))
+                                   first_offset(log_.root, *key, segs, log_.next_offset, self._tiered)))
         for key, offsets in tracks.items():
             write_offsets(stream_dir(self.data_dir, *key), offsets)
         for key, tier_dir in drops:
@@ -147,6 +148,7 @@ class StreamWriter:
             if dropped is not None:
                 dropped.close()
             remove_stream(self.data_dir, *key, tier_dir)
+            self._tiered.pop(stream_dir(self.data_dir, *key) / MANIFEST, None)
         return written
 
     def retention_targets(self, broker: Broker) -> list[tuple[tuple[str, str], Settings]]:
@@ -168,7 +170,7 @@ class StreamWriter:
             if log_.enforce_retention(now_ms):
                 log.info("stream %s/%s: retention dropped old segments", *key)
                 segs = list_segments(log_.root, *key)
-                out.append(Written(key, log_.next_offset, None, first_offset(log_.root, *key, segs, log_.next_offset)))
+                out.append(Written(key, log_.next_offset, None, first_offset(log_.root, *key, segs, log_.next_offset, self._tiered)))
         return out
 
     async def write_group(self, broker: Broker, ops: Sequence[object]) -> None:

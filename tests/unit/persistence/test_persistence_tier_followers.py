@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from headrace.persistence import replica_tap
-from headrace.persistence.mirror_log import MirrorLog, MirrorRecord
+from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention
 from headrace.persistence.mirror_records import list_segments, mirror_dir
 from headrace.persistence.replica_files import ReplicaFiles, snapshot_ops
 from headrace.persistence.stream_log import StreamCursor, offset_at_time, remove_stream, stream_dir, stream_root
@@ -113,6 +113,21 @@ def test_a_cursor_reads_the_tier_in_order_then_the_local_segments(tmp_path):
     cursor.close()
 
 
+
+
+def test_the_first_offset_memo_follows_the_manifest(tmp_path):
+    """The stream writer asks after every write: the manifest is read again only once it changed."""
+    root, tier = stream_root(tmp_path), tmp_path / "tier"
+    write(tmp_path)
+    tier_pass(root, "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
+    memo: dict = {}
+    local = list_segments(root, "/", "s")
+    assert first_offset(root, "/", "s", local, 0, memo) == 0 and list(memo.values())[0][2] == 0
+    total = sum(s.size for s in all_segments(root, "/", "s"))
+    tier_pass(root, "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0,
+                                                      retention=Retention(max_bytes=total // 2)), T0)
+    oldest = all_segments(root, "/", "s")[0].base_offset
+    assert oldest > 0 and first_offset(root, "/", "s", local, 0, memo) == oldest
 
 def test_a_timestamp_finds_its_offset_in_a_tiered_segment(tmp_path):
     tier = tmp_path / "tier"
