@@ -152,6 +152,11 @@ class Destination(ABC):
     @abstractmethod
     def ack(self, entry: QueueEntry, left: list[Left] | None = None) -> None: ...
 
+    def ack_run(self, entries: list[QueueEntry], left: list[Left] | None = None) -> None:
+        """``ack`` of each of ``entries`` (an ack of many settles each queue's share at once)."""
+        for entry in entries:
+            self.ack(entry, left)
+
     @abstractmethod
     def requeue(self, entry: QueueEntry, left: list[Left] | None = None) -> None: ...
 

@@ -15,6 +15,7 @@ Rule 3: an entry taken from the ready list stays in the ``HeldTally`` when it is
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from .backlog import Backlog
@@ -25,6 +26,9 @@ from .outcome import Left, left_entry
 from .unacked import Unacked
 
 __all__ = ["HandOut"]
+
+_redelivered = attrgetter("redelivered")
+_UNCOUNTED = 1 << 62  # the credit of a consumer or sink with no count bound
 
 
 class HandOut(Destination):
@@ -66,6 +70,10 @@ class HandOut(Destination):
             consumers = consumers[:1]
         elif self._mixed_priorities:
             return self._dispatch_by_priority(now, left, delivered)
+        if not self.timed:  # nothing can expire on the way out: whole turns at once
+            count = self._dispatch_turns(consumers, now, delivered)
+            if count >= 0:
+                return count
         n = len(consumers)
         idx = self._rr % n
         idle = 0
@@ -86,6 +94,79 @@ class HandOut(Destination):
             self._hand_over(consumer, entry, left, delivered, now)
         self._rr = idx
         return count
+
+    def _dispatch_turns(self, consumers: list[Consumer[Any]], now: float,
+                        delivered: list[QueueEntry] | None) -> int:
+        """``dispatch``'s round-robin planned on counts, then each consumer's share handed over in
+        one ``deliver_run``: the same entries to the same consumers in the same order as one by
+        one, for a call per consumer instead of several per delivery. Only for consumers whose
+        credit is a count (``RunSink.credit``, a prefetch window); -1 when one's is not (no-ack,
+        no prefetch: its sink's byte bound is checked delivery by delivery)."""
+        n = len(consumers)
+        credit = [0] * n
+        slot = [0] * n
+        rooms: list[int] = []
+        sinks: dict[int, int] = {}
+        for i, consumer in enumerate(consumers):
+            if not consumer.runs or consumer.no_ack:
+                return -1
+            sink = consumer.sink
+            at = sinks.get(id(sink))
+            if at is None:
+                at = sinks[id(sink)] = len(rooms)
+                rooms.append(sink.credit())  # type: ignore[attr-defined]  # ``runs`` says it has one
+            slot[i] = at
+            if consumer.prefetch:
+                credit[i] = max(consumer.prefetch - consumer.unacked, 0)
+            elif rooms[at] >= 0:
+                credit[i] = _UNCOUNTED
+            else:
+                return -1
+        for at, room in enumerate(rooms):
+            if room < 0:
+                rooms[at] = _UNCOUNTED
+        ready = self._backlog.ready.count
+        order: list[int] = []
+        idx = self._rr % n
+        idle = 0
+        while idle < n:
+            if credit[idx] and rooms[slot[idx]]:
+                if len(order) == ready:
+                    break  # this consumer is first in line next time
+                credit[idx] -= 1
+                rooms[slot[idx]] -= 1
+                order.append(idx)
+                idle = 0
+            else:
+                idle += 1
+            idx = idx + 1 if idx + 1 < n else 0
+        self._rr = idx
+        if not order:
+            return 0
+        entries = self._backlog.take_run(len(order))
+        if n == 1:
+            self._hand_over_run(consumers[0], entries, now, delivered)
+            return len(entries)
+        runs: list[list[QueueEntry]] = [[] for _ in range(n)]
+        for i, entry in zip(order, entries):
+            runs[i].append(entry)
+        for i, run in enumerate(runs):
+            if run:
+                self._hand_over_run(consumers[i], run, now, delivered)
+        return len(entries)
+
+    def _hand_over_run(self, consumer: Consumer[Any], entries: list[QueueEntry], now: float,
+                       delivered: list[QueueEntry] | None) -> None:
+        """``_hand_over`` of a consumer's turn (an ack-mode consumer's: all kept unacked)."""
+        stats = self.stats
+        stats.delivered += len(entries)
+        redelivered = sum(map(_redelivered, entries))
+        if redelivered:
+            stats.redelivered += redelivered
+        self._unacked.keep_run(consumer, entries)  # held before, held still: no tally update
+        consumer.sink.deliver_run(consumer, self, entries, now)  # type: ignore[attr-defined]
+        if delivered is not None:
+            delivered.extend(entries)
 
     def _dispatch_by_priority(self, now: float, left: list[Left] | None,
                               delivered: list[QueueEntry] | None) -> int:

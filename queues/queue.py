@@ -185,6 +185,12 @@ class Queue(HandOut):
             self.stats.acked += 1
             self._gone(left, entry, None)
 
+    def ack_run(self, entries: list[QueueEntry], left: list[Left] | None = None) -> None:
+        released = self._unacked.release_run(entries)
+        self.stats.acked += len(released)
+        if left is not None:
+            left.extend([left_entry(entry, None) for entry in released])
+
     def requeue(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
         if not self._unacked.release(entry):
             return

@@ -15,6 +15,8 @@ still); releasing one takes it off the tally and off its consumer's unacked coun
 
 from __future__ import annotations
 
+from typing import Any
+
 from .consumer import Consumer
 from .held import HeldTally
 from .message import QueueEntry
@@ -42,6 +44,17 @@ class Unacked:
         if isinstance(owner, Consumer):
             owner.unacked += 1
 
+    def keep_run(self, consumer: Consumer[Any], entries: list[QueueEntry]) -> None:
+        """``keep`` of a consumer's whole turn of deliveries."""
+        table = self.entries
+        size = 0
+        for entry in entries:
+            entry.owner = consumer
+            table[entry.seq] = entry
+            size += len(entry.message.body)
+        self.bytes += size
+        consumer.unacked += len(entries)
+
     def release(self, entry: QueueEntry) -> bool:
         """Settle ``entry`` if this table still holds it (rule 2); False when it does not."""
         table = self.entries
@@ -58,6 +71,31 @@ class Unacked:
             owner.unacked -= 1
         entry.owner = None
         return True
+
+    def release_run(self, entries: list[QueueEntry]) -> list[QueueEntry]:
+        """``release`` of each of ``entries`` (an ack of many), the counts updated once; returns
+        the ones this table held (rule 2), in order."""
+        table = self.entries
+        pop = table.pop
+        released: list[QueueEntry] = []
+        size = 0
+        for entry in entries:
+            held_entry = pop(entry.seq, None)
+            if held_entry is not entry:
+                if held_entry is not None:
+                    table[held_entry.seq] = held_entry  # not this one (rule 2): it stays
+                continue
+            size += len(entry.message.body)
+            owner = entry.owner
+            if isinstance(owner, Consumer):
+                owner.unacked -= 1
+            entry.owner = None
+            released.append(entry)
+        self.bytes -= size
+        held = self._held
+        held.entries -= len(released)
+        held.bytes -= size
+        return released
 
     def message_ids(self) -> list[int]:
         return [entry.message.id for entry in self.entries.values()]
