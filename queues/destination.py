@@ -133,9 +133,10 @@ class Destination(ABC):
         refused, dropped or logged (a classic queue without length bounds)."""
         return False
 
-    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True) -> None:
         """``enqueue`` of each message in order (``size``: their body bytes), every one ACCEPTED,
-        nothing in ``left``; called only after ``takes_runs`` said True."""
+        nothing in ``left``; called only after ``takes_runs`` said True. ``expiring``: some
+        message of the run may carry an expiration (False: none does)."""
         raise NotImplementedError(f"{self.queue_type} queues take publishes one by one")
 
     @abstractmethod
