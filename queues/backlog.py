@@ -75,6 +75,13 @@ class Backlog:
             self.spill.backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
         return entry
 
+    def take_run(self, count: int) -> list[QueueEntry]:
+        """``take`` of the next ``count`` resident entries (the caller counted them ready)."""
+        entries = self.ready.take_run(count)
+        if self.spill.count and self.page_in_wanted():
+            self.spill.backing.want_page_in()  # type: ignore[union-attr]  # (checked there)
+        return entries
+
     def pop_any(self) -> QueueEntry | None:
         """The head, resident or spilled, no longer held (a bound dropped it)."""
         entry = self.ready.pop()

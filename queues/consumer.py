@@ -46,6 +46,9 @@ class Consumer(Generic[Q]):
     channel_id: int = 0
     owner: object | None = None
     unacked: int = 0
+    # its sink takes a turn's deliveries at once: ``credit()`` (-1: no count bound, 0: no room)
+    # and ``deliver_run(consumer, queue, entries, now)`` besides ``ConsumerSink``'s calls
+    runs: bool = False
 
     def can_take(self) -> bool:
         """nsq's RDY predicate: credit left and a sink with room."""

@@ -133,9 +133,10 @@ class Destination(ABC):
         refused, dropped or logged (a classic queue without length bounds)."""
         return False
 
-    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True) -> None:
         """``enqueue`` of each message in order (``size``: their body bytes), every one ACCEPTED,
-        nothing in ``left``; called only after ``takes_runs`` said True."""
+        nothing in ``left``; called only after ``takes_runs`` said True. ``expiring``: some
+        message of the run may carry an expiration (False: none does)."""
         raise NotImplementedError(f"{self.queue_type} queues take publishes one by one")
 
     @abstractmethod
@@ -151,6 +152,11 @@ class Destination(ABC):
 
     @abstractmethod
     def ack(self, entry: QueueEntry, left: list[Left] | None = None) -> None: ...
+
+    def ack_run(self, entries: list[QueueEntry], left: list[Left] | None = None) -> None:
+        """``ack`` of each of ``entries`` (an ack of many settles each queue's share at once)."""
+        for entry in entries:
+            self.ack(entry, left)
 
     @abstractmethod
     def requeue(self, entry: QueueEntry, left: list[Left] | None = None) -> None: ...

@@ -1,20 +1,20 @@
-"""The classic queue (and the quorum queue, the same logic under quorum rules): ready list,
-in-flight entries, bounds, TTL, dead letters and spill.
+"""The classic queue (and the quorum queue, the same logic under quorum rules): what comes in
+and what comes back (enqueue, bounds, TTL, settling, returns, dead letters, spill and paging).
+Handing ready entries out to consumers is its base ``HandOut`` (hand_out.py).
 
-Rule 1: a ``Queue`` owns its unacked entries, its consumers' credit and the order it hands
-entries out in; its ``Backlog`` (backlog.py) owns the ready entries (the resident window and the
-spilled range behind it), and what every queue type shares (identity, the consumer list, last
-use) is its ``Destination`` part (destination.py); the stream log is its sibling. Everything goes
-through its methods; each is synchronous and takes ``now`` from the caller, so a dispatch is
-atomic.
-Rule 2 (nsq's ownership check): ack/requeue/reject act only on an entry the queue still holds
-unacked, so a late ack after a requeue, or after the queue was purged, changes nothing.
+Rule 1: a ``Queue`` owns its sequence numbers, TTL and delayed returns; its ``Unacked``
+(unacked.py) owns the entries out with consumers, its ``Backlog`` (backlog.py) the ready entries
+(the resident window and the spilled range behind it), and what every queue type shares
+(identity, the consumer list, last use) is its ``Destination`` part (destination.py); the stream
+log is its sibling. Everything goes through its methods; each is synchronous and takes ``now``
+from the caller, so a dispatch is atomic.
+Rule 2 (nsq's ownership check, ``Unacked.release``): ack/requeue/reject act only on an entry
+the queue still holds unacked, so a late ack after a requeue or a purge changes nothing.
 Rule 3: it never calls up. A message that leaves for good is reported in the caller's ``left``
-list (see ``outcome``); the only outward call is ``ConsumerSink.deliver`` during ``dispatch``,
-the consumer's own buffer, which must not call back into the queue.
+list (see ``outcome``); the only outward call is ``ConsumerSink.deliver`` during ``dispatch``.
 Rule 4: what it holds in memory is also added to the broker's ``HeldTally`` (held.py) where it
-changes: by its ``ReadyList`` for ready entries, here for an entry taken and not kept unacked
-(``_let_go``), a release, and consumers.
+changes: by its ``ReadyList`` for ready entries, its ``Unacked`` for a release, ``HandOut`` for
+an entry taken and not kept unacked, ``Destination`` for consumers.
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from .backing import Backing, PropsInfo, RecoveredRow
 from .backlog import Backlog
 from .consumer import Consumer
 from .destination import Destination
+from .hand_out import HandOut
 from .held import HeldTally
 from .message import Message, QueueEntry
 from .retry import RetryHold, retry_delay
+from .unacked import Unacked
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
 
 __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
@@ -39,8 +41,8 @@ __all__ = ["ENTRY_OVERHEAD", "EnqueueOutcome", "Queue", "QueueStats"]
 ENTRY_OVERHEAD = 320
 
 
-class Queue(Destination):
-    __slots__ = ("_backlog", "_unacked", "_unacked_bytes", "_rr", "_seq", "_ttl", "_retry")
+class Queue(HandOut):
+    __slots__ = ("_seq", "_ttl", "_retry")
 
     def __init__(self, name: str, *, vhost: str = "/", durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, args: QueueArgs | None = None,
@@ -51,8 +53,7 @@ class Queue(Destination):
                              auto_delete=auto_delete, arguments=arguments, args=args, held=held)
         self._backlog = Backlog(self.args.max_priority, self._held, backing_factory, resident_max_messages,
                                 resident_max_bytes)
-        self._unacked: dict[int, QueueEntry] = {}
-        self._unacked_bytes = 0  # bodies of the entries in _unacked
+        self._unacked = Unacked(self._held)
         self._rr = 0
         self._seq = 0
         ttl = self.args.message_ttl_ms
@@ -74,14 +75,14 @@ class Queue(Destination):
 
     @property
     def message_bytes_unacked(self) -> int:
-        return self._unacked_bytes
+        return self._unacked.bytes
 
     @property
     def memory(self) -> int:
         """Estimated RAM held for this queue's messages (spilled ones cost only their counters).
         A body routed to several queues is shared but counted in each: an upper bound."""
         ready = self._backlog.ready
-        return (ready.count + len(self._unacked)) * ENTRY_OVERHEAD + ready.bytes + self._unacked_bytes
+        return (ready.count + len(self._unacked)) * ENTRY_OVERHEAD + ready.bytes + self._unacked.bytes
 
     @property
     def resident_count(self) -> int:
@@ -132,10 +133,16 @@ class Queue(Destination):
         """No length bound: a run of publishes can neither be refused nor drop a head."""
         return self.args.max_length is None and self.args.max_length_bytes is None
 
-    def enqueue_run(self, messages: Sequence[Message], size: int, now: float) -> None:
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True) -> None:
         """``enqueue`` of each message in order (``size``: their body bytes), for a queue that
-        ``takes_runs``."""
-        self.stats.published += len(messages)
+        ``takes_runs``; with no TTL at all the entries are made straight, no call per message."""
+        count = len(messages)
+        self.stats.published += count
+        if not expiring and self._ttl is None:
+            seq = self._seq
+            self._seq = seq + count
+            self._backlog.push_run(list(map(QueueEntry, range(seq + 1, seq + count + 1), messages)), size)
+            return
         new_entry = self._new_entry
         self._backlog.push_run([new_entry(message, now) for message in messages], size)
 
@@ -178,152 +185,20 @@ class Queue(Destination):
         self._seq += count
         return count
 
-    # ------------------------------------------------------------------ taking entries
-    def _pop_live(self, now: float, left: list[Left] | None) -> QueueEntry | None:
-        """Next ready entry that has not expired, still counted as held (``ReadyList.take``): the
-        caller keeps it unacked or lets it go (``_let_go``). Expired ones go to ``left`` on the way."""
-        take = self._backlog.take
-        while True:
-            entry = take()
-            if entry is None:
-                return None
-            if entry.expires_at is not None and entry.expires_at < now:
-                self._let_go(entry)
-                self.stats.expired += 1
-                self._gone(left, entry, "expired")
-                continue
-            return entry
-
-    def _let_go(self, entry: QueueEntry) -> None:
-        """An entry taken from the ready list and not kept unacked is no longer held."""
-        held = self._held
-        held.entries -= 1
-        held.bytes -= len(entry.message.body)
-
-    def dispatch(self, now: float, left: list[Left] | None = None, delivered: list[QueueEntry] | None = None,
-                 budget: Any = None) -> int:
-        """Hand ready entries to consumers with credit, round-robin; returns how many. Entries now
-        unacked are appended to ``delivered`` when given; no-ack ones and expired ones to ``left``.
-        A classic queue's consumers take from memory: no read budget applies."""
-        consumers = self._consumers
-        if not consumers or not self._backlog.ready:
-            return 0
-        if self.args.single_active_consumer:
-            consumers = consumers[:1]
-        elif self._mixed_priorities:
-            return self._dispatch_by_priority(now, left, delivered)
-        n = len(consumers)
-        idx = self._rr % n
-        idle = 0
-        count = 0
-        while idle < n:
-            consumer = consumers[idx]
-            if not consumer.can_take():
-                idle += 1
-                idx = idx + 1 if idx + 1 < n else 0
-                continue
-            entry = self._pop_live(now, left)
-            if entry is None:
-                break  # this consumer is first in line next time
-            idx = idx + 1 if idx + 1 < n else 0
-            idle = 0
-            count += 1
-            # one path for every delivery, so the unacked byte count always matches _release
-            self._hand_over(consumer, entry, left, delivered, now)
-        self._rr = idx
-        return count
-
-    def _dispatch_by_priority(self, now: float, left: list[Left] | None,
-                              delivered: list[QueueEntry] | None) -> int:
-        """Consumer priorities: the highest-priority consumers with credit get messages first."""
-        count = 0
-        ordered = sorted(self._consumers, key=lambda c: -c.priority)
-        while self._backlog.ready:
-            consumer = next((c for c in ordered if c.can_take()), None)
-            if consumer is None:
-                break
-            entry = self._pop_live(now, left)
-            if entry is None:
-                break
-            count += 1
-            self._hand_over(consumer, entry, left, delivered, now)
-            ordered.remove(consumer)  # round-robin within equal priority
-            ordered.append(consumer)
-            ordered.sort(key=lambda c: -c.priority)
-        return count
-
-    def _hand_over(self, consumer: Consumer[Any], entry: QueueEntry, left: list[Left] | None,
-                   delivered: list[QueueEntry] | None, now: float) -> None:
-        entry.owner = consumer
-        self.stats.delivered += 1
-        if entry.redelivered:
-            self.stats.redelivered += 1
-        if consumer.no_ack:
-            self._let_go(entry)
-            self.stats.delivered_no_ack += 1
-            consumer.sink.deliver(consumer, self, entry, now)
-            if left is not None:
-                left.append(left_entry(entry, None))
-        else:
-            self._unacked[entry.seq] = entry  # held before, held still: no tally update
-            self._unacked_bytes += len(entry.message.body)
-            consumer.unacked += 1
-            consumer.sink.deliver(consumer, self, entry, now)
-            if delivered is not None:
-                delivered.append(entry)
-
-    def get(self, now: float, *, no_ack: bool, owner: object, left: list[Left] | None = None) -> QueueEntry | None:
-        """basic.get: the next live entry, unacked under ``owner`` unless ``no_ack`` (then in ``left``)."""
-        self._last_used = now
-        entry = self._pop_live(now, left)
-        backlog = self._backlog
-        while entry is None and backlog.spill.count:  # never get-empty while entries are spilled
-            read, lost = backlog.read_head()
-            self.stats.spill_damaged += lost
-            if not read:
-                break
-            entry = self._pop_live(now, left)
-        stats = self.stats
-        if entry is None:
-            stats.get_empty += 1
-            return None
-        entry.owner = owner
-        stats.delivered += 1
-        if entry.redelivered:
-            stats.redelivered += 1
-        if no_ack:
-            self._let_go(entry)
-            stats.got_no_ack += 1
-            self._gone(left, entry, None)
-        else:
-            stats.got += 1
-            self._unacked[entry.seq] = entry  # still held (``_pop_live``)
-            self._unacked_bytes += len(entry.message.body)
-        return entry
-
     # ------------------------------------------------------------------ settle
-    def _release(self, entry: QueueEntry) -> bool:
-        if self._unacked.get(entry.seq) is not entry:
-            return False
-        del self._unacked[entry.seq]
-        size = len(entry.message.body)
-        self._unacked_bytes -= size
-        held = self._held
-        held.entries -= 1
-        held.bytes -= size
-        owner = entry.owner
-        if isinstance(owner, Consumer):
-            owner.unacked -= 1
-        entry.owner = None
-        return True
-
     def ack(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
-        if self._release(entry):
+        if self._unacked.release(entry):
             self.stats.acked += 1
             self._gone(left, entry, None)
 
+    def ack_run(self, entries: list[QueueEntry], left: list[Left] | None = None) -> None:
+        released = self._unacked.release_run(entries)
+        self.stats.acked += len(released)
+        if left is not None:
+            left.extend([left_entry(entry, None) for entry in released])
+
     def requeue(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
-        if not self._release(entry):
+        if not self._unacked.release(entry):
             return
         entry.redelivered = True
         entry.delivery_count += 1
@@ -336,7 +211,7 @@ class Queue(Destination):
     def give_back(self, entry: QueueEntry, left: list[Left] | None, failed: bool, now: float) -> None:
         """A return under RabbitMQ 4.3's rules: every return counts as acquired, only a ``failed``
         one (reject, a lost channel) toward the delivery limit; it may wait for a delayed retry."""
-        if not self._release(entry):
+        if not self._unacked.release(entry):
             return
         entry.redelivered = True
         entry.acquired_count = max(entry.acquired_count, entry.delivery_count) + 1
@@ -365,15 +240,8 @@ class Queue(Destination):
         return bool(due)
 
     def reject(self, entry: QueueEntry, left: list[Left] | None = None) -> None:
-        if self._release(entry):
+        if self._unacked.release(entry):
             self._gone(left, entry, "rejected")
-
-    def _gone(self, left: list[Left] | None, entry: QueueEntry, reason: str | None, held: bool = True) -> None:
-        """``entry`` left for good; a dead one counts as dead-lettered when there is somewhere to go."""
-        if reason is not None and self.args.dead_letter_exchange is not None:
-            self.stats.dead_lettered += 1
-        if left is not None:
-            left.append(left_entry(entry, reason, held))
 
     # ------------------------------------------------------------------ upkeep
     def purge(self, left: list[Left] | None = None) -> int:
@@ -390,7 +258,7 @@ class Queue(Destination):
         return count
 
     def unacked_message_ids(self) -> list[int]:
-        return [entry.message.id for entry in self._unacked.values()]
+        return self._unacked.message_ids()
 
     def expire(self, now: float, left: list[Left] | None = None) -> int:
         """Drop expired entries at the head (RabbitMQ expires from the head only)."""
@@ -413,11 +281,7 @@ class Queue(Destination):
         self._backlog.close()
         if self._retry is not None:
             self._retry.clear()
-        held = self._held
-        held.entries -= len(self._unacked)
-        held.bytes -= self._unacked_bytes
-        self._unacked.clear()
-        self._unacked_bytes = 0
+        self._unacked.drop_all()
         return consumers
 
     # ------------------------------------------------------------------ paging (the pager's calls)

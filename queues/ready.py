@@ -163,6 +163,24 @@ class ReadyList:
         self.bytes -= len(entry.message.body)
         return entry
 
+    def take_run(self, count: int) -> list[QueueEntry]:
+        """``take`` of the next ``count`` entries (at most ``count`` are ready), the counts
+        updated once: a plain queue with nothing returned pops its deque straight."""
+        lane = self._one
+        if self._max or lane.returned:
+            take = self.take
+            return [take() for _ in range(count)]  # type: ignore[misc]
+        fresh: deque[QueueEntry] = lane.fresh  # type: ignore[assignment]  # count says it has them
+        if count == len(fresh):  # all of them (a queue its consumers keep up with)
+            entries = list(fresh)
+            fresh.clear()
+        else:
+            popleft = fresh.popleft
+            entries = [popleft() for _ in range(count)]
+        self.count -= count
+        self.bytes -= sum([len(entry.message.body) for entry in entries])
+        return entries
+
     def clear(self) -> list[QueueEntry]:
         out = [e for e in self]
         for lane in self._lanes:

@@ -3,7 +3,8 @@
 A frame is ``type:u8 channel:u16 size:u32 payload 0xCE``. ``encode_deliver`` builds the deliver
 method, content header and body frames of one delivery as a single ``bytes`` with precompiled
 structs, keeping the publisher's property bytes as they came: the C one of ``_wire.c`` when it
-was built (``compiled.py``), ``encode_deliver_py`` otherwise, the same bytes either way. ``decode_publish`` and
+was built (``compiled.py``), ``encode_deliver_py`` otherwise, the same bytes either way. ``encode_delivers`` does a consumer's
+whole turn of queue entries in one call. ``decode_publish`` and
 ``decode_ack`` parse the two methods a busy connection receives most without the generic,
 table-driven path in ``methods.py``.
 """
@@ -11,7 +12,8 @@ table-driven path in ``methods.py``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import methods as m
 from .compiled import WIRE
@@ -24,6 +26,8 @@ __all__ = [
     "encode_content",
     "encode_deliver",
     "encode_deliver_py",
+    "encode_delivers",
+    "encode_delivers_py",
     "encode_frame",
     "encode_method_frame",
 ]
@@ -117,6 +121,20 @@ def encode_deliver_py(channel: int, consumer_tag: str, delivery_tag: int, redeli
 
 EncodeDeliver = Callable[[int, str, int, bool, str, str, bytes, bytes, int], bytes]
 encode_deliver: EncodeDeliver = WIRE.encode_deliver if WIRE is not None else encode_deliver_py
+
+
+def encode_delivers_py(channel: int, consumer_tag: str, first_tag: int, entries: Sequence[Any],
+                       frame_max: int) -> bytes:
+    """One consumer's turn: ``encode_deliver`` of each queue entry (its ``redelivered``, its
+    message's exchange, routing key, property bytes and body), tagged ``first_tag`` on, joined."""
+    return b"".join([encode_deliver(channel, consumer_tag, tag, entry.redelivered, entry.message.exchange,
+                                    entry.message.routing_key, entry.message.props_raw, entry.message.body,
+                                    frame_max)
+                     for tag, entry in enumerate(entries, first_tag)])
+
+
+EncodeDelivers = Callable[[int, str, int, Sequence[Any], int], bytes]
+encode_delivers: EncodeDelivers = WIRE.encode_delivers if WIRE is not None else encode_delivers_py
 
 
 def decode_publish(payload: bytes, offset: int = 4) -> m.BasicPublish:

@@ -13,7 +13,10 @@ out as its own (bound once, so a delivery costs no extra call), and the channels
 
 from __future__ import annotations
 
-from .codec import FRAME_HEADER, encode_content, encode_deliver, encode_method_frame
+from collections.abc import Sequence
+from typing import Any
+
+from .codec import FRAME_HEADER, encode_content, encode_deliver, encode_delivers, encode_method_frame
 from .method_codec import Method
 from .spec import FRAME_END, FrameType
 
@@ -57,6 +60,14 @@ class FrameWriter:
                      routing_key: str, props_raw: bytes, body: bytes) -> None:
         data = encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key, props_raw,
                               body, self.frame_max)
+        self._out.append(data)
+        self.bytes_pending += len(data)
+
+    def send_delivers(self, channel: int, consumer_tag: str, first_tag: int, entries: Sequence[Any]) -> None:
+        """``send_deliver`` of a consumer's turn of queue entries (``QueueEntry``: its
+        ``redelivered`` and its message's exchange, routing key, properties and body), tagged from
+        ``first_tag`` on, in one encoding call."""
+        data = encode_delivers(channel, consumer_tag, first_tag, entries, self.frame_max)
         self._out.append(data)
         self.bytes_pending += len(data)
 

@@ -80,12 +80,19 @@ class Delivery:
         self.recover_spilled = settlement.recover_spilled
         self._dispatch = settlement.dispatch
         self._settled = settlement.settled
-        self._runs = RunPlacer(store, self.next_message_id, settlement.dispatch, self.saturation, _expiration_ms)
+        self._runs = RunPlacer(store, self.take_message_ids, settlement.dispatch, self.saturation, _expiration_ms)
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
         mid = self._next_id
         self._next_id = mid + 1
+        return mid
+
+    def take_message_ids(self, count: int) -> int:
+        """``count`` ids at once (a run of publishes, once it knows how many it used); returns
+        the first, or with 0 the next id without taking it."""
+        mid = self._next_id
+        self._next_id = mid + count
         return mid
 
     def set_next_message_id(self, value: int) -> None:

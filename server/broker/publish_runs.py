@@ -49,13 +49,13 @@ class RunPlacer:
     """Places runs for its delivery owner, with the owner's store outbox, message ids, dispatch
     and saturation tracking, all given at construction."""
 
-    __slots__ = ("_store", "_next_id", "_dispatch", "_saturation", "_expiration_ms")
+    __slots__ = ("_store", "_take_ids", "_dispatch", "_saturation", "_expiration_ms")
 
-    def __init__(self, store: StoreOutbox, next_id: Callable[[], int],
+    def __init__(self, store: StoreOutbox, take_ids: Callable[[int], int],
                  dispatch: Callable[[VHostView, Destination, float], None], saturation: Saturation,
                  expiration_ms: Callable[[str], int]) -> None:
         self._store = store
-        self._next_id = next_id
+        self._take_ids = take_ids  # the owner's: ``count`` message ids at once, the first returned (0: a look)
         self._dispatch = dispatch
         self._saturation = saturation
         self._expiration_ms = expiration_ms  # the owner's parse, with its 406
@@ -68,28 +68,34 @@ class RunPlacer:
         those before it are placed, as one by one would); then every queue takes the run."""
         messages: list[Message] = []
         rest = contents[len(contents):]
-        next_id = self._next_id
+        first_id = self._take_ids(0)  # the next id: nothing else takes one until the run is made
+        expiring = False
         try:
             for i, (props_raw, body) in enumerate(contents):
                 delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
                 if has_headers:
                     rest = contents[i:]
                     break
-                expiration_ms = None if expiration is None else self._expiration_ms(expiration)
-                messages.append(Message(next_id(), exchange_name, routing_key, props_raw, body, delivery_mode == 2,
+                expiration_ms = None
+                if expiration is not None:
+                    expiration_ms = self._expiration_ms(expiration)
+                    expiring = True
+                messages.append(Message(first_id + i, exchange_name, routing_key, props_raw, body, delivery_mode == 2,
                                         priority or 0, expiration_ms, None, now))
         finally:
             if messages:
-                self._enqueue(vhost, exchange, queues, messages, now, results, batch)
+                self._take_ids(len(messages))  # those the run used: the same ids as one by one
+                self._enqueue(vhost, exchange, queues, messages, now, results, batch, expiring)
         return rest
 
     def _enqueue(self, vhost: VHostView, exchange: Exchange, queues: list[Destination], messages: list[Message],
-                 now: float, results: list[PublishResult], batch: dict[Destination, VHostView] | None) -> None:
+                 now: float, results: list[PublishResult], batch: dict[Destination, VHostView] | None,
+                 expiring: bool) -> None:
         size = 0
         for message in messages:
             size += len(message.body)
         for queue in queues:
-            queue.enqueue_run(messages, size, now)
+            queue.enqueue_run(messages, size, now, expiring)
         count = len(messages)
         exchange.published_in += count
         exchange.published_out += count * len(queues)

@@ -24,11 +24,11 @@ from headrace.server.amqp.properties import decode_properties, encode_properties
 
 from . import errors
 
-__all__ = ["REPLY_QUEUE", "REPLY_PREFIX", "ReplyConsumer", "ReplyRegistry", "ReplySink", "is_reply_key"]
+__all__ = ["REPLY_QUEUE", "REPLY_PREFIX", "REPLY_TO_FLAG", "ReplyConsumer", "ReplyRegistry", "ReplySink", "is_reply_key"]
 
 REPLY_QUEUE = "amq.rabbitmq.reply-to"
 REPLY_PREFIX = REPLY_QUEUE + "."
-_REPLY_TO_FLAG = 0x02  # reply-to is bit 9 of the property flags: bit 1 of the first byte
+REPLY_TO_FLAG = 0x02  # reply-to is bit 9 of the property flags: bit 1 of the first byte
 
 
 class ReplySink(Protocol):
@@ -90,7 +90,7 @@ class ReplyRegistry:
 def rewrite_request(props_raw: bytes, consumer: ReplyConsumer | None) -> bytes:
     """A request's ``reply_to: amq.rabbitmq.reply-to`` becomes the channel's reply address; without
     a reply consumer on the channel that is RabbitMQ's 406."""
-    if len(props_raw) < 2 or not props_raw[0] & _REPLY_TO_FLAG:
+    if len(props_raw) < 2 or not props_raw[0] & REPLY_TO_FLAG:
         return props_raw
     props = decode_properties(props_raw)
     if props.reply_to != REPLY_QUEUE:

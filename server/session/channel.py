@@ -15,6 +15,7 @@ change this state on the channel's behalf.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from operator import attrgetter
 from typing import Any, Protocol
 
 from headrace.queues import Consumer, Destination, QueueEntry
@@ -33,6 +34,8 @@ from .ack_stamps import AckStamps
 from .tx import Tagged, Transaction
 
 __all__ = ["ChannelSession", "ConfirmWaiter", "OUTBOX_HIGH_WATER"]
+
+_redelivered = attrgetter("redelivered")
 
 # Deliveries stop being encoded for a connection once this many bytes wait for its socket; the
 # writer sends them in one call, and when it has drained the consumers are dispatched again. 1 MiB
@@ -105,6 +108,41 @@ class ChannelSession:
             self.session.outbox_full = True
             return False
         return True
+
+    def credit(self) -> int:
+        """``has_capacity`` as a count, for a queue that plans a turn's deliveries at once
+        (``Consumer.runs``): how many more the channel-wide prefetch allows, -1 when it is off, 0
+        when the channel has no room. A turn then goes out whole, so the outgoing buffer may pass
+        its high-water mark by at most the consumers' prefetch windows."""
+        if not self.active:
+            return 0
+        if self.out.bytes_pending >= OUTBOX_HIGH_WATER:
+            self.session.outbox_full = True
+            return 0
+        if self.global_prefetch:
+            return max(self.global_prefetch - len(self.unacked) - self.txn.taken, 0)
+        return -1
+
+    def deliver_run(self, consumer: Consumer[Any], queue: Destination, entries: list[QueueEntry],
+                    now: float) -> None:
+        """``deliver`` of an ack-mode consumer's turn: the tags, the unacked table and the frames
+        (``FrameWriter.send_delivers``, one encoding call) at once."""
+        if queue.counts_deliveries or self.vhost.tracing:
+            for entry in entries:
+                self.deliver(consumer, queue, entry, now)
+            return
+        tag = self.next_tag
+        count = len(entries)
+        self.next_tag = tag + count
+        self.unacked.update(zip(range(tag, tag + count), [(queue, entry) for entry in entries]))
+        acks = self.acks
+        if acks is not None and now >= acks.next_at:
+            self.stamp(acks, tag, now)
+        redelivered = sum(map(_redelivered, entries))
+        if redelivered:
+            self.stats.redelivered += redelivered
+        self.out.send_delivers(self.id, consumer.tag, tag, entries)
+        self.session.wake()
 
     def deliver(self, consumer: Consumer[Any], queue: Destination, entry: QueueEntry, now: float) -> None:
         tag = self.next_tag
@@ -225,13 +263,17 @@ class ChannelSession:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
         if not multiple:
             return [unacked.pop(tag)]
-        count = 0
-        for held in unacked:  # in tag order: tags rise and go in as delivered
-            count += 1
-            if held == tag:
-                break
+        first = next(iter(unacked))  # tags rise and go in as delivered: the first is the oldest
+        if len(unacked) == next(reversed(unacked)) - first + 1:
+            count = tag - first + 1  # no gaps: no need to count the tags up to ``tag``
+        else:
+            count = 0
+            for held in unacked:
+                count += 1
+                if held == tag:
+                    break
         pop = unacked.popitem
-        return [pop(last=False)[1] for _ in range(count)]
+        return [pop(False)[1] for _ in range(count)]
 
     def _take_tagged(self, tag: int, multiple: bool) -> Tagged:
         """``_take`` with each delivery's tag, for a transaction that may give them back."""

@@ -43,7 +43,7 @@ def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
     priority = args.get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise errors.precondition_failed(f"invalid x-priority '{priority}'")
-    consumer = Consumer(tag, ch, no_ack=method.no_ack, prefetch=ch.prefetch_count,
+    consumer = Consumer(tag, ch, no_ack=method.no_ack, prefetch=ch.prefetch_count, runs=True,
                         exclusive=method.exclusive, priority=priority, channel_id=ch.id,
                         owner=ch.session)
     ch.delivery.prepare_consumer(queue, consumer, args, ch.session.now)

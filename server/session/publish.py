@@ -20,7 +20,7 @@ from headrace.server.amqp.events import ContentReceived, Event
 from headrace.server.amqp.spec import ReplyCode
 from headrace.server.broker import PublishResult
 from headrace.server.broker.node import connection_label
-from headrace.server.broker.reply_to import rewrite_request
+from headrace.server.broker.reply_to import REPLY_TO_FLAG, rewrite_request
 from headrace.server.broker.settlement import ROUTED
 from headrace.server.broker.topic_auth import check_topic_write
 
@@ -70,9 +70,12 @@ def publish_run(ch: ChannelSession, events: list[ContentReceived]) -> None:
     contents: list[tuple[bytes, bytes]] = []
     try:
         for event in events:
-            if event.method.immediate:
+            if event.method is not method and event.method.immediate:  # the C scan shares one along a run
                 raise _immediate()
-            contents.append((rewrite_request(event.props_raw, reply), event.body))
+            props_raw = event.props_raw
+            if len(props_raw) > 1 and props_raw[0] & REPLY_TO_FLAG:  # ``rewrite_request``'s own first test
+                props_raw = rewrite_request(props_raw, reply)
+            contents.append((props_raw, event.body))
     finally:
         if contents:  # those before a failure, placed before it is raised (or one of theirs first)
             results: list[PublishResult] = []

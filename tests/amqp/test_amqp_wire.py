@@ -19,7 +19,8 @@ import pytest
 from headrace.server.amqp import _wire, compiled
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.channel_frames import ChannelFrames
-from headrace.server.amqp.codec import encode_deliver_py, encode_frame, encode_method_frame
+from headrace.queues import Message, QueueEntry
+from headrace.server.amqp.codec import encode_deliver_py, encode_delivers_py, encode_frame, encode_method_frame
 from headrace.server.amqp.content import PendingContent
 from headrace.server.amqp.events import ContentReceived, Event
 from headrace.server.amqp.frame_writer import FrameWriter
@@ -88,6 +89,28 @@ def test_encode_deliver_refuses_what_the_python_one_cannot_encode() -> None:
         _wire.encode_deliver(1, "t" * 256, 1, False, "", "k", b"\x00\x00", b"b", 4096)
     with pytest.raises(TypeError):
         _wire.encode_deliver(1, "t", 1, False, "", "k", "not bytes", b"b", 4096)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("frame_max", [4096, 0, 131072])
+def test_encode_delivers_gives_each_deliver_of_the_python_one_in_tag_order(frame_max: int) -> None:
+    props = encode_properties(BasicProperties(headers={"h": 1}, delivery_mode=2))
+    entries = [QueueEntry(i, Message(i, exchange, key, raw, body), redelivered)
+               for i, (exchange, key, raw, body, redelivered) in enumerate([
+                   ("", "q", b"\x00\x00", b"", False), ("amq.dïrect", "k" * 255, props, b"y" * 4089, True),
+                   ("x", "", b"\x10\x00\x02", bytes(range(256)) * 40, False)])]
+    expected = b"".join(encode_deliver_py(7, "ctag", tag, e.redelivered, e.message.exchange, e.message.routing_key,
+                                          e.message.props_raw, e.message.body, frame_max)
+                        for tag, e in enumerate(entries, 2**32))
+    assert _wire.encode_delivers(7, "ctag", 2**32, entries, frame_max) == expected
+    assert encode_delivers_py(7, "ctag", 2**32, entries, frame_max) == expected
+    assert _wire.encode_delivers(7, "ctag", 1, [], frame_max) == b""
+
+
+def test_encode_delivers_refuses_what_encode_deliver_refuses() -> None:
+    with pytest.raises(ValueError):
+        _wire.encode_delivers(1, "t", 1, [QueueEntry(1, Message(1, "", "k" * 256, b"\x00\x00", b"b"))], 4096)
+    with pytest.raises(AttributeError):
+        _wire.encode_delivers(1, "t", 1, [object()], 4096)
 
 
 # ---------------------------------------------------------------------------- scan_publishes
