@@ -46,6 +46,8 @@ class Consumer(Generic[Q]):
     channel_id: int = 0
     owner: object | None = None
     unacked: int = 0
+    # basic.consume's arguments as the client sent them, for the management API (None: none)
+    arguments: dict[str, Any] | None = None
 
     def can_take(self) -> bool:
         """nsq's RDY predicate: credit left and a sink with room."""
