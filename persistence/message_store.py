@@ -47,7 +47,7 @@ from typing import Any
 from .fsync import FsyncMode
 from .store_checkpoint import write_checkpoint
 from .store_compaction import LIVE_RATIO_LOW, MAX_REWRITES_PER_CALL, maybe_compact
-from .store_delayed import DelayedIndex
+from .store_delayed import DelayedIndex, live_delays
 from .store_index import StoreIndex
 from .store_ops import (
     REC_ACK,
@@ -143,7 +143,7 @@ class MessageStore:
     def recover(self) -> Recovered:
         """Read every segment in order and rebuild the indexes (``store_recovery.rebuild``); call
         once, before any write. The recovered messages are read from the segments as the queues
-        iterate them, until the first write."""
+        iterate them, and the live delayed messages likewise, until the first write."""
         if self._segments is not None:
             raise StoreNotOpenError("recover() runs once")
         rebuilt = rebuild(self._dir)
@@ -154,8 +154,8 @@ class MessageStore:
         self._top = rebuilt.next_message_id - 1
         self._ckpt_seq = segments.position()[0]
         self._reader = RecoveredReader(rebuilt.index, segments.path_of)
-        return Recovered(self._reader.queues(), rebuilt.delayed_ops, rebuilt.next_message_id,
-                         rebuilt.damaged)
+        return Recovered(self._reader.queues(), live_delays(rebuilt.delayed, list(rebuilt.segments)),
+                         rebuilt.next_message_id, rebuilt.damaged)
 
     # -- writing --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import mmap
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -156,7 +156,8 @@ class Recovered:
     # (vhost, queue) -> live messages in publish order, read from the segments as they are iterated
     # (valid until the store's next write)
     queues: dict[tuple[str, str], RecoveredQueue]
-    delayed: list[Delay]  # in id order
+    # live delayed messages in log order, read from the segments as iterated (until the next write)
+    delayed: Iterable[Delay]
     next_message_id: int  # > every id seen in any record
     truncated_bytes: int  # bytes after the last good record of any segment (0 if clean)
 

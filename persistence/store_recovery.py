@@ -2,7 +2,9 @@
 
 Rule 1: ``rebuild`` owns nothing after it returns: it makes a ``StoreIndex`` and a ``DelayedIndex``,
 fills them by replaying the log, and hands them over in a ``Rebuilt`` with the segments it found
-(their sizes cut to the last good record) and what the broker needs from the log. ``MessageStore``
+(their sizes cut to the last good record) and what the broker needs from the log; the live
+delayed messages are read again from the segments afterwards (``store_delayed.live_delays``), so
+the replay holds none of them. ``MessageStore``
 (``message_store.py``) calls it once, before any write. Rule 2: the replay does to the indexes what
 each record's op did when it was written (``message_store``'s docstring), through the same index
 methods, so the rebuilt indexes are the ones the writer had.
@@ -37,10 +39,9 @@ from .store_ops import (
     REC_PUBLISH,
     REC_PURGE,
     REC_UNDELAY,
-    Delay,
     QKey,
-    decode_delay,
     decode_publish_head,
+    decode_delay,
     decode_purge,
     decode_queue,
     decode_ref,
@@ -60,7 +61,6 @@ class Rebuilt:
     index: StoreIndex
     delayed: DelayedIndex
     segments: list[Segment]  # log order; the last one's size is where writing continues
-    delayed_ops: list[Delay]  # the delayed messages' latest records, in id order
     next_message_id: int  # > every id seen in any record
     damaged: int  # bytes after the last good record of any segment (0 if clean)
 
@@ -117,7 +117,6 @@ def _rebuild(directory: Path, ckpt: Checkpoint | None) -> Rebuilt:
     segs = list_segments(directory)
     found: list[Segment] = []
     damaged = 0
-    delay_ops: dict[int, Delay] = {}
     max_id = ckpt.top_id if ckpt is not None else 0
     sealed = dict((s, size) for s, size, _ in ckpt.covered) if ckpt is not None else {}
     for n, (seq, path) in enumerate(segs):
@@ -128,7 +127,7 @@ def _rebuild(directory: Path, ckpt: Checkpoint | None) -> Rebuilt:
         seg = Segment(seq, path, len(data))
         found.append(seg)
         start = ckpt.offset if ckpt is not None and seq == ckpt.seq else 0
-        end, top = _replay_segment(index, delayed, data, seq, delay_ops, start)
+        end, top = _replay_segment(index, delayed, data, seq, start)
         max_id = max(max_id, top)
         is_last = n == len(segs) - 1
         if end < len(data) and zero_tail(data, end):
@@ -142,12 +141,11 @@ def _rebuild(directory: Path, ckpt: Checkpoint | None) -> Rebuilt:
             if is_last:
                 seg.size = end
         del data
-    return Rebuilt(index, delayed, found, [delay_ops[mid] for mid in sorted(delay_ops)],
-                   max_id + 1, damaged)
+    return Rebuilt(index, delayed, found, max_id + 1, damaged)
 
 
 def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: int,
-                    delay_ops: dict[int, Delay], start: int = 0) -> tuple[int, int]:
+                    start: int = 0) -> tuple[int, int]:
     """Apply a segment's good records from ``start``; returns (end of the last good one, highest
     id seen).
 
@@ -176,7 +174,7 @@ def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: 
             if kind == REC_PUBLISH:
                 mid, _, nq, vlen, _, _, _ = unpack_head(data, start)
             if kind != REC_PUBLISH or nq != 1:
-                mid = _replay(index, delayed, Record(pos, kind, data[start:stop]), seq, delay_ops)
+                mid = _replay(index, delayed, Record(pos, kind, data[start:stop]), seq)
             else:
                 nlen, count = unpack_queue(data, start + head_size)
                 at = start + head_size + queue_size
@@ -195,8 +193,7 @@ def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: 
     return pos, top
 
 
-def _replay(index: StoreIndex, delayed: DelayedIndex, rec: Record, seq: int,
-            delay_ops: dict[int, Delay]) -> int:
+def _replay(index: StoreIndex, delayed: DelayedIndex, rec: Record, seq: int) -> int:
     """Apply one record to the indexes; returns the message id it names (0 if none)."""
     kind = rec.kind
     p = rec.payload
@@ -225,13 +222,11 @@ def _replay(index: StoreIndex, delayed: DelayedIndex, rec: Record, seq: int,
     elif kind == REC_PURGE:
         index.kill_queue(*decode_purge(p))
     elif kind == REC_DELAY:
-        delay = decode_delay(p)
-        delay_ops[delay.message_id] = delay
-        delayed.delay(delay.message_id, seq, HEADER_SIZE + len(p))
-        return delay.message_id
+        mid = decode_delay(p).message_id  # read again after the replay (live_delays): not kept
+        delayed.delay(mid, seq, HEADER_SIZE + len(p))
+        return mid
     elif kind == REC_UNDELAY:
         mid = message_id_of(p)
-        delay_ops.pop(mid, None)
         delayed.undelay(mid)
         return mid
     else:

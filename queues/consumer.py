@@ -49,6 +49,8 @@ class Consumer(Generic[Q]):
     # its sink takes a turn's deliveries at once: ``credit()`` (-1: no count bound, 0: no room)
     # and ``deliver_run(consumer, queue, entries, now)`` besides ``ConsumerSink``'s calls
     runs: bool = False
+    # basic.consume's arguments as the client sent them, for the management API (None: none)
+    arguments: dict[str, Any] | None = None
 
     def can_take(self) -> bool:
         """nsq's RDY predicate: credit left and a sink with room."""

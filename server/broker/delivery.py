@@ -338,6 +338,7 @@ class Delivery:
             self._dispatch(vhost, queue, now)
         else:
             self.arm(vhost, queue)
+            self.settlement.demand_changed(queue)
 
     def stream_appended(self, vhost: VHostView, queue: StreamQueue, end: int, last_ts: int | None, first: int,
                         now: float) -> None:
@@ -357,6 +358,7 @@ class Delivery:
             self.store.add(DropQueue(queue.vhost, queue.name))
         for consumer in consumers:
             consumer.sink.consumer_cancelled(consumer)
+        self.settlement.demand_changed(queue)
 
     # ------------------------------------------------------------------ time
     def arm_all(self, vhost: VHostView) -> None:

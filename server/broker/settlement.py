@@ -14,7 +14,7 @@ Rule 3: queues are asked through ``Destination`` (queues/destination.py), never 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
@@ -72,7 +72,7 @@ class Republish(Protocol):
 
 
 class Settlement:
-    __slots__ = ("store", "deadlines", "saturation", "republish", "stream_budget", "stream_backlog",
+    __slots__ = ("store", "deadlines", "saturation", "republish", "stream_budget", "stream_backlog", "watchers",
                  "on_stream_backlog")
 
     def __init__(self, store: StoreOutbox, deadlines: Deadlines, saturation: Saturation, ports: ShellPorts,
@@ -87,6 +87,8 @@ class Settlement:
         self.stream_budget = ReadBudget()
         self.stream_backlog: dict[tuple[str, str], None] = {}
         self.on_stream_backlog = ports.wake_stream_pump
+        # (vhost, queue) -> calls made when that queue's demand may have changed (``watch``)
+        self.watchers: dict[tuple[str, str], list[Callable[[], None]]] = {}
 
     # ------------------------------------------------------------------ dispatch and settle
     def dispatch(self, vhost: VHostView, queue: Destination, now: float) -> None:
@@ -107,6 +109,8 @@ class Settlement:
             self.stream_backlog[(vhost.name, queue.name)] = None
             self.on_stream_backlog()
         self.arm(vhost, queue)
+        if self.watchers:
+            self.demand_changed(queue)
 
     def stream_continue(self, vhosts: Mapping[str, VHostView], now: float) -> None:
         """A new turn: refill the budget and dispatch the streams it cut short (in the order they
@@ -235,6 +239,28 @@ class Settlement:
         """The rest of a queue's recovered messages, past its resident window, straight to its
         spill; returns how many."""
         return queue.add_recovered_spilled(rows, props_info)
+
+    # ------------------------------------------------------------------ demand
+    def watch(self, vhost: str, queue: str, wake: Callable[[], None]) -> Callable[[], None]:
+        """``wake`` is called (on the event loop; it must only note) after anything that may change
+        whether the queue's consumers want more: every dispatch (a consumer added, credit given
+        back, a flow or a drained outbox, messages delivered or arriving), a consumer leaving, the
+        queue deleted. Why: a federated queue's link (``server/net/shovel_link.py``) waits for
+        this instead of looking at the queue every few ms. Returns the call that ends the watch."""
+        key = (vhost, queue)
+        self.watchers.setdefault(key, []).append(wake)
+
+        def unwatch() -> None:
+            wakes = self.watchers.get(key)
+            if wakes is not None and wake in wakes:
+                wakes.remove(wake)
+                if not wakes:
+                    del self.watchers[key]
+        return unwatch
+
+    def demand_changed(self, queue: Destination) -> None:
+        for wake in self.watchers.get((queue.vhost, queue.name), ()):
+            wake()
 
     # ------------------------------------------------------------------ time
     def arm(self, vhost: VHostView, queue: Destination) -> None:

@@ -141,8 +141,8 @@ def consumer_json(vhost: VHost, queue: str, c: Consumer[Any]) -> dict[str, Any]:
                                else {"name": str(c.tag), "number": c.channel_id})
     return {"consumer_tag": c.tag, "queue": {"name": queue, "vhost": vhost.name}, "channel_details": details,
             "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
-            "priority": c.priority, "channel": c.channel_id, "unacked": c.unacked, "arguments": {},
-            "active": True, "activity_status": "up"}
+            "priority": c.priority, "channel": c.channel_id, "unacked": c.unacked,
+            "arguments": dict(c.arguments) if c.arguments else {}, "active": True, "activity_status": "up"}
 
 
 DEFAULT_EXCHANGE = "amq.default"  # the management API's name for the nameless default exchange

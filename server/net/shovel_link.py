@@ -26,7 +26,10 @@ from headrace.server.amqp.properties import decode_properties, replace_headers
 from headrace.server.broker.node import NODE_NAME
 from headrace.server.broker.shovels import Endpoint, FederationHop, Ledger, ShovelSpec, redact, rewrite_properties
 
-__all__ = ["LinkError", "Peer", "open_peer", "run_link"]
+__all__ = ["LinkError", "Peer", "Watch", "open_peer", "run_link"]
+
+# ``Settlement.watch`` bound to a queue: registers a wake, returns the call that ends the watch
+Watch = Callable[[Callable[[], None]], Callable[[], None]]
 
 OPEN_TIMEOUT = 10.0
 READ_SIZE = 1 << 16
@@ -34,9 +37,6 @@ READ_SIZE = 1 << 16
 
 class LinkError(Exception):
     """Why a link ended: shown as the shovel's ``reason`` while it waits to reconnect."""
-
-
-DEMAND_CHECK = 0.05  # seconds between two looks at a federated queue's demand
 
 
 @dataclass(slots=True)
@@ -141,12 +141,14 @@ async def declare_queue(peer: Peer, name: str, args: dict[str, object]) -> int:
 
 
 async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[[int], int | None],
-                   ledger_made: Callable[[Ledger], None], wants: Callable[[], bool] | None = None) -> None:
+                   ledger_made: Callable[[Ledger], None], wants: Callable[[], bool] | None = None,
+                   watch: Watch | None = None) -> None:
     """Set both sides up, then forward until the count of ``src-delete-after`` is settled (return)
     or either side fails (``LinkError``). ``remaining(count)`` gets the source queue's message
     count and answers how many messages are left to move (None: no end). ``wants`` (a federated
     queue's link, ``spec.on_demand``): whether the destination queue wants messages now; the
-    link consumes only while it does."""
+    link consumes only while it does, and looks again when ``watch``'s wake is called (the
+    broker's ``Settlement.watch``: after anything that may change the demand)."""
     if spec.ack_mode == "on-confirm":
         await dest.call(m.ConfirmSelect(False), m.ConfirmSelectOk)
     if spec.dest_queue is not None:
@@ -178,6 +180,7 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
     if demand is None:
         await src.call(consume, m.BasicConsumeOk)
     failure: LinkError | None = None
+    unwatch = watch(demand.wake) if demand is not None and watch is not None else None
     try:
         async with trio.open_nursery() as nursery:
             if demand is not None:
@@ -191,6 +194,9 @@ async def run_link(spec: ShovelSpec, src: Peer, dest: Peer, remaining: Callable[
     except* LinkError as group:  # the first side to fail ends the link: the reason is its
         first = group.exceptions[0]
         failure = first if isinstance(first, LinkError) else LinkError(str(first))
+    finally:
+        if unwatch is not None:
+            unwatch()
     if failure is not None:
         raise failure
 
@@ -235,10 +241,16 @@ async def _forward(spec: ShovelSpec, src: Peer, dest: Peer, ledger: Ledger, done
 class Demand:
     """A federated queue's link's upstream consumer, started while its queue wants messages and
     cancelled when it stops wanting them (what was delivered meanwhile is still forwarded). The
-    replies (consume-ok, cancel-ok) reach ``_forward``, which passes over them."""
+    replies (consume-ok, cancel-ok) reach ``_forward``, which passes over them. ``wake`` (called
+    by the broker when the queue's demand may have changed) sets ``changed``, which
+    ``_on_demand`` waits for."""
     consume: m.BasicConsume
     wants: Callable[[], bool]
     consuming: bool = False
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def wake(self) -> None:
+        self.changed.set()
 
     def steer(self, src: Peer) -> bool:
         """Start or cancel the upstream consumer to match the demand; True when a frame was queued."""
@@ -251,13 +263,15 @@ class Demand:
 
 
 async def _on_demand(src: Peer, demand: Demand) -> None:
-    """Looks at the demand between batches too: a consumer arriving at an idle link starts it.
-    ``_forward`` also steers after every batch, so the fetch stops within one batch of the demand
-    ending, not one ``DEMAND_CHECK`` later."""
+    """Looks at the demand whenever the broker says it may have changed: a consumer arriving at
+    an idle link (or one gaining credit on an emptied queue) starts it, the last one leaving
+    stops it; nothing runs while nothing changes. ``_forward`` also steers after every batch, so
+    the fetch stops within one batch of the demand ending."""
     while True:
+        demand.changed = trio.Event()  # before looking: a wake while flushing is not lost
         if demand.steer(src):
             await src.flush()
-        await trio.sleep(DEMAND_CHECK)
+        await demand.changed.wait()
 
 
 def received_from(hop: FederationHop, props_raw: bytes, uri: str) -> bytes | None:

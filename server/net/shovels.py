@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,11 +222,12 @@ class Shovels:
                     run.ledger = ledger
                     run.set_state("running")
 
-                wants = None
+                wants = watch = None
                 if spec.on_demand and spec.dest_queue is not None:
                     queue = spec.dest_queue
                     wants = lambda: queue_wants(self.broker, run.vhost, queue)  # noqa: E731
-                await run_link(spec, src, dest, remaining, ledger_made, wants)
+                    watch = partial(self.broker.delivery.settlement.watch, run.vhost, queue)
+                await run_link(spec, src, dest, remaining, ledger_made, wants, watch)
             finally:
                 with trio.CancelScope(shield=True):
                     await src.aclose()

@@ -45,7 +45,7 @@ def consume(ch: ChannelSession, method: m.BasicConsume) -> None:
         raise errors.precondition_failed(f"invalid x-priority '{priority}'")
     consumer = Consumer(tag, ch, no_ack=method.no_ack, prefetch=ch.prefetch_count, runs=True,
                         exclusive=method.exclusive, priority=priority, channel_id=ch.id,
-                        owner=ch.session)
+                        owner=ch.session, arguments=dict(args) or None)
     ch.delivery.prepare_consumer(queue, consumer, args, ch.session.now)
     if not method.no_ack and ch.session.broker.compat.timeout_cancels:
         timeout = consumer_timeout(ch, queue, args)

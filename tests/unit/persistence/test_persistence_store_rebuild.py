@@ -20,6 +20,7 @@ from headrace.persistence import (
     Undelay,
 )
 from headrace.persistence.segments import list_segments
+from headrace.persistence.store_delayed import live_delays
 from headrace.persistence.store_recovery import Rebuilt, rebuild
 
 VH = "/"
@@ -70,6 +71,6 @@ def test_rebuild_returns_the_writers_indexes_and_segments(tmp_path: Path) -> Non
     assert len(rebuilt.segments) == store.segment_count() > 1
     mine, theirs = figures(store, rebuilt)
     assert mine == theirs
-    assert [d.message_id for d in rebuilt.delayed_ops] == [10_005]
+    assert [d.message_id for d in live_delays(rebuilt.delayed, rebuilt.segments)] == [10_005]
     assert rebuilt.next_message_id == 10_006 and rebuilt.damaged == 0
     store.close()
