@@ -73,6 +73,7 @@ from .store_ops import (
     ref_parts,
     undelay_parts,
 )
+from .store_pages import NOT_PINNED, StoreTail
 from .store_reading import RecoveredReader
 from .store_recovery import rebuild
 from .store_segments import StoreSegments
@@ -123,6 +124,7 @@ class MessageStore:
         self._segments: StoreSegments | None = None  # opened by recover()
         self._reader: RecoveredReader | None = None  # until the first write after recover()
         self._read_before = 0  # messages the closed recovery reader read back
+        self._tails: list[StoreTail] = []  # their ``floor`` pins segments against compaction
         self._top = 0  # >= every message id in the log (a checkpoint records it)
         self._ckpt_min = checkpoint_min_bytes
         self._ckpt_seq = 0  # the segment the last checkpoint (or recovery) stood in
@@ -154,6 +156,7 @@ class MessageStore:
         self._top = rebuilt.next_message_id - 1
         self._ckpt_seq = segments.position()[0]
         self._reader = RecoveredReader(rebuilt.index, segments.path_of)
+        self._tails = self._reader.tails  # recovered queues paging in from the segments (pins)
         return Recovered(self._reader.queues(), rebuilt.delayed_ops, rebuilt.next_message_id,
                          rebuilt.damaged)
 
@@ -268,7 +271,9 @@ class MessageStore:
         (``store_compaction.py``); returns net bytes freed (deleted minus copied)."""
         if self._segments is None or not self._segments.is_open:
             return 0
-        return maybe_compact(self._index, self._delayed, self._segments)
+        tails = self._tails = [t for t in self._tails if t.floor != NOT_PINNED]
+        return maybe_compact(self._index, self._delayed, self._segments,
+                             min((t.floor for t in tails), default=NOT_PINNED))
 
     def checkpoint_due(self) -> bool:
         """Whether ``maybe_checkpoint`` would write: a segment sealed since the last checkpoint,
