@@ -7,7 +7,8 @@ queue's ``Runs`` (where its entries are in the chunks); the entries' fields belo
 positions are only valid until then. Rule 2: nothing here changes the index or a file.
 
 Why lazily: a large backlog restarts in about the memory of the queues' resident windows plus the
-index; the rest goes from the mapped segment to the spill files without becoming messages.
+index; the rest stays in the segments, handed to the queue's spill backing as a ``StoreTail``
+(``store_pages.py``, built here by ``tail``) that pages it in from there.
 """
 
 from __future__ import annotations
@@ -225,8 +226,8 @@ def _stretches(offs: array[int], sizes: array[int], segs: array[int], i0: int, i
 
 class _Recovering(RecoveredQueue):
     """One queue's recovered messages, read from the segments as they are iterated: the shell adds
-    them to the queue one by one, and those past the resident window go to spill, so a large
-    backlog restarts in about the memory of the window plus the index."""
+    them to the queue one by one, and those past the resident window stay in the segments
+    (``rows``), so a large backlog restarts in about the memory of the window plus the index."""
 
     __slots__ = ("_reader", "_runs", "_slot")
 
