@@ -262,11 +262,11 @@ class SpillBacking:
     def finish_read(self, plan: ReadPlan | StorePlan, r: Parsed) -> list[QueueEntry]:
         """Apply what a plan read; a stale plan's result is dropped (nothing was consumed)."""
         if isinstance(plan, StorePlan):
-            tail = self._tail
-            if plan.generation != self.generation or self._closed or tail is None:
+            tail = self._tail  # done: (lost, a correction of its estimate: store_pages.py), None if stale
+            done = tail.finish(plan, r) if tail is not None and plan.generation == self.generation else None
+            if done is None or self._closed:
                 return []
-            lost, correction = tail.finish(plan, r)  # (a correction of its estimate: store_pages.py)
-            self._lost = (self._lost[0] + lost, self._lost[1] + correction)
+            self._lost = (self._lost[0] + done[0], self._lost[1] + done[1])
             self.damaged += r.skipped
             return r.taken
         if plan.generation != self.generation or self._closed or not self._files \

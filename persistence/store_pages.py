@@ -45,6 +45,7 @@ log = logging.getLogger("headrace.persistence.spill")
 
 NOT_PINNED = 1 << 62  # the floor of a tail that reads no segment any more
 READ_CHUNK_BYTES = 1 << 20  # bytes read per pread while paging in
+MAX_RUNS_PER_READ = 4096  # runs one page-in may span (each a pread at least)
 _PUB_FIXED = HEADER_SIZE + PUB_HEAD.size
 
 
@@ -142,41 +143,55 @@ class StoreTail:
     # -- paging in (the event loop plans and applies, a worker thread reads) -------------------
 
     def plan(self, max_count: int, max_bytes: int, need_one: bool, generation: int) -> StorePlan | None:
+        """The next page-in, over as many runs as ``max_count`` records may need (runs of one
+        record, where queues' records alternate in the log, would otherwise be a read each)."""
         r = self._r
         if not self.left or r >= len(self.seg):
             return None
         assert self.props_info is not None
-        return StorePlan(self._paths[self.seg[r]], self._pos, self.ends[r], max_count, max_bytes,
-                         need_one, generation, self.first_seq, self.counts, self.props_info, self.ttl)
+        seg, ends, paths = self.seg, self.ends, self._paths
+        ranges = [(paths[seg[r]], self._pos, ends[r])]
+        n = self.records[r] - self._done
+        while n < max_count and r + 1 < len(seg) and len(ranges) < MAX_RUNS_PER_READ:
+            r += 1
+            ranges.append((paths[seg[r]], self.off[r], ends[r]))
+            n += self.records[r]
+        return StorePlan(tuple(ranges), max_count, max_bytes, need_one, generation, self.first_seq,
+                         self.counts, self.props_info, self.ttl)
 
-    def finish(self, plan: StorePlan, result: Parsed) -> tuple[int, int]:
-        """Apply a current plan's result (the caller checked its generation); returns (entries
-        lost, body bytes to take off the queue's count besides the entries' own: the estimate's
-        correction and what was lost)."""
-        r = self._r
-        if plan.offset != self._pos or r >= len(self.seg):
-            return 0, 0
-        over = self.overhead[r]
-        consumed = len(result.taken) + result.skipped
-        est = result.used - consumed * over
-        lost = result.skipped
-        self._pos += result.used
-        self._done += consumed
+    def finish(self, plan: StorePlan, result: Parsed) -> tuple[int, int] | None:
+        """Apply a plan's result (the caller checked its generation); returns (entries lost,
+        body bytes to take off the queue's count besides the entries' own: the estimate's
+        correction and what was lost), or None for a plan that does not start where the tail
+        stands (stale: nothing consumed)."""
+        if self._r >= len(self.seg) or plan.offset != self._pos \
+                or plan.ranges[0][0] != self._paths[self.seg[self._r]]:
+            return None
+        used, consumed = result.used, len(result.taken) + result.skipped
+        lost, est = result.skipped, 0
         self.first_seq += len(result.taken)
-        if result.fatal is not None or self._pos >= self.ends[r]:
-            rest = self.records[r] - self._done  # a run cut short: the rest cannot be read
-            if rest > 0:
+        self.left -= consumed
+        while self._r < len(self.seg):
+            r = self._r
+            rest, rest_records, over = self.ends[r] - self._pos, self.records[r] - self._done, self.overhead[r]
+            if used >= rest and consumed >= rest_records:  # this run read through
+                used, consumed = used - rest, consumed - rest_records
+                est += rest - rest_records * over
+                self._start_run(r + 1)
+                continue
+            self._pos += used
+            self._done += consumed
+            est += used - consumed * over
+            if result.fatal is not None:  # the rest of this run cannot be read
+                rest, rest_records = self.ends[r] - self._pos, self.records[r] - self._done
                 log.error("message store segment %d: %d recovered records lost: %s",
-                          self.seg[r], rest, result.fatal or "short run")
-                lost += rest
-                est += self.ends[r] - self._pos - rest * over
-                consumed += rest
-            self.left -= consumed
-            self.est_bytes -= est
-            self._start_run(r + 1)
-        else:
-            self.left -= consumed
-            self.est_bytes -= est
+                          self.seg[r], rest_records, result.fatal)
+                lost += rest_records
+                self.left -= rest_records
+                est += rest - rest_records * over
+                self._start_run(r + 1)
+            break
+        self.est_bytes -= est
         return lost, est - result.body_bytes
 
     def drop(self) -> None:
@@ -197,12 +212,11 @@ def _no_build(tail: StoreTail) -> None:
 
 @dataclass(frozen=True, slots=True)
 class StorePlan:
-    """A page-in the event loop planned: Publish records of the segment ``path`` back to back in
-    ``[offset, end)``, bytes the store never writes again (``generation`` as ``ReadPlan``'s)."""
+    """A page-in the event loop planned: Publish records back to back in each of ``ranges``
+    ((segment path, offset, end), in the queue's order), bytes the store never writes again
+    (``generation`` as ``ReadPlan``'s)."""
 
-    path: Path
-    offset: int
-    end: int
+    ranges: tuple[tuple[Path, int, int], ...]
     max_count: int
     max_bytes: int
     need_one: bool
@@ -212,36 +226,56 @@ class StorePlan:
     props_info: PropsInfo
     ttl: float | None
 
+    @property
+    def offset(self) -> int:
+        return self.ranges[0][1]
+
     def run(self) -> Parsed:
-        """Read and decode (in a worker thread); an OSError of the read becomes ``fatal``."""
+        """Read and decode (in a worker thread); an OSError of a read becomes ``fatal``."""
         r = Parsed([])
+        fds: dict[Path, int] = {}
         try:
-            with open(self.path, "rb", buffering=0) as f:
-                fd = f.fileno()
-                off = self.offset
-                while off < self.end and not r.full and r.fatal is None:
-                    chunk = os.pread(fd, min(self.end - off, READ_CHUNK_BYTES), off)
-                    if len(chunk) >= HEADER_SIZE:
-                        length = HEADER.unpack_from(chunk, 0)[0]
-                        if HEADER_SIZE + length > len(chunk) and off + HEADER_SIZE + length <= self.end:
-                            chunk = os.pread(fd, HEADER_SIZE + length, off)  # one record above a chunk
-                    before = r.used
-                    self._parse(chunk, off, r)
-                    if r.used == before and not r.full and r.fatal is None:
-                        r.fatal = f"no whole record at offset {off}"
-                    off = self.offset + r.used
+            for path, start, end in self.ranges:
+                fd = fds.get(path)
+                if fd is None:
+                    fd = fds[path] = os.open(path, os.O_RDONLY)
+                self._read(fd, start, end, r)
+                if r.full or r.fatal is not None:
+                    break
         except OSError as exc:
             r.fatal = str(exc)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
         return r
 
+    def _read(self, fd: int, start: int, end: int, r: Parsed) -> None:
+        base = r.used - start  # r.used counts the ranges before this one
+        off = start
+        while off < end and not r.full and r.fatal is None:
+            chunk = os.pread(fd, min(end - off, READ_CHUNK_BYTES), off)
+            if len(chunk) >= HEADER_SIZE:
+                length = HEADER.unpack_from(chunk, 0)[0]
+                if HEADER_SIZE + length > len(chunk) and off + HEADER_SIZE + length <= end:
+                    chunk = os.pread(fd, HEADER_SIZE + length, off)  # one record above a chunk
+            before = r.used
+            self._parse(chunk, off, r)
+            if r.used == before and not r.full and r.fatal is None:
+                r.fatal = f"no whole record at offset {off}"
+            off = r.used - base
+
     def _parse(self, chunk: bytes, base: int, r: Parsed) -> None:
+        """Decode whole records of ``chunk`` into ``r`` (``_fields`` inlined: the page-in's step
+        per message)."""
         taken = r.taken
         pos = 0
-        unpack = HEADER.unpack_from
+        unpack, unpack_pub, unpack_queue = HEADER.unpack_from, PUB_HEAD.unpack_from, PUB_QUEUE.unpack_from
+        queue_size = PUB_QUEUE.size
         crc32 = zlib.crc32
         counts, props_info, ttl = self.counts, self.props_info, self.ttl
+        max_count, max_bytes, first_seq = self.max_count, self.max_bytes, self.first_seq
         view = memoryview(chunk)
-        while len(taken) < self.max_count and pos + HEADER_SIZE <= len(chunk):
+        while len(taken) < max_count and pos + HEADER_SIZE <= len(chunk):
             length, crc, kind = unpack(chunk, pos)
             end = pos + HEADER_SIZE + length
             if length > MAX_RECORD_SIZE or kind != REC_PUBLISH:
@@ -252,19 +286,29 @@ class StorePlan:
             try:
                 if crc32(view[pos + HEADER_SIZE - 1:end]) != crc:
                     raise ValueError("bad checksum")
-                mid, ts_ms, e_at, rk_at, props_at, body_at, size = _fields(chunk, pos, end)
+                mid, ts_ms, nq, vlen, elen, rlen, plen = unpack_pub(chunk, pos + HEADER_SIZE)
+                e_at = pos + _PUB_FIXED
+                for _ in range(nq):
+                    e_at += queue_size + unpack_queue(chunk, e_at)[0]
+                e_at += vlen
+                rk_at = e_at + elen
+                props_at = rk_at + rlen
+                body_at = props_at + plen
+                if body_at > end:
+                    raise ValueError("field runs past the end of the record")
                 exchange = chunk[e_at:rk_at].decode()
                 routing_key = chunk[rk_at:props_at].decode()
             except DECODE_ERRORS:
-                log.error("message store %s: damaged record at offset %d skipped", self.path, base + pos)
+                log.error("message store: damaged record at offset %d skipped", base + pos)
                 r.skipped += 1
                 pos = end
                 continue
-            if r.body_bytes + size > self.max_bytes and (taken or not self.need_one):
+            size = end - body_at
+            if r.body_bytes + size > max_bytes and (taken or not self.need_one):
                 r.full = True
                 break
             props = chunk[props_at:body_at]
-            priority, expiration = (props_info(props) if props_at + 2 <= body_at and (
+            priority, expiration = (props_info(props) if plen >= 2 and (
                 chunk[props_at] & 0x09 or chunk[props_at + 1] & 0x01) else (None, None))
             timestamp = ts_ms / 1000
             life = ttl
@@ -273,12 +317,12 @@ class StorePlan:
             deliveries = counts.get(mid, 0)
             message = Message(mid, exchange, routing_key, props, chunk[body_at:end], True, priority or 0,
                               expiration, None, timestamp)
-            taken.append(QueueEntry(self.first_seq + len(taken), message, deliveries > 0, deliveries,
+            taken.append(QueueEntry(first_seq + len(taken), message, deliveries > 0, deliveries,
                                     None if life is None else timestamp + life))
             r.body_bytes += size
             pos = end
         r.used += pos
-        r.full = r.full or len(taken) >= self.max_count
+        r.full = r.full or len(taken) >= max_count
 
 
 def record_overhead(buf: bytes | mmap.mmap, start: int, end: int) -> int:

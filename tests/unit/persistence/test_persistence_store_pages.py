@@ -169,3 +169,20 @@ def test_a_damaged_record_is_skipped_and_counted(tmp_path: Path) -> None:
     assert len(got) == 999 and a.stats.spill_damaged == 1
     assert a.messages_ready == 0 and a.spilled_bytes() == 0 and a.spilled_count() == 0
     started.close()
+
+
+def test_a_page_in_made_stale_by_a_read_on_the_loop_brings_nothing(tmp_path: Path) -> None:
+    """The pager's plan runs in a worker thread; a basic.get's read in the meantime (or a purge)
+    makes it stale: applied late, it adds nothing, and no entry is lost or doubled."""
+    write(tmp_path / "store", backlog(600, other_every=3))  # runs of two records
+    started = Started(tmp_path, 16)
+    a = started.queues["a"]
+    backing = a.take_backing()
+    assert backing is not None
+    plan = backing.plan_read(100, 1 << 30)
+    assert plan is not None and not isinstance(plan, list) and len(plan.ranges) > 1  # type: ignore[union-attr]
+    a.page_in(backing.read_batch(5, 1 << 30), a.generation)
+    assert backing.finish_read(plan, plan.run()) == []
+    got = started.drain("a")
+    assert [g[0] for g in got] == [i for i in range(1, 601) if i % 3]
+    started.close()
