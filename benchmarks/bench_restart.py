@@ -13,6 +13,10 @@ again. ``--before`` is a PYTHONPATH entry whose ``headrace`` package is the tree
 path). A restart changes nothing in the store, so every round reads the same log; the store this
 tree wrote carries its index checkpoints, which a tree without them ignores.
 
+``--keep`` leaves the data directory in place (its path and the queue's name are printed) and
+``--reuse DIR --queue NAME`` restarts such a directory again without publishing: a 10M backlog
+takes most of an hour to publish on a loaded machine, and the restarts are the measurement.
+
 Prints one JSON line per restart and one with the medians.
 """
 
@@ -96,25 +100,36 @@ def main() -> None:
                     "the installed one, this clone)")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--dir", type=Path, default=None, help="parent of the data directory")
+    ap.add_argument("--keep", action="store_true", help="leave the data directory in place")
+    ap.add_argument("--reuse", type=Path, default=None, help="a data directory --keep left: no publish")
+    ap.add_argument("--queue", default="", help="the queue of the --reuse directory")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="headrace-restart-", dir=args.dir))
+    if args.reuse is not None and not args.queue:
+        ap.error("--reuse needs --queue")
+    tmp = args.reuse or Path(tempfile.mkdtemp(prefix="headrace-restart-", dir=args.dir))
+    this = {"PYTHONPATH": args.after} if args.after else {}
     try:
-        this = {"PYTHONPATH": args.after} if args.after else {}
-        qname, published = publish_backlog(tmp, args.count, args.size, args.timeout, this)
-        print(json.dumps({"scenario": "restart-publish", "count": args.count, **published}), flush=True)
+        if args.reuse is None:
+            qname, published = publish_backlog(tmp, args.count, args.size, args.timeout, this)
+            print(json.dumps({"scenario": "restart-publish", "count": args.count, "dir": str(tmp),
+                              "queue": qname, **published}), flush=True)
+        else:
+            qname = args.queue
         runs: dict[str, list[dict[str, Any]]] = {"before": [], "this": []}
         for _ in range(args.rounds):
             for tree, env in (("before", {"PYTHONPATH": args.before}), ("this", this)):
                 r = restart(tmp, qname, env, args.timeout)
                 runs[tree].append(r)
                 print(json.dumps({"scenario": "restart", "tree": tree, **r}), flush=True)
-        print(json.dumps({"scenario": "restart-medians", **{
-            f"{tree}_{key}": statistics.median(r[key] for r in rs)
-            for tree, rs in runs.items() for key in ("restart_seconds", "restart_cpu_seconds",
-                                                     "restart_peak_rss_mb", "rss_after_restart_mb")}}),
-              flush=True)
+        if args.rounds:
+            print(json.dumps({"scenario": "restart-medians", **{
+                f"{tree}_{key}": statistics.median(r[key] for r in rs)
+                for tree, rs in runs.items() for key in ("restart_seconds", "restart_cpu_seconds",
+                                                         "restart_peak_rss_mb", "rss_after_restart_mb")}}),
+                flush=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not (args.keep or args.reuse):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

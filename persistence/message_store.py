@@ -23,7 +23,8 @@ Restarting fast: ``maybe_checkpoint`` writes the index as it stands at the end o
 (``store_checkpoint.py``) once segments sealed since the last checkpoint hold at least
 ``CHECKPOINT_LOG_RATIO`` times its size (and ``checkpoint_min_bytes``), so a restart reads the
 checkpoint and replays only the log after it; checkpoints then cost at most about half the log's
-own writes, and the log left to replay stays within a fraction of the backlog.
+own writes, and the log left to replay stays within a fraction of the backlog. A clean stop
+writes one at the end of the log when worth it (``_checkpoint_at_close``).
 
 Reclaiming disk (the choice, and why it cannot resurrect anything): segments are only ever deleted
 from the head (the oldest). A kill record (Ack, DropQueue, PurgeQueue, Undelay) only affects Publish/Delay
@@ -35,6 +36,8 @@ segment, so ``maybe_compact`` rewrites the head's live records forward into the 
 that when the head is mostly dead, or when the whole store is mostly dead, which bounds the disk at
 about twice the live bytes plus one segment. Ids are kept, and recovery sorts by id, which is
 publish order. A crash between the copy and the unlink leaves both records; the later one wins.
+A head a recovered queue still pages its messages in from (``store_pages.StoreTail.floor``) is
+not rewritten until the queue has read past it.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from .store_ops import (
     ref_parts,
     undelay_parts,
 )
+from .store_pages import NOT_PINNED, StoreTail
 from .store_reading import RecoveredReader
 from .store_recovery import rebuild
 from .store_segments import StoreSegments
@@ -97,6 +101,11 @@ DEFAULT_SEGMENT_MAX_BYTES = 32 << 20
 # replayed at restart stays under ~20% of the backlog while checkpoints add ~half the log's writes.
 CHECKPOINT_LOG_RATIO = 2
 DEFAULT_CHECKPOINT_MIN_BYTES = 64 << 20
+# At a clean stop the checkpoint is written when the log since the last one is at least this
+# share of the checkpoint's size (about CHECKPOINT_BYTES_PER_MESSAGE a live message): replaying
+# a record at start costs several times writing its share of the checkpoint now.
+CLOSE_CHECKPOINT_SHARE = 0.25
+CHECKPOINT_BYTES_PER_MESSAGE = 30
 
 
 class StoreNotOpenError(RuntimeError):
@@ -123,6 +132,7 @@ class MessageStore:
         self._segments: StoreSegments | None = None  # opened by recover()
         self._reader: RecoveredReader | None = None  # until the first write after recover()
         self._read_before = 0  # messages the closed recovery reader read back
+        self._tails: list[StoreTail] = []  # their ``floor`` pins segments against compaction
         self._top = 0  # >= every message id in the log (a checkpoint records it)
         self._ckpt_min = checkpoint_min_bytes
         self._ckpt_seq = 0  # the segment the last checkpoint (or recovery) stood in
@@ -154,6 +164,7 @@ class MessageStore:
         self._top = rebuilt.next_message_id - 1
         self._ckpt_seq = segments.position()[0]
         self._reader = RecoveredReader(rebuilt.index, segments.path_of)
+        self._tails = self._reader.tails  # recovered queues paging in from the segments (pins)
         return Recovered(self._reader.queues(), live_delays(rebuilt.delayed, list(rebuilt.segments)),
                          rebuilt.next_message_id, rebuilt.damaged)
 
@@ -268,7 +279,9 @@ class MessageStore:
         (``store_compaction.py``); returns net bytes freed (deleted minus copied)."""
         if self._segments is None or not self._segments.is_open:
             return 0
-        return maybe_compact(self._index, self._delayed, self._segments)
+        tails = self._tails = [t for t in self._tails if t.floor != NOT_PINNED]
+        return maybe_compact(self._index, self._delayed, self._segments,
+                             min((t.floor for t in tails), default=NOT_PINNED))
 
     def checkpoint_due(self) -> bool:
         """Whether ``maybe_checkpoint`` would write: a segment sealed since the last checkpoint,
@@ -285,8 +298,9 @@ class MessageStore:
         """Sync, then write the index checkpoint at the end of the log if ``checkpoint_due``;
         returns its bytes (0: not written). A failed write leaves the previous checkpoint (the
         new one is renamed into place only once whole) and is retried after as much log again."""
-        if not self.checkpoint_due():
-            return 0
+        return self._checkpoint() if self.checkpoint_due() else 0
+
+    def _checkpoint(self) -> int:
         segments = self._segments
         assert segments is not None
         self.sync()  # the checkpoint's position must be in the file (and on disk with fsync)
@@ -301,6 +315,18 @@ class MessageStore:
                         "the log from the previous one", exc.strerror or exc)
             return 0
         return self._ckpt_bytes
+
+    def _checkpoint_at_close(self) -> None:
+        """A clean stop writes the checkpoint at the end of the log when the log since the last
+        one is worth more to a restart than the write costs now: replaying a byte of log costs
+        several times writing a byte of checkpoint (``CLOSE_CHECKPOINT_SHARE``)."""
+        segments = self._segments
+        if segments is None or not segments.is_open or segments.failing is not None or len(self._delayed):
+            return
+        written = segments.io.write_bytes - self._ckpt_mark
+        if written and written >= max(self._ckpt_min, CLOSE_CHECKPOINT_SHARE * CHECKPOINT_BYTES_PER_MESSAGE
+                                      * self._index.live_messages()):
+            self._checkpoint()
 
     def disk_bytes(self) -> int:
         return self._segments.disk_bytes() if self._segments is not None else 0
@@ -330,11 +356,13 @@ class MessageStore:
         return self._index.live_messages() + len(self._delayed)
 
     def close(self) -> None:
-        """Sync and close the current segment; the store is not used again. Raises the write
-        error if pending records could not be written (disk still full)."""
+        """Sync, checkpoint the index if worth it (``_checkpoint_at_close``: the next start then
+        replays no log) and close the current segment; the store is not used again. Raises the
+        write error if pending records could not be written (disk still full)."""
         if self._reader is not None:
             self._reader.close()
         if self._segments is not None:
+            self._checkpoint_at_close()
             self._segments.close()
 
 

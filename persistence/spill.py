@@ -3,9 +3,9 @@
 Each queue gets its own ``SpillBacking`` (handed out by spill_store.py): a directory of numbered
 files in the record framing of ``records.py``, one record per ``QueueEntry`` (``spill_records.py``).
 Appends go to the tail file; page-ins read from the head; a file is deleted as soon as it has been
-read to the end. Only
-counters and the list of files are kept in RAM, so ten million spilled entries cost a few hundred
-bytes. Nothing is fsynced and everything is wiped at start: transient messages do not survive a
+read to the end. Only counters and the list of files are kept in RAM, so ten million spilled
+entries cost a few hundred bytes. A recovered queue's spill starts with a ``StoreTail``
+(``store_pages.py``): its entries are read from the message store's segments, ahead of the files. Nothing is fsynced and everything is wiped at start: transient messages do not survive a
 restart.
 
 Rule 1 (go-diskqueue's one owner per set of files): every field of a backing belongs to the event
@@ -38,6 +38,7 @@ from headrace.queues.message import QueueEntry
 
 from .segments import segment_path
 from .spill_records import Parsed, ReadPlan, count_records, encode, encode_recovered, parse
+from .store_pages import StorePlan, StoreTail
 
 __all__ = [
     "DEFAULT_SPILL_SEGMENT_BYTES",
@@ -102,6 +103,7 @@ class SpillBacking:
         self._depth = 0
         self._byte_depth = 0
         self._lost = (0, 0)  # entries and body bytes skipped as damaged, not yet taken
+        self._tail: StoreTail | None = None  # recovered entries read from the store, ahead of the files
         self.damaged = 0  # damaged records met since the start
         self._closed = False
         directory.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,9 @@ class SpillBacking:
         write buffer's worth per call, so the per-entry work is the encoding alone."""
         if self._closed:
             raise SpillClosedError(str(self._dir))
+        if isinstance(rows, StoreTail) and self._tail is None and not self._depth:
+            self._tail = rows  # paged in from the store's segments where they lie: no copy
+            return rows.adopt(first_seq, props_info, ttl)
         flushed = 0
         failing = self.write_error is not None
         buf = self._buf
@@ -232,10 +237,15 @@ class SpillBacking:
     # -- read side -----------------------------------------------------------------------------
 
     def plan_read(self, max_count: int, max_bytes: int, need_one: bool = True
-                  ) -> ReadPlan | list[QueueEntry] | None:
-        """The next page-in: a ``ReadPlan`` to run in a worker thread and hand to
-        ``finish_read``, entries taken at once from memory (a reader that caught up with writes
-        the disk had no room for), or None when nothing is held."""
+                  ) -> ReadPlan | StorePlan | list[QueueEntry] | None:
+        """The next page-in: a ``ReadPlan`` (``StorePlan``: recovered entries left in the store)
+        to run in a worker thread and hand to ``finish_read``, entries taken at once from memory
+        (a reader that caught up with writes the disk had no room for), or None if none held."""
+        tail = self._tail
+        if tail is not None and not self._closed:
+            if tail.left:
+                return tail.plan(max_count, max_bytes, need_one, self.generation)
+            self._tail = None
         while not self._closed and self._depth > 0 and self._files:
             head = self._files[0]
             if len(self._files) == 1 and self._read_off >= head.size and self._buf:
@@ -249,8 +259,16 @@ class SpillBacking:
                             self.generation)
         return None
 
-    def finish_read(self, plan: ReadPlan, r: Parsed) -> list[QueueEntry]:
+    def finish_read(self, plan: ReadPlan | StorePlan, r: Parsed) -> list[QueueEntry]:
         """Apply what a plan read; a stale plan's result is dropped (nothing was consumed)."""
+        if isinstance(plan, StorePlan):
+            tail = self._tail  # done: (lost, a correction of its estimate: store_pages.py), None if stale
+            done = tail.finish(plan, r) if tail is not None and plan.generation == self.generation else None
+            if done is None or self._closed:
+                return []
+            self._lost = (self._lost[0] + done[0], self._lost[1] + done[1])
+            self.damaged += r.skipped
+            return r.taken
         if plan.generation != self.generation or self._closed or not self._files \
                 or self._files[0].path != plan.path or self._read_off != plan.offset:
             return []
@@ -349,10 +367,10 @@ class SpillBacking:
         return self._closed
 
     def depth(self) -> int:
-        return self._depth
+        return self._depth + (self._tail.left if self._tail is not None else 0)
 
     def byte_depth(self) -> int:
-        return self._byte_depth
+        return self._byte_depth + (self._tail.est_bytes if self._tail is not None else 0)
 
     def disk_bytes(self) -> int:
         return sum(f.size for f in self._files) + len(self._buf)
@@ -360,6 +378,9 @@ class SpillBacking:
     def drop(self) -> None:
         """Forget every entry and delete the files; a page-in under way is stale."""
         self.generation += 1
+        if self._tail is not None:
+            self._tail.drop()  # the store's segments are no longer pinned
+            self._tail = None
         if self._write_fd is not None:
             os.close(self._write_fd)
         self._write_fd = None

@@ -15,6 +15,7 @@ import logging
 from .records import iter_file_records
 from .store_delayed import DelayedIndex
 from .store_index import StoreIndex
+from .store_pages import NOT_PINNED
 from .store_ops import REC_DELAY, REC_PUBLISH, Kind, decode_publish, message_id_of, publish_parts
 from .store_segments import Segment, StoreSegments
 
@@ -30,9 +31,11 @@ LIVE_RATIO_LOW = 0.5
 MAX_REWRITES_PER_CALL = 1
 
 
-def maybe_compact(index: StoreIndex, delayed: DelayedIndex, segments: StoreSegments) -> int:
-    """Delete dead head segments and rewrite a mostly-dead head forward; returns net bytes
-    freed (deleted minus copied)."""
+def maybe_compact(index: StoreIndex, delayed: DelayedIndex, segments: StoreSegments,
+                  pinned: int = NOT_PINNED) -> int:
+    """Delete dead head segments and rewrite a mostly-dead head forward, unless the head is
+    ``pinned`` or above (a recovered queue still pages its records in from there:
+    ``store_pages.StoreTail``); returns net bytes freed (deleted minus copied)."""
     freed = 0
     rewrites = 0
     while (head := segments.head()) is not None:
@@ -41,7 +44,7 @@ def maybe_compact(index: StoreIndex, delayed: DelayedIndex, segments: StoreSegme
             delayed.forget_segment(head.seq)
             freed += segments.delete_head()
             continue
-        if rewrites >= MAX_REWRITES_PER_CALL or segments.failing is not None \
+        if rewrites >= MAX_REWRITES_PER_CALL or segments.failing is not None or head.seq >= pinned \
                 or not _worth_rewriting(index, delayed, segments, head):
             break  # (no copies while writes fail: deleting dead heads only frees room)
         rewrites += 1

@@ -147,7 +147,7 @@ class RecoveredQueue(Sequence[RecoveredMessage]):
     """One queue's recovered messages, read from the segments as they are iterated; ``rows``
     gives them from ``start`` on still in the store's bytes, for recovery to spill."""
 
-    def rows(self, start: int) -> Iterator[RecoveredRow]:
+    def rows(self, start: int) -> Iterable[RecoveredRow]:
         raise NotImplementedError
 
 

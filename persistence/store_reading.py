@@ -7,7 +7,8 @@ queue's ``Runs`` (where its entries are in the chunks); the entries' fields belo
 positions are only valid until then. Rule 2: nothing here changes the index or a file.
 
 Why lazily: a large backlog restarts in about the memory of the queues' resident windows plus the
-index; the rest goes from the mapped segment to the spill files without becoming messages.
+index; the rest stays in the segments, handed to the queue's spill backing as a ``StoreTail``
+(``store_pages.py``, built here by ``tail``) that pages it in from there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from headrace.queues.backing import RecoveredRow
 from .records import HEADER_SIZE
 from .index_chunks import DEAD, MULTI
 from .store_index import StoreIndex
+from .store_pages import StoreTail, back_to_back, record_overhead
 from .store_ops import PUB_HEAD, PUB_QUEUE, QKey, RecoveredMessage, RecoveredQueue, decode_publish_at
 
 __all__ = ["RecoveredReader", "Runs", "recovered_runs"]
@@ -88,7 +90,7 @@ def recovered_runs(index: StoreIndex) -> dict[QKey, tuple[int, Runs]]:
 class RecoveredReader:
     """The recovered queues of one store, read from its segments as they are iterated."""
 
-    __slots__ = ("_chunks", "_index", "_maps", "_multi", "_path_of", "loaded")
+    __slots__ = ("_chunks", "_index", "_maps", "_multi", "_path_of", "loaded", "tails")
 
     def __init__(self, index: StoreIndex, path_of: Callable[[int], Path]) -> None:
         self._index = index
@@ -96,6 +98,7 @@ class RecoveredReader:
         self._path_of = path_of
         self._maps: dict[int, mmap.mmap] = {}  # segments mapped to load recovered messages
         self.loaded = 0  # messages read back (the store's I/O statistics)
+        self.tails: list[StoreTail] = []  # handed out by ``tail``: the store keeps their pins
 
     def queues(self) -> dict[QKey, RecoveredQueue]:
         """Each queue's live messages in publish order, read when iterated."""
@@ -149,6 +152,48 @@ class RecoveredReader:
                 self.loaded += 1
                 yield mid, count, ts, view[e_at:end], elen, rlen, plen
 
+    def tail(self, runs: Runs, start: int, slot: int) -> StoreTail:
+        """The queue's entries from the ``start``-th on, to be paged in from the segments where
+        they lie (``store_pages.StoreTail``), or copied as ``rows`` by a backing that cannot."""
+        tail = StoreTail(lambda: self.rows(runs, start, slot), lambda t: self._fill(t, runs, start, slot))
+        self.tails.append(tail)
+        return tail
+
+    def _fill(self, tail: StoreTail, runs: Runs, start: int, slot: int) -> None:
+        """``tail``'s runs of records back to back, and its delivery counts that are not 0: C
+        loops over each run's slice of its chunk's arrays, a Python step per entry only where
+        records are not back to back (copies, other queues' records between) or counted."""
+        if start >= len(runs):
+            return
+        chunks, multi = self._chunks, self._multi
+        counts = tail.counts
+        r = bisect_right(runs.ends, start)
+        skip = start - (runs.ends[r - 1] if r else 0)
+        last = (-1, -1)  # (segment, end) of the run added last, to extend it across chunks
+        for r in range(r, len(runs.ends)):
+            c = chunks[runs.chunk[r]]
+            i0 = runs.first[r] + skip
+            i1 = runs.first[r] + runs.ends[r] - (runs.ends[r - 1] if r else 0)
+            skip = 0
+            ids, segs, offs, sizes, qs, cnts = c.ids, c.seg, c.off, c.size, c.q, c.cnt
+            if qs[i0:i1].count(MULTI) or cnts[i0:i1].count(0) != i1 - i0:
+                for i in range(i0, i1):
+                    count = multi[ids[i]][slot] if qs[i] == MULTI else cnts[i]
+                    if count:
+                        counts[ids[i]] = count
+            stretches = [(i0, i1)] if back_to_back(offs, sizes, segs, i0, i1) else _stretches(
+                offs, sizes, segs, i0, i1)
+            for a, b in stretches:
+                seq, off = segs[a], offs[a]
+                end = offs[b - 1] + sizes[b - 1]
+                if (seq, off) == last:
+                    tail.extend_run(end, b - a)
+                else:
+                    view = self._maps.get(seq) or self._map(seq)
+                    tail.add_run(seq, self._path_of(seq), off, end, b - a,
+                                 record_overhead(view, off, off + sizes[a]))
+                last = (seq, end)
+
     def _map(self, seq: int) -> mmap.mmap:
         # one segment mapped at a time: a mapping's touched pages count in the broker's RSS
         # (loads go in id order, so mostly segment by segment)
@@ -164,10 +209,25 @@ class RecoveredReader:
         self._maps.clear()
 
 
+def _stretches(offs: array[int], sizes: array[int], segs: array[int], i0: int, i1: int
+               ) -> list[tuple[int, int]]:
+    """``[i0, i1)`` cut where the next record does not follow the one before in its segment."""
+    out = []
+    a = i0
+    while a < i1:
+        s, expect, b = segs[a], offs[a] + sizes[a], a + 1
+        while b < i1 and segs[b] == s and offs[b] == expect:
+            expect += sizes[b]
+            b += 1
+        out.append((a, b))
+        a = b
+    return out
+
+
 class _Recovering(RecoveredQueue):
     """One queue's recovered messages, read from the segments as they are iterated: the shell adds
-    them to the queue one by one, and those past the resident window go to spill, so a large
-    backlog restarts in about the memory of the window plus the index."""
+    them to the queue one by one, and those past the resident window stay in the segments
+    (``rows``), so a large backlog restarts in about the memory of the window plus the index."""
 
     __slots__ = ("_reader", "_runs", "_slot")
 
@@ -191,5 +251,7 @@ class _Recovering(RecoveredQueue):
         for n in range(len(self)):
             yield self[n]
 
-    def rows(self, start: int) -> Iterator[RecoveredRow]:
-        return self._reader.rows(self._runs, start, self._slot)
+    def rows(self, start: int) -> StoreTail:
+        """The messages from the ``start``-th on as a ``StoreTail``: a spill backing pages them in
+        from the segments where they lie; iterated, the rows to copy."""
+        return self._reader.tail(self._runs, start, self._slot)

@@ -67,7 +67,8 @@ class SpilledRange:
         return backing
 
     def lost(self, count: int, body_bytes: int) -> None:
-        """The backing skipped ``count`` entries it could not read back (damaged records)."""
+        """The backing skipped ``count`` entries it could not read back (damaged records), or
+        corrects the body bytes it estimated (``count`` 0, ``body_bytes`` of either sign)."""
         self.count = max(self.count - count, 0)
         self.bytes = max(self.bytes - body_bytes, 0) if self.count else 0
 
@@ -89,7 +90,7 @@ class SpilledRange:
         batch = self.backing.read_batch(max_count, max_bytes)
         self.returned(batch)
         lost, lost_bytes = self.backing.take_lost()
-        if lost:
+        if lost or lost_bytes:  # (bytes alone: a correction of an estimate, persistence/store_pages.py)
             self.lost(lost, lost_bytes)
         return batch, lost, lost_bytes
 

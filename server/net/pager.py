@@ -83,8 +83,8 @@ class Pager:
                 progress = plan.generation != backing.generation or bool(result.used) \
                     or result.fatal is not None
             lost, lost_bytes = backing.take_lost()
-            if lost and generation == queue.generation:
-                queue.spill_lost(lost, lost_bytes)  # damaged records, logged there
+            if (lost or lost_bytes) and generation == queue.generation:
+                queue.spill_lost(lost, lost_bytes)  # damaged records (logged there), or a correction
             if not entries:
                 if progress:
                     continue

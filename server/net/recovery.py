@@ -1,9 +1,10 @@
 """Recovery at start: the message store's live records go back into their queues and delayed
 exchanges before any client connects.
 
-Past a queue's resident window the rest of its messages go to its spill file as the span of
-bytes they already are in the store (``Queue.add_recovered_spilled``): no message object per
-entry, which is most of a large backlog's restart time.
+Past a queue's resident window the rest of its messages stay where they are in the store's
+segments: ``Queue.add_recovered_spilled`` hands their runs (``persistence/store_pages.py``) to the
+queue's spill backing, which pages them in from there as the queue drains. No message object and
+no copy per entry: copying them into spill files was most of a large backlog's restart.
 
 Records nothing will ever ack (a queue or delayed exchange that did not survive: exclusive, deleted
 while down, ...) are killed in the log, or they would pin disk forever and come back the day a

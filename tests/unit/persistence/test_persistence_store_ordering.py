@@ -289,10 +289,11 @@ def _entries_after_recovery(tmp_path: Path, name: str, resident: int, arguments:
 @pytest.mark.parametrize("arguments", [{}, {"x-message-ttl": 60_000}])
 def test_recovery_spills_past_the_window_exactly_what_the_message_path_loads(tmp_path: Path,
                                                                             arguments: dict) -> None:
-    """Past the resident window recovery copies the store's bytes into the spill
-    (``Queue.add_recovered_spilled``); paged back, every entry equals what loading each message
-    into the queue gives: ids, keys, properties (priority and expiration read where present),
-    bodies, timestamps, delivery counts, and expiry under the queue's TTL."""
+    """Past the resident window recovery leaves the messages in the store's segments
+    (``Queue.add_recovered_spilled``, ``store_pages.StoreTail``); paged in from there, every
+    entry equals what loading each message into the queue gives: ids, keys, properties (priority
+    and expiration read where present), bodies, timestamps, delivery counts, and expiry under the
+    queue's TTL."""
     variants = [
         BasicProperties(delivery_mode=2),
         BasicProperties(delivery_mode=2, priority=7),
@@ -316,7 +317,7 @@ def test_recovery_spills_past_the_window_exactly_what_the_message_path_loads(tmp
     write(tmp_path / "store", ops)
     for name in ("a", "b"):
         loaded = _entries_after_recovery(tmp_path, name, 1_000_000, arguments)  # all through Message
-        spilled = _entries_after_recovery(tmp_path, name, 5, arguments)  # 5 resident, the rest copied
+        spilled = _entries_after_recovery(tmp_path, name, 5, arguments)  # 5 resident, the rest paged in from the store
         assert len(loaded) == (108 if name == "a" else 30)
         assert spilled == loaded
         if name == "a":  # the cases the copy must get right are all there
