@@ -2,7 +2,7 @@
 S3 REST protocol) holds the uploaded segments; with the local copies gone, a pika consumer from
 ``first`` reads them in order, the Arrow reader reads them directly or through the broker's plan,
 the credentials in the tier URI show up in neither the HTTP API nor the broker's log, and deleting
-the stream removes its objects."""
+the stream removes its objects. A mirrored exchange's log tiered there reads back whole too."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from headrace.spark_bridge.remote import RemoteLog
 
 pytestmark = pytest.mark.timeout(60)
 
-BROKER_ENV = {"HEADRACE_TIER_INTERVAL": "0.1"}
+BROKER_ENV = {"HEADRACE_TIER_INTERVAL": "0.1", "HEADRACE_MIRROR_SEGMENT_MAX_BYTES": "32768"}
 SEGMENT = 32_768
 N = 200  # ~1 KB each: ~6 segments
 BUCKET, KEY, SECRET = "tiers", "AKIDTIERTEST", "tier-secret-Xq7"
@@ -136,3 +136,37 @@ def test_a_stream_tiered_to_s3_reads_back_in_order_without_showing_its_secret(br
     ch.queue_delete(name)
     conn.close()
     assert wait_until(lambda: not objects(client, folder), timeout=10)
+
+
+def test_a_mirrored_exchange_tiered_to_s3_reads_back_whole(broker, s3):
+    endpoint, client = s3
+    name = unique("s3mirror")
+    api = httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10)
+    api.put(f"/api/exchanges/%2F/{name}", json={"type": "topic", "durable": True}).raise_for_status()
+    api.put(f"/api/mirrors/%2F/{name}", json={}).raise_for_status()
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(N):
+        ch.basic_publish(name, f"k.{i % 3}", body(i))
+    conn.close()
+    api.put(f"/api/policies/%2F/{name}", json={
+        "pattern": f"^{name}$", "apply-to": "exchanges",
+        "definition": {"tier-uri": f"s3://{KEY}:{SECRET}@{BUCKET}/mirrors?endpoint_override={endpoint}&scheme=http"
+                                   "&region=us-east-1", "tier-local-max-bytes": 0}}).raise_for_status()
+
+    def offloaded() -> bool:
+        segs = all_segments(broker.data_dir, "/", name)
+        return len(segs) > 3 and all(s.tier and not s.path.exists() for s in segs[:-1])
+
+    assert wait_until(offloaded, timeout=20)
+    bases = [s.base_offset for s in all_segments(broker.data_dir, "/", name)[:-1]]
+    assert [n for n in objects(client, f"{BUCKET}/mirrors/mirror/%2F/{name}") if n.endswith(".log")] == \
+        [f"{b:020d}.log" for b in bases]
+    batches = [b for r in read_ranges(broker.data_dir, "/", name, target_bytes=1 << 16)
+               for b in range_batches(r, "/", name, Bounds())]
+    assert offsets(batches) == list(range(N))
+    assert [bytes(v) for b in batches for v in b.column("body").to_pylist()] == [body(i) for i in range(N)]
+    remote = RemoteLog(broker.http_url, "guest", "guest", tier_direct=False)
+    assert offsets(b for r in remote.ranges("mirror", "/", name, 1 << 16)
+                   for b in buffer_batches(remote.fetch("mirror", "/", name, r), "/", name, Bounds())) == list(range(N))
