@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from .mirror_records import SEGMENT_SUFFIX, SegmentInfo, list_segments, mirror_dir
 
 __all__ = ["MANIFEST", "TierEntry", "TierFile", "all_segments", "first_offset", "load_manifest", "object_uri",
-           "parent_uri", "read_uri", "tier_dir_uri"]
+           "parent_uri", "public_uri", "read_uri", "tier_dir_uri"]
 
 MANIFEST = "tier.manifest"
 
@@ -82,6 +82,17 @@ def parent_uri(uri: str) -> str:
     """The folder an object's URI lies in (its query kept): ``object_uri``'s inverse."""
     u = urlsplit(uri)
     return urlunsplit((u.scheme, u.netloc, u.path.rsplit("/", 1)[0], u.query, ""))
+
+
+def public_uri(uri: str) -> str:
+    """The URI as logs and the HTTP API show it: without the credentials it may carry
+    (``s3://KEY:SECRET@bucket/...``, pyarrow's form), which stay in the policy and the manifest.
+    A reader given this URI reads the tier with its own credentials (``AWS_ACCESS_KEY_ID`` /
+    ``AWS_SECRET_ACCESS_KEY``, a profile, a role), or through the broker when it has none."""
+    u = urlsplit(uri)
+    if "@" not in u.netloc:
+        return uri
+    return urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
 
 
 def all_segments(root: Path, vhost: str, name: str) -> list[SegmentInfo]:

@@ -20,7 +20,7 @@ import h11
 import trio
 
 from headrace.persistence.mirror_log import list_segments, next_offset, read_ranges
-from headrace.persistence.tier_manifest import all_segments, read_uri
+from headrace.persistence.tier_manifest import all_segments, public_uri, read_uri
 from headrace.persistence.stream_log import stream_root
 from headrace.server.http.routes import HTTPError, LogSlice, Response, error_response
 
@@ -56,11 +56,15 @@ def log_plan(app: Any, kind: str, vhost: str, name: str, target_bytes: int,
     return {
         "kind": kind, "vhost": vhost, "name": name, "first_offset": segments[0].base_offset,
         "next_offset": following,
-        "segments": [{"base_offset": s.base_offset, "size": s.size, "local": s.path.exists(), "tier": s.tier}
+        "segments": [{"base_offset": s.base_offset, "size": s.size, "local": s.path.exists(), "tier": _shown(s.tier)}
                      for s in segments],
         "ranges": [{"segment": base_of[r.path], "start": r.start, "stop": r.stop, "first_offset": r.first_offset,
-                    "end_offset": r.end_offset, "size": r.size, "tier": r.tier} for r in ranges if r.path in base_of],
+                    "end_offset": r.end_offset, "size": r.size, "tier": _shown(r.tier)} for r in ranges if r.path in base_of],
     }
+
+
+def _shown(tier: str | None) -> str | None:
+    return None if tier is None else public_uri(tier)  # a tier's credentials stay in the broker
 
 
 def _open(app: Any, piece: LogSlice) -> int | None:

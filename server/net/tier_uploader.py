@@ -27,6 +27,7 @@ import trio
 from headrace.persistence.mirror_log import Retention
 from headrace.persistence.stream_log import stream_root
 from headrace.persistence.tier import DROPS, TierSettings, run_drops, tier_pass
+from headrace.persistence.tier_manifest import public_uri
 from headrace.server.broker import Broker
 from headrace.server.broker.policies import stream_arguments
 from headrace.server.broker.queue_types import parse_interval_ms
@@ -75,24 +76,24 @@ class TierUploader:
         """In a worker thread: the deleted logs' tiers removed, then one pass over each log."""
         try:
             for folder in run_drops(self.data_dir):
-                log.info("tier %s removed with its log", folder)
+                log.info("tier %s removed with its log", public_uri(folder))
         except OSError as exc:
             log.warning("a deleted log's tier not removed yet: %s", exc)
         for kind, root, vhost, name, tier in targets:
-            key = (kind, vhost, name)
+            key, shown = (kind, vhost, name), public_uri(tier.uri)  # logged without its credentials
             try:
                 report = tier_pass(root, kind, vhost, name, tier, now_ms)
             except OSError as exc:  # pyarrow raises OSError subclasses for every file system
                 if key not in self._failing:
-                    log.warning("%s %s/%s: tier %s not written: %s", kind, vhost, name, tier.uri, exc)
+                    log.warning("%s %s/%s: tier %s not written: %s", kind, vhost, name, shown, exc)
                 self._failing.add(key)
                 continue
             if key in self._failing:
                 self._failing.discard(key)
-                log.info("%s %s/%s: tier %s written again", kind, vhost, name, tier.uri)
+                log.info("%s %s/%s: tier %s written again", kind, vhost, name, shown)
             if report.uploaded or report.recorded or report.local_deleted or report.dropped:
                 log.info("%s %s/%s: %d segments uploaded to %s (%d found uploaded), %d local copies deleted, "
-                         "%d dropped by retention", kind, vhost, name, len(report.uploaded), tier.uri,
+                         "%d dropped by retention", kind, vhost, name, len(report.uploaded), shown,
                          len(report.recorded), report.local_deleted, report.dropped)
 
     async def run(self, broker: Broker) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention, list_segments, read_ranges
 from headrace.persistence.mirror_reader import read_entries
 from headrace.persistence.tier import TierSettings, tier_pass
-from headrace.persistence.tier_manifest import MANIFEST, all_segments, load_manifest, read_uri
+from headrace.persistence.tier_manifest import MANIFEST, all_segments, load_manifest, public_uri, read_uri, tier_dir_uri
 
 T0 = 1_700_000_000_000
 
@@ -107,3 +107,12 @@ def test_the_policy_takes_tier_uris_pyarrow_can_open_only():
         assert tier_uri_ok(good), good
     for bad in ("file://relative/path", "/mnt/tier", "ftp://host/x", "s3://", "", 3, None):
         assert not tier_uri_ok(bad), bad
+
+
+def test_a_tier_uri_is_shown_without_its_credentials_and_its_folders_keep_them():
+    uri = "s3://AKID:se%2Fcret@bucket/prefix?endpoint_override=127.0.0.1:9000&scheme=http"
+    folder = tier_dir_uri(uri, "stream", "/", "events")
+    assert folder == "s3://AKID:se%2Fcret@bucket/prefix/stream/%252F/events?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert public_uri(folder) == "s3://bucket/prefix/stream/%252F/events?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert public_uri("file:///mnt/tier/stream/x") == "file:///mnt/tier/stream/x"
+    assert public_uri("hdfs://namenode:8020/tier") == "hdfs://namenode:8020/tier"
