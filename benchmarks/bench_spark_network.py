@@ -13,30 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench_broker import start_broker, stop_broker
 from bench_spark import write_log
-
-
-def start_broker(data: Path) -> tuple[subprocess.Popen[bytes], int]:
-    ports = data.parent / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0",
-                             "--data-dir", str(data), "--ports-file", str(ports)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not (ports.exists() and ports.stat().st_size):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError("broker did not start")
-        time.sleep(0.1)
-    return proc, int(json.loads(ports.read_text())["http"])
 
 
 def main() -> None:
@@ -54,10 +39,10 @@ def main() -> None:
         tmp = Path(tmpdir)
         data = tmp / "data"
         write_log(data, "big", args.messages, args.body)
-        broker, port = start_broker(data)
+        broker, ports = start_broker(data)
         try:
             spark = spark_session(args.master, ())
-            url = {"url": f"http://127.0.0.1:{port}", "user": "guest", "password": "guest", "exchange": "big"}
+            url = {"url": f"http://127.0.0.1:{ports['http']}", "user": "guest", "password": "guest", "exchange": "big"}
 
             def frame(way: str) -> Any:
                 return read_log(spark, str(data), "big", source=url if way == "network" else None)
@@ -76,8 +61,7 @@ def main() -> None:
                     times[f"{way}_parquet"].append(time.perf_counter() - start)
             spark.stop()
         finally:
-            broker.send_signal(signal.SIGTERM)
-            broker.wait(30)
+            stop_broker(broker)
         medians = {k: round(statistics.median(v), 2) for k, v in times.items()}
         print(json.dumps({
             "messages": args.messages, "body": args.body, "master": args.master, "partitions": partitions,

@@ -9,32 +9,16 @@ alternate within one warm SparkSession; each run has its own checkpoint, so keys
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pika
 
+from bench_broker import start_broker, stop_broker
 from bench_spark import write_log
-
-
-def start_broker(data: Path) -> tuple[subprocess.Popen[bytes], int]:
-    ports = data.parent / "ports.json"
-    proc = subprocess.Popen([sys.executable, "-m", "headrace", "serve", "--amqp-port", "0", "--http-port", "0",
-                             "--data-dir", str(data), "--ports-file", str(ports)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not (ports.exists() and ports.stat().st_size):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError("broker did not start")
-        time.sleep(0.1)
-    return proc, int(json.loads(ports.read_text())["amqp"])
 
 
 def main() -> None:
@@ -53,8 +37,8 @@ def main() -> None:
         tmp = Path(tmpdir)
         data = tmp / "data"
         write_log(data, "big", args.messages, args.body)
-        broker, amqp_port = start_broker(data)
-        url = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
+        broker, ports = start_broker(data)
+        url = f"amqp://guest:guest@127.0.0.1:{ports['amqp']}/%2F"
         conn = pika.BlockingConnection(pika.URLParameters(url))
         ch = conn.channel()
         ch.exchange_declare("copy", "topic", durable=True,
@@ -98,8 +82,7 @@ def main() -> None:
                   f"= {args.messages / pub:,.0f} msg/s; headrace/noop {pub / noop:.2f}x")
             spark.stop()
         finally:
-            broker.terminate()
-            broker.wait(15)
+            stop_broker(broker)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ only through ``bind``/``unbind`` here, which cascade on delete. What happens to 
 queue is the delivery owner's (``delivery.py``): a purge or a delete asks it.
 Rule 2: everything is synchronous and takes ``now``; the network shell supplies time and does I/O.
 Errors are raised as AMQP ``ChannelException``/``ConnectionException`` with RabbitMQ's texts; the
-HTTP API maps the same exceptions to status codes.
+HTTP API maps the same exceptions to status codes. Whether a redeclare matches what exists is
+RabbitMQ's equivalence rules, in ``equivalence.py``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .definition_changes import DefinitionChanges
 from .delayed import DELAYED_TYPE, DelayedMessages, spill_dir
 from .delivery import Delivery
 from .compat import Compat
+from .equivalence import check_exchange, check_queue
 from .policies import PolicyStore, apply_exchange_policy, apply_queue_dedup, queue_args
 from .queue_types import check_declare, queue_type_of
 from .stream_queue import StreamQueue
@@ -52,13 +54,6 @@ PREDECLARED: tuple[tuple[str, str], ...] = (
     ("amq.rabbitmq.trace", "topic"),  # the firehose's (firehose.py): internal, as RabbitMQ's
 )
 QUEUE = DestinationKind.QUEUE
-# queue arguments a redeclare must repeat with the same value (RabbitMQ's declare_args): omitting
-# one the queue was declared with is 406 PRECONDITION_FAILED
-EQUIVALENCE_ARGS = frozenset({
-    "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-overflow",
-    "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority",
-    "x-single-active-consumer", "x-delivery-limit",
-})
 EXCHANGE = DestinationKind.EXCHANGE
 
 
@@ -150,17 +145,8 @@ class VHost:
                     "Invalid argument, 'x-delayed-type' must be an existing exchange type")
             routing_type = delayed_type
         if existing is not None:
-            current = DELAYED_TYPE if name in self.delayed_exchanges else existing.TYPE
-            if current != type_:
-                raise errors.inequivalent("type", "exchange", name, self.name, type_, current)
-            type_ = existing.TYPE
-            if not existing.equivalent(type_, durable, auto_delete, internal, arguments):
-                for arg, got, cur in (("durable", durable, existing.durable),
-                                      ("auto_delete", auto_delete, existing.auto_delete),
-                                      ("internal", internal, existing.internal)):
-                    if got != cur:
-                        raise errors.inequivalent(arg, "exchange", name, self.name, got, cur)
-                raise errors.inequivalent("arguments", "exchange", name, self.name, arguments, existing.arguments)
+            check_exchange(existing, self.name, declared_type=type_, current_type=self.exchange_type(name),
+                           durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments)
             return existing
         try:
             exchange = make_exchange(routing_type, name, durable=durable, auto_delete=auto_delete,
@@ -266,20 +252,8 @@ class VHost:
             # RabbitMQ's strict check: another connection's exclusive queue, or an exclusive flag
             # that differs from the original declaration, is 405 RESOURCE_LOCKED (not 406)
             self.check_exclusive(existing, owner)
-            if exclusive != (existing.exclusive_owner is not None):
-                raise errors.resource_locked(name, self.name)
-            for arg, got, cur in (("durable", durable, existing.durable),
-                                  ("auto_delete", auto_delete, existing.auto_delete)):
-                if got != cur:
-                    raise errors.inequivalent(arg, "queue", name, self.name, got, cur)
-            for key in sorted(set(arguments) | set(existing.arguments)):
-                # an argument the queue has but the redeclare omits is inequivalent too, for the
-                # arguments RabbitMQ checks; unknown x- arguments are compared only when given
-                if not key.startswith("x-") or (key not in arguments and key not in EQUIVALENCE_ARGS):
-                    continue
-                if arguments.get(key) != existing.arguments.get(key):
-                    raise errors.inequivalent(key, "queue", name, self.name, arguments.get(key),
-                                              existing.arguments.get(key))
+            check_queue(existing, self.name, exclusive=exclusive, durable=durable, auto_delete=auto_delete,
+                        arguments=arguments)
             existing.touch(now)  # a redeclare renews the x-expires lease
             return existing
         kind = queue_type_of(arguments, name, self.name)
@@ -359,10 +333,10 @@ class VHost:
     # ------------------------------------------------------------------ bindings
     def bind(self, source: str, destination: str, kind: DestinationKind, routing_key: str,
              arguments: Mapping[str, Any] | None) -> bool:
-        exchange = self._bindable_source(source)
+        exchange = self._bindable(source)
         # the objects' own name strings, so a binding adds no copy of them
         source = exchange.name
-        destination = (self.get_queue(destination) if kind is QUEUE else self._bindable_destination(destination)).name
+        destination = (self.get_queue(destination) if kind is QUEUE else self._bindable(destination)).name
         binding = Binding.make(source, destination, kind, routing_key, arguments)
         try:
             exchange.check_destination(binding, kind is QUEUE and self.queues[destination].is_log)
@@ -394,12 +368,8 @@ class VHost:
             self._maybe_auto_delete_exchange(exchange)
         return removed
 
-    def _bindable_source(self, name: str) -> Exchange:
-        if name == "":
-            raise errors.access_refused(f"operation not permitted on the default exchange")
-        return self.get_exchange(name)
-
-    def _bindable_destination(self, name: str) -> Exchange:
+    def _bindable(self, name: str) -> Exchange:
+        """An exchange a binding may name, as its source or its destination: not the default one."""
         if name == "":
             raise errors.access_refused(f"operation not permitted on the default exchange")
         return self.get_exchange(name)

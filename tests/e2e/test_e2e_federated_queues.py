@@ -13,7 +13,7 @@ import pika
 import pika.exceptions
 import pytest
 from e2e_support import unique, wait_until
-from test_e2e_shovels import api, free_port, queue_count
+from two_brokers import Publisher, api, publish, federation_link, kill_each_in_turn, link_running, queue_count
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,38 +26,22 @@ def federate_queue(down: Any, up_port: int, queue: str, **upstream: Any) -> None
         "pattern": f"^{queue}$", "apply-to": "queues", "definition": {"federation-upstream": "up"}}).status_code in (201, 204)
 
 
-def queue_link(down: Any, queue: str) -> dict[str, Any] | None:
-    return next((link for link in api(down, "GET", "/api/federation-links").json()
-                 if link.get("type") == "queue" and link.get("queue") == queue), None)
-
-
 def declare(url: str, queue: str) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     conn.channel().queue_declare(queue, durable=True)
     conn.close()
 
 
-def publish(url: str, queue: str, bodies: list[bytes]) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    ch.confirm_delivery()
-    for body in bodies:
-        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
-    conn.close()
-
-
-def test_a_federated_queue_fetches_only_for_its_consumers(broker_factory, tmp_path):
-    up_port = free_port()
-    up = broker_factory("--amqp-port", str(up_port), data_dir=tmp_path / "up")
-    down = broker_factory(data_dir=tmp_path / "down")
+def test_a_federated_queue_fetches_only_for_its_consumers(broker_pair):
+    up, down = broker_pair
     q = unique("fed-queue")
     declare(down.url, q)
-    federate_queue(down, up_port, q, **{"prefetch-count": 5})
-    assert wait_until(lambda: (queue_link(down, q) or {}).get("status") == "running", timeout=10), \
+    federate_queue(down, up.amqp_port, q, **{"prefetch-count": 5})
+    assert wait_until(link_running(down, type="queue", queue=q), timeout=10), \
         api(down, "GET", "/api/federation-links").json()
-    link = queue_link(down, q)
+    link = federation_link(down, type="queue", queue=q)
     assert link is not None and (link["upstream"], link["upstream_queue"]) == ("up", q)
-    publish(up.url, q, [f"m{i}".encode() for i in range(100)])  # the link declared it upstream
+    publish(up.url, q, [f"m{i}".encode() for i in range(100)], declare=False)  # the link declared it upstream
     assert queue_count(up, q) == 100 and queue_count(down, q) == 0  # no consumer downstream: nothing fetched
 
     conn = pika.BlockingConnection(pika.URLParameters(down.url))
@@ -74,27 +58,10 @@ def test_a_federated_queue_fetches_only_for_its_consumers(broker_factory, tmp_pa
     assert wait_until(lambda: queue_count(up, q) + queue_count(down, q) == 40, timeout=10)
     left_up = queue_count(up, q)
     assert left_up >= 25  # about the link's prefetch (5) came down beyond what the consumer took
-    publish(up.url, q, [b"late"])
+    publish(up.url, q, [b"late"], declare=False)
     assert not wait_until(lambda: queue_count(up, q) != left_up + 1, timeout=0.5)
     conn.close()
     assert got == [f"m{i}".encode() for i in range(60)]  # in the upstream's order
-
-
-def _publisher(url: Callable[[], str], queue: str, confirmed: list[str], stop: threading.Event) -> None:
-    i = 0
-    while not stop.is_set():
-        try:
-            conn = pika.BlockingConnection(pika.URLParameters(url()))
-            ch = conn.channel()
-            ch.confirm_delivery()
-            while not stop.is_set():
-                mid = f"q-{i}"
-                i += 1
-                ch.basic_publish("", queue, mid.encode(), pika.BasicProperties(delivery_mode=2, message_id=mid))
-                confirmed.append(mid)
-            conn.close()
-        except (pika.exceptions.AMQPError, OSError):
-            stop.wait(0.2)
 
 
 def _consumer(url: Callable[[], str], queue: str, got: set[str], stop: threading.Event) -> None:
@@ -116,40 +83,26 @@ def _consumer(url: Callable[[], str], queue: str, got: set[str], stop: threading
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_queue_federation_loses_nothing_when_each_broker_is_killed(broker_factory, tmp_path):
-    up_port, down_port = free_port(), free_port()
-    up = broker_factory("--amqp-port", str(up_port), data_dir=tmp_path / "up")
-    down = broker_factory("--amqp-port", str(down_port), data_dir=tmp_path / "down")
+def test_queue_federation_loses_nothing_when_each_broker_is_killed(broker_pair):
+    up, down = broker_pair
     q = "fed-load"
     declare(down.url, q)
     declare(up.url, q)
-    federate_queue(down, up_port, q)
-    assert wait_until(lambda: (queue_link(down, q) or {}).get("status") == "running", timeout=10)
-    confirmed: list[str] = []
+    federate_queue(down, up.amqp_port, q)
+    assert wait_until(link_running(down, type="queue", queue=q), timeout=10)
     got: set[str] = set()
-    stop_publishing, stop = threading.Event(), threading.Event()
-    threads = [threading.Thread(target=_publisher, args=(lambda: up.url, q, confirmed, stop_publishing), daemon=True),
-               threading.Thread(target=_consumer, args=(lambda: down.url, q, got, stop), daemon=True)]
-    for t in threads:
-        t.start()
+    stop = threading.Event()
+    consumer = threading.Thread(target=_consumer, args=(lambda: down.url, q, got, stop), daemon=True)
+    consumer.start()
     try:
-        assert wait_until(lambda: len(got) > 300, timeout=30)
-        down.kill()  # the downstream dies: what its link held unconfirmed stays upstream
-        down.start()
-        mark = len(got)
-        assert wait_until(lambda: len(got) > mark + 300, timeout=30)
-        up.kill()  # the upstream dies: its queue keeps what was confirmed to the publisher
-        up.start()
-        mark = len(got)
-        assert wait_until(lambda: len(got) > mark + 300, timeout=30)
-        stop_publishing.set()
-        threads[0].join(10)
-        sent = set(confirmed)
+        with Publisher(up, "", q, prefix="q-") as publisher:
+            # the downstream dies: what its link held unconfirmed stays upstream; then the upstream
+            # dies: its queue keeps what was confirmed to the publisher
+            kill_each_in_turn(lambda: len(got), 300, down, up)
+        sent = set(publisher.confirmed)
         assert wait_until(lambda: sent.issubset(got), timeout=60), \
             f"{len(sent - set(got))} of {len(sent)} confirmed messages missing"
         assert len(sent) > 900
     finally:
-        stop_publishing.set()
         stop.set()
-        for t in threads:
-            t.join(10)
+        consumer.join(10)

@@ -5,8 +5,6 @@ confirmed upstream is lost when either broker is killed -9 under load."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -14,7 +12,7 @@ import pika.exceptions
 import pytest
 from e2e_support import wait_until
 from test_e2e_console import go, login, row, wait
-from test_e2e_shovels import api, free_port, queue_count
+from two_brokers import Publisher, api, drain, kill_each_in_turn, link_running, queue_count
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,10 +26,6 @@ def federate(down: Any, up_port: int, exchange: str) -> None:
         "definition": {"federation-upstream-set": "all"}}).status_code in (201, 204)
 
 
-def link_running(down: Any) -> Callable[[], bool]:
-    return lambda: any(link["status"] == "running" for link in api(down, "GET", "/api/federation-links").json())
-
-
 def local_queue(broker: Any, exchange: str, queue: str, key: str) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
@@ -41,10 +35,9 @@ def local_queue(broker: Any, exchange: str, queue: str, key: str) -> None:
     conn.close()
 
 
-def test_a_federated_exchange_gets_the_upstreams_messages_for_its_keys(broker_factory, tmp_path, browser):
-    up_port = free_port()
-    up = broker_factory("--amqp-port", str(up_port), data_dir=tmp_path / "up")
-    down = broker_factory(data_dir=tmp_path / "down")
+def test_a_federated_exchange_gets_the_upstreams_messages_for_its_keys(broker_pair, browser):
+    up, down = broker_pair
+    up_port = up.amqp_port
     bad = api(down, "PUT", "/api/parameters/federation-upstream/%2F/bad", {"value": {"uri": "amqp://"}})
     assert bad.status_code == 400 and "host" in bad.json()["reason"]
     local_queue(down, "fx", "fed-q", "k")
@@ -92,64 +85,21 @@ def test_a_federated_exchange_gets_the_upstreams_messages_for_its_keys(broker_fa
     assert wait_until(lambda: api(down, "GET", "/api/federation-links").json() == [])
 
 
-def _publisher(url: Callable[[], str], confirmed: list[str], stop: threading.Event) -> None:
-    i = 0
-    while not stop.is_set():
-        try:
-            conn = pika.BlockingConnection(pika.URLParameters(url()))
-            ch = conn.channel()
-            ch.confirm_delivery()
-            while not stop.is_set():
-                mid = f"f-{i}"
-                i += 1
-                ch.basic_publish("fx", "k", mid.encode(), pika.BasicProperties(delivery_mode=2, message_id=mid),
-                                 mandatory=True)
-                confirmed.append(mid)
-            conn.close()
-        except (pika.exceptions.AMQPError, OSError):
-            stop.wait(0.2)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_federation_loses_nothing_when_each_broker_is_killed(broker_factory, tmp_path):
-    up_port, down_port = free_port(), free_port()
-    up = broker_factory("--amqp-port", str(up_port), data_dir=tmp_path / "up")
-    down = broker_factory("--amqp-port", str(down_port), data_dir=tmp_path / "down")
+def test_federation_loses_nothing_when_each_broker_is_killed(broker_pair):
+    up, down = broker_pair
     local_queue(down, "fx", "fed-load", "k")
-    federate(down, up_port, "fx")
+    federate(down, up.amqp_port, "fx")
     assert wait_until(link_running(down), timeout=10)
-    confirmed: list[str] = []
-    stop = threading.Event()
-    worker = threading.Thread(target=_publisher, args=(lambda: up.url, confirmed, stop), daemon=True)
-    worker.start()
-    try:
-        def landed_past(n: int) -> Callable[[], bool]:
-            return lambda: queue_count(down, "fed-load") > n
-
-        assert wait_until(landed_past(500), timeout=30)
-        down.kill()  # the downstream dies: the upstream's federation queue keeps what comes meanwhile
-        down.start()
-        assert wait_until(landed_past(queue_count(down, "fed-load") + 500), timeout=30)
-        up.kill()
-        up.start()
-        assert wait_until(landed_past(queue_count(down, "fed-load") + 500), timeout=30)
-    finally:
-        stop.set()
-        worker.join(10)
-    sent = set(confirmed)
+    with Publisher(up, "fx", "k", prefix="f-", mandatory=True) as publisher:
+        # the downstream dies first: the upstream's federation queue keeps what comes meanwhile
+        kill_each_in_turn(lambda: queue_count(down, "fed-load"), 500, down, up)
+    sent = set(publisher.confirmed)
     federation_queue = [q["name"] for q in api(up, "GET", "/api/queues/%2F").json() if q["name"].startswith("federation:")]
     assert federation_queue
     assert wait_until(lambda: queue_count(up, federation_queue[0]) == 0, timeout=60)
-    conn = pika.BlockingConnection(pika.URLParameters(down.url))
-    ch = conn.channel()
-    got: set[str] = set()
-    while True:
-        method, props, _ = ch.basic_get("fed-load", auto_ack=True)
-        if method is None:
-            break
-        got.add(props.message_id)
-    conn.close()
+    got = {props.message_id for props, _ in drain(down.url, "fed-load")}
     missing = sent - got
     assert not missing, f"{len(missing)} of {len(sent)} confirmed messages lost, e.g. {sorted(missing)[:5]}"
     # the waits above saw 1500 arrivals, some of them the at-least-once duplicates of a kill

@@ -3,9 +3,10 @@
 it, streams, the three-node cluster with a leader killed), except Spark's, whose first step installs
 pyspark from the network (tests/spark run those commands' code).
 
-The tour uses fixed ports and paths (5672, 15672, 2379, /tmp/headrace-hr1, ...) and ends with a
-``pkill``, so it runs in namespaces of its own (``unshare``: network, process ids, mounts, with a
-private /tmp): it touches nothing of the machine's, and everything it started dies with it. Needs
+The tour uses fixed ports and paths (5672, 15672, 2379, /tmp/headrace-hr1, ...), so it runs in
+namespaces of its own (``unshare``: network, process ids, mounts, with a private /tmp): it touches
+nothing of the machine's, and everything it started dies with it. It ends by stopping the processes
+it started, by the PIDs it recorded; that they are gone is checked here. Needs
 root, as ``make test`` runs in CI (as the cluster's partition test does)."""
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
+# the tour's nodes and etcd by their command lines (not this script's own, which holds the tour's text)
+LEFT = "^[^ ]+ [^ ]+/headrace cluster join|^etcd "
 
 
 def tour_blocks(readme: str) -> list[tuple[str, str]]:
@@ -49,17 +52,24 @@ ip link set lo up
 mount --bind {shlex.quote(str(private_tmp))} /tmp
 cd /tmp/clone
 .venv/bin/headrace serve > serve.log 2>&1 &   # make run
+serve=$!
 until curl -sf -u guest:guest localhost:15672/api/overview >/dev/null; do
-  kill -0 $! || {{ cat serve.log; exit 1; }}
+  kill -0 $serve || {{ cat serve.log; exit 1; }}
   sleep 0.1
 done
 set -x
 {tour}
+set +x
+for _ in $(seq 100); do pgrep -f '{LEFT}' > /dev/null || break; sleep 0.1; done
+if pgrep -af '{LEFT}'; then echo 'the tour left these running'; exit 1; fi
+kill -0 $serve   # what the tour did not start, it left alone
+echo '=== stopped'
 """
     done = subprocess.run(["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c", inner],
                           capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
+    assert out.rstrip().endswith("=== stopped")
     assert "b'hello'" in out  # the client's message back
     assert "exported definitions to defs.json:" in out and (clone / "defs.json").exists()
     assert "│ order.created │" in out  # `headrace get orders`

@@ -5,28 +5,16 @@ lost when either broker is killed -9 under load."""
 
 from __future__ import annotations
 
-import random
-import socket
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pika
-import pika.exceptions
 import pytest
 from e2e_support import unique, wait_until
+from two_brokers import Publisher, api, drain, free_port, kill_each_in_turn, publish, queue_count
 
 pytestmark = pytest.mark.timeout(120)
-
-AUTH = ("guest", "guest")
-
-
-def api(broker: Any, method: str, path: str, body: Any = None) -> httpx.Response:
-    return httpx.request(method, f"{broker.http_url}{path}", auth=AUTH, json=body, timeout=5)
-
 
 def put_shovel(broker: Any, name: str, value: dict[str, Any], vhost: str = "%2F") -> httpx.Response:
     return api(broker, "PUT", f"/api/parameters/shovel/{vhost}/{name}", {"value": value})
@@ -36,32 +24,8 @@ def shovel_status(broker: Any, name: str) -> dict[str, Any] | None:
     return next((s for s in api(broker, "GET", "/api/shovels").json() if s["name"] == name), None)
 
 
-def queue_count(broker: Any, queue: str) -> int:
-    r = api(broker, "GET", f"/api/queues/%2F/{quote(queue, safe='')}")
-    return int(r.json().get("messages", 0)) if r.status_code == 200 else -1
-
-
-def publish(url: str, queue: str, bodies: list[bytes], headers: dict[str, Any] | None = None) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    ch.confirm_delivery()
-    ch.queue_declare(queue, durable=True)
-    for body in bodies:
-        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, headers=headers))
-    conn.close()
-
-
-def drain(url: str, queue: str) -> list[bytes]:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        out.append(body)
-    conn.close()
-    return out
+def bodies_of(url: str, queue: str) -> list[bytes]:
+    return [body for _, body in drain(url, queue)]
 
 
 def test_local_shovel_moves_messages_and_reports_status(broker):
@@ -77,7 +41,7 @@ def test_local_shovel_moves_messages_and_reports_status(broker):
     assert status["forwarded"] == 200 and status["remaining"] == "unlimited"
     assert api(broker, "GET", f"/api/shovels/vhost/%2F/{name}").json()["name"] == name
     assert [s["name"] for s in api(broker, "GET", "/api/shovels/%2F").json()].count(name) == 1
-    assert sorted(drain(broker.url, dest)) == sorted(bodies)
+    assert sorted(bodies_of(broker.url, dest)) == sorted(bodies)
     got = api(broker, "GET", f"/api/parameters/shovel/%2F/{name}").json()
     assert got["component"] == "shovel" and got["value"]["src-queue"] == src
     assert api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}").status_code == 204
@@ -134,7 +98,7 @@ def test_delete_after_a_count_leaves_the_rest(broker):
     gone = lambda: api(broker, "GET", f"/api/parameters/shovel/%2F/{name}").status_code == 404  # noqa: E731
     assert wait_until(gone, timeout=10)
     assert wait_until(lambda: queue_count(broker, src) == 20)  # the prefetched rest went back
-    assert drain(broker.url, dest) == [f"c{i}".encode() for i in range(10)]
+    assert bodies_of(broker.url, dest) == [f"c{i}".encode() for i in range(10)]
 
 
 def test_exchange_to_exchange_keeps_properties(broker):
@@ -206,25 +170,6 @@ def test_an_unreachable_destination_is_terminated_with_the_reason(broker):
     api(broker, "DELETE", f"/api/parameters/shovel/%2F/{name}")
 
 
-_TAKEN: set[int] = set()
-
-
-def free_port() -> int:
-    """A port a broker keeps across its restarts: below the kernel's ephemeral range (32768 up), so
-    no outgoing connection takes it while the broker is down, and free when chosen."""
-    while True:
-        port = random.randrange(20000, 32000)
-        if port in _TAKEN:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _TAKEN.add(port)
-        return port
-
-
 def test_shovel_restarts_with_the_broker_and_is_in_the_definitions(broker_factory, tmp_path):
     b = broker_factory()
     src, dest, name = "rs-src", "rs-dst", "restarting"
@@ -239,67 +184,21 @@ def test_shovel_restarts_with_the_broker_and_is_in_the_definitions(broker_factor
     assert wait_until(lambda: queue_count(b, dest) == 1, timeout=10)
 
 
-def _publisher(url: Callable[[], str], queue: str, confirmed: list[str], stop: threading.Event) -> None:
-    """Publishes with confirms until told to stop, reconnecting when the broker goes away; only a
-    message whose confirm came counts."""
-    i = 0
-    while not stop.is_set():
-        try:
-            conn = pika.BlockingConnection(pika.URLParameters(url()))
-            ch = conn.channel()
-            ch.confirm_delivery()
-            ch.queue_declare(queue, durable=True)
-            while not stop.is_set():
-                mid = f"p-{i}"
-                i += 1
-                ch.basic_publish("", queue, mid.encode(), pika.BasicProperties(delivery_mode=2, message_id=mid))
-                confirmed.append(mid)
-            conn.close()
-        except (pika.exceptions.AMQPError, OSError):
-            stop.wait(0.2)  # the broker is down: try again
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_on_confirm_loses_nothing_when_each_broker_is_killed(broker_factory, tmp_path):
-    src_port, dest_port = free_port(), free_port()
-    a = broker_factory("--amqp-port", str(src_port), data_dir=tmp_path / "a")
-    b = broker_factory("--amqp-port", str(dest_port), data_dir=tmp_path / "b")
+def test_on_confirm_loses_nothing_when_each_broker_is_killed(broker_pair):
+    a, b = broker_pair
     assert put_shovel(a, "to-b", {
-        "src-uri": "amqp://", "src-queue": "load", "dest-uri": f"amqp://guest:guest@127.0.0.1:{dest_port}/%2F",
+        "src-uri": "amqp://", "src-queue": "load", "dest-uri": f"amqp://guest:guest@127.0.0.1:{b.amqp_port}/%2F",
         "dest-queue": "landed", "ack-mode": "on-confirm", "src-prefetch-count": 200,
         "reconnect-delay": 0.2}).status_code == 201
-    confirmed: list[str] = []
-    stop = threading.Event()
-    worker = threading.Thread(target=_publisher, args=(lambda: a.url, "load", confirmed, stop), daemon=True)
-    worker.start()
-    try:
-        def landed_past(n: int) -> Callable[[], bool]:
-            return lambda: queue_count(b, "landed") > n
-
-        assert wait_until(landed_past(500), timeout=30)
-        b.kill()  # the destination dies: what it had not confirmed is still unacked at the source
-        b.start()
-        assert wait_until(landed_past(queue_count(b, "landed") + 500), timeout=30)
-        a.kill()  # the source dies: its publisher and the shovel reconnect once it is back
-        a.start()
-        assert wait_until(lambda: len(confirmed) > 0 and queue_count(a, "load") >= 0, timeout=30)
-        assert wait_until(landed_past(queue_count(b, "landed") + 500), timeout=30)
-    finally:
-        stop.set()
-        worker.join(10)
-    sent = set(confirmed)
+    with Publisher(a, "", "load", prefix="p-", declare=True) as publisher:
+        # the destination dies first: what it had not confirmed is still unacked at the source; then
+        # the source: its publisher and the shovel reconnect once it is back
+        kill_each_in_turn(lambda: queue_count(b, "landed"), 500, b, a)
+    sent = set(publisher.confirmed)
     assert wait_until(lambda: queue_count(a, "load") == 0, timeout=60), queue_count(a, "load")
-    conn = pika.BlockingConnection(pika.URLParameters(b.url))
-    ch = conn.channel()
-    got: list[str] = []
-    while True:
-        method, props, _ = ch.basic_get("landed", auto_ack=True)
-        if method is None:
-            break
-        got.append(props.message_id)
-    conn.close()
-    missing = sent - set(got)
+    missing = sent - {props.message_id for props, _ in drain(b.url, "landed")}
     assert not missing, f"{len(missing)} of {len(sent)} confirmed messages lost, e.g. {sorted(missing)[:5]}"
     # the waits above saw 1500 arrivals, some of them the at-least-once duplicates of a kill
     assert len(sent) > 1000
