@@ -1,8 +1,8 @@
 """``headrace export`` and ``headrace replay`` with ``--master spark://...`` on the standalone cluster
 (``standalone``: a master, two workers), reading over the broker's HTTP API, and a ``spark-submit``
-of ``examples/orders_by_key.py`` with ``--py-files``: in every one the Python that Spark runs is a
-bare one with pyarrow and nothing of headrace (``bare``), so the executors run on the headrace
-the job shipped them (the commands' own zip, or ``python -m headrace.spark_bridge.pyfiles``)."""
+of ``examples/orders_by_key.py`` with ``--py-files``: in every one the executors' Python is a bare
+one with pyarrow and nothing of headrace (``bare``), so they run on the headrace the job shipped
+them (the commands' own zip, or ``python -m headrace.spark_bridge.pyfiles``)."""
 
 from __future__ import annotations
 
@@ -36,19 +36,38 @@ with open(os.path.join(_dir, str(os.getpid())), "w") as _f:
 '''
 
 
+WORKERS_PYTHON = """#!/bin/sh
+# One path, two machines: in a worker's work dir (an executor's Python workers) the workers' Python,
+# elsewhere (the driver's machine, where headrace is installed) this venv's
+case "$(pwd -P)/" in
+  {work}/*) exec {bare} "$@" ;;
+esac
+exec {venv} "$@"
+"""
+
+
 class Bare:
     """A venv of this interpreter whose site-packages holds a link to pyarrow and nothing else: no
     headrace, none of its dependencies (Spark adds its own pyspark to its Python workers' path).
     Its ``sitecustomize`` writes each start's working directory to ``started/<pid>``: an executor's
-    is its directory in its worker's work dir, so a test sees which executors ran this Python."""
+    is its directory in its worker's work dir, so a test sees which executors ran this Python.
 
-    def __init__(self, base: Path) -> None:
+    ``machine_python`` is the ``PYSPARK_PYTHON`` of the jobs: as on a real cluster one path names
+    a different Python on the workers than on the driver's machine. The Python processes the
+    driver starts (its planning of the data source's partitions) have headrace, as the machine a
+    user runs ``headrace`` on has; the executors' have only what the job ships them."""
+
+    def __init__(self, base: Path, work: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
         self.python = base / "bin" / "python"
         self.site = Path(subprocess.run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                         check=True, capture_output=True, text=True).stdout.strip())
         (self.site / "pyarrow").symlink_to(Path(pyarrow.__file__).parent)
         (self.site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        self.machine_python = base / "bin" / "machine-python"
+        self.machine_python.write_text(WORKERS_PYTHON.format(work=work.resolve(), bare=self.python,
+                                                             venv=sys.executable))
+        self.machine_python.chmod(0o755)
 
     def starts(self) -> set[str]:
         """Working directories of every start so far."""
@@ -57,12 +76,12 @@ class Bare:
 
     def env(self) -> dict[str, str]:
         # SPARK_HOME for spark-submit, which otherwise looks for pyspark in PYSPARK_PYTHON's packages
-        return {**spark_env(), "PYSPARK_PYTHON": str(self.python), "SPARK_HOME": str(SPARK_HOME)}
+        return {**spark_env(), "PYSPARK_PYTHON": str(self.machine_python), "SPARK_HOME": str(SPARK_HOME)}
 
 
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory) -> Bare:
-    return Bare(tmp_path_factory.mktemp("bare") / "venv")
+def bare(standalone, tmp_path_factory) -> Bare:
+    return Bare(tmp_path_factory.mktemp("bare") / "venv", standalone.base)
 
 
 def test_the_bare_python_has_pyarrow_but_no_headrace(bare, tmp_path):
