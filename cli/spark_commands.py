@@ -157,17 +157,20 @@ def spark_session(master: str, conf: tuple[str, ...]) -> Any:
 
 def _executor_zip() -> Path:
     """headrace's executor side as a zip (``spark_bridge/pyfiles``), for the executors of a cluster
-    whose workers' Python has pyarrow but not headrace; removed when the command exits (Spark's
-    file server sends it from here while executors start)."""
-    import atexit
-    import shutil
+    whose workers' Python has pyarrow but not headrace. Named by its content in one directory
+    under the system's temp dir: Spark's file server sends it from there while the job runs, and a
+    command killed with SIGKILL (a stream-bridge, say) leaves no copy of its own behind."""
+    import hashlib
+    import os
     import tempfile
 
     from headrace.spark_bridge.pyfiles import build_zip
 
-    tmp = tempfile.mkdtemp(prefix="headrace-pyfiles-")
-    atexit.register(shutil.rmtree, tmp, True)
-    return build_zip(Path(tmp) / "headrace.zip")
+    cache = Path(tempfile.gettempdir()) / f"headrace-pyfiles-{os.getuid()}"
+    built = build_zip(cache / f"building-{os.getpid()}.zip")
+    final = cache / f"headrace-{hashlib.sha256(built.read_bytes()).hexdigest()[:16]}.zip"
+    built.replace(final)  # atomic: another command may be giving the same bytes the same name
+    return final
 
 
 def _with_progress(spark: Any, label: str, job: Callable[[], int]) -> int:
