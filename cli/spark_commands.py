@@ -1,7 +1,9 @@
 """``headrace replay`` and ``headrace export``: Spark jobs over a mirrored exchange's log.
 
 Local Spark (``local[*]``) by default; ``--master`` and ``--conf k=v`` pass through to the
-SparkSession builder, so the same job runs on a cluster that can read the data directory. A small
+SparkSession builder, so the same job runs on a cluster (reading ``--url``, or a data directory
+the workers see), whose executors get headrace's executor side from the command as a zip
+(``spark_bridge/pyfiles``). A small
 log's job runs on pyarrow in this process instead, with the same output, and ``--url`` reads the
 log over the broker's HTTP API (``spark_engine.py``). What can
 be checked without Spark is checked first (pyspark installed, a mirror log for the exchange, the
@@ -147,7 +149,28 @@ def spark_session(master: str, conf: tuple[str, ...]) -> Any:
     builder = SparkSession.builder.appName("headrace").master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(_executor_zip()))
+    return spark
+
+
+def _executor_zip() -> Path:
+    """headrace's executor side as a zip (``spark_bridge/pyfiles``), for the executors of a cluster
+    whose workers' Python has pyarrow but not headrace. Named by its content in one directory
+    under the system's temp dir: Spark's file server sends it from there while the job runs, and a
+    command killed with SIGKILL (a stream-bridge, say) leaves no copy of its own behind."""
+    import hashlib
+    import os
+    import tempfile
+
+    from headrace.spark_bridge.pyfiles import build_zip
+
+    cache = Path(tempfile.gettempdir()) / f"headrace-pyfiles-{os.getuid()}"
+    built = build_zip(cache / f"building-{os.getpid()}.zip")
+    final = cache / f"headrace-{hashlib.sha256(built.read_bytes()).hexdigest()[:16]}.zip"
+    built.replace(final)  # atomic: another command may be giving the same bytes the same name
+    return final
 
 
 def _with_progress(spark: Any, label: str, job: Callable[[], int]) -> int:

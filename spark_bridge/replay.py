@@ -73,13 +73,14 @@ def job_id(*, exchange: str, vhost: str, to_exchange: str, amqp_url: str, routin
 def progress_path(data_dir: str, progress_dir: str | None, *, exchange: str, vhost: str, to_exchange: str,
                   amqp_url: str, routing_key_pattern: str | None, filters: dict[str, Any],
                   source_url: str | None = None) -> str:
-    """The job's progress directory, made: ``progress_dir``, or one per job under the data directory."""
+    """The job's progress directory, made: ``progress_dir``, or one per job under the data directory;
+    absolute, since the sink's tasks write to it and an executor's working directory is its own."""
     if progress_dir is not None:
         Path(progress_dir).mkdir(parents=True, exist_ok=True)
-        return progress_dir
+        return str(Path(progress_dir).absolute())
     job = job_id(exchange=exchange, vhost=vhost, to_exchange=to_exchange, amqp_url=amqp_url,
                  routing_key_pattern=routing_key_pattern, filters=filters, source_url=source_url)
-    progress = Path(data_dir) / "replay-progress" / job
+    progress = Path(data_dir).absolute() / "replay-progress" / job
     progress.mkdir(parents=True, exist_ok=True)
     (progress / "job.json").write_text(json.dumps(
         {"exchange": exchange, "vhost": vhost, "to_exchange": to_exchange, "routing_key": routing_key_pattern,
