@@ -21,7 +21,7 @@ import click
 from .client import fail
 from .spark_commands import _check_log, _check_super_stream, _check_target, _need_pyspark, console, spark_session
 
-__all__ = ["stream_bridge_command"]
+__all__ = ["bridge_query", "sink_options", "stream_bridge_command"]
 
 DEFAULT_BATCH = 10_000
 
@@ -117,13 +117,19 @@ def stream_bridge_command(exchange: str | None, stream: str | None, super_stream
 
     with console.status("starting Spark ..."):
         spark = spark_session(master, conf)
-    _run(spark, source, {"amqpUrl": amqp_url, "exchange": to_exchange, "dedupHeader": dedup_header,
-                         "window": str(window), "keyColumns": "exchange,offset", "checkpointLocation": checkpoint},
+    _run(spark, source, sink_options(amqp_url, to_exchange, dedup_header, window, checkpoint),
          None if available_now else trigger_interval)
 
 
-def _run(spark: Any, source: dict[str, str], sink: dict[str, str], interval: float | None) -> None:
-    """Runs the query until it ends (availableNow) or a signal stops it, printing each batch."""
+def sink_options(amqp_url: str, to_exchange: str, dedup_header: str, window: int, checkpoint: str) -> dict[str, str]:
+    """The ``headrace`` sink's options: each row keyed ``<log>:<offset>``, as a replay keys it."""
+    return {"amqpUrl": amqp_url, "exchange": to_exchange, "dedupHeader": dedup_header, "window": str(window),
+            "keyColumns": "exchange,offset", "checkpointLocation": checkpoint}
+
+
+def bridge_query(spark: Any, source: dict[str, str], sink: dict[str, str], interval: float | None) -> Any:
+    """The bridge's query, started: the ``headrace`` source's ``source`` options into the
+    ``headrace`` sink's ``sink`` options, availableNow when ``interval`` is None."""
     from headrace.spark_bridge.datasource import register
 
     register(spark)
@@ -132,7 +138,12 @@ def _run(spark: Any, source: dict[str, str], sink: dict[str, str], interval: flo
     writer = df.writeStream.format("headrace").options(**sink)
     writer = writer.trigger(availableNow=True) if interval is None else \
         writer.trigger(processingTime=f"{max(interval, 0.0)} seconds")
-    query = writer.start()
+    return writer.start()
+
+
+def _run(spark: Any, source: dict[str, str], sink: dict[str, str], interval: float | None) -> None:
+    """Runs the query until it ends (availableNow) or a signal stops it, printing each batch."""
+    query = bridge_query(spark, source, sink, interval)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
