@@ -7,8 +7,8 @@ from __future__ import annotations
 import pika
 import pytest
 from e2e_support import unique, wait_until
-from test_e2e_federated_queues import declare, federate_queue, publish, queue_link
-from test_e2e_shovels import free_port, queue_count
+from test_e2e_federated_queues import declare, federate_queue
+from two_brokers import free_port, link_running, publish, queue_count
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -20,7 +20,7 @@ def test_credit_given_back_wakes_the_link(broker_factory, tmp_path):
     q = unique("fed-demand")
     declare(down.url, q)
     federate_queue(down, up_port, q, **{"prefetch-count": 1})
-    assert wait_until(lambda: (queue_link(down, q) or {}).get("status") == "running", timeout=10)
+    assert wait_until(link_running(down, type="queue", queue=q), timeout=10)
     publish(up.url, q, [f"m{i}".encode() for i in range(12)])
     assert queue_count(up, q) == 12 and queue_count(down, q) == 0
 
