@@ -46,6 +46,7 @@ __all__ = [
     "decode_publish",
     "decode_publish_head",
     "decode_publish_at",
+    "publish_offsets_at",
     "PUB_HEAD",
     "PUB_QUEUE",
     "decode_queue",
@@ -238,11 +239,10 @@ def decode_publish_head(p: bytes) -> tuple[int, int, str, list[tuple[str, int]],
     return mid, ts, p[off : off + vlen].decode(), queues, off + vlen
 
 
-def decode_publish_at(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[int, str, str, bytes, bytes]:
-    """(timestamp ms, exchange, routing key, props, body) of the Publish payload at
-    ``buf[start:end]``, read in place (recovery's loads: a mapped segment, no copy of the whole
-    record)."""
-    _, ts, nq, vlen, elen, rlen, plen = _PUB_HEAD.unpack_from(buf, start)
+def publish_offsets_at(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[int, int, int, int, int, int]:
+    """(id, timestamp ms, exchange at, routing key at, props at, body at) of the Publish payload
+    at ``buf[start:end]``: the one walk past its queue names that in-place readers share."""
+    mid, ts, nq, vlen, elen, rlen, plen = _PUB_HEAD.unpack_from(buf, start)
     off = start + _PUB_HEAD.size
     for _ in range(nq):
         off += _PUB_QUEUE.size + _PUB_QUEUE.unpack_from(buf, off)[0]
@@ -252,6 +252,14 @@ def decode_publish_at(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[int
     body_at = props_at + plen
     if body_at > end:
         raise ValueError("field runs past the end of the record")
+    return mid, ts, e_at, rk_at, props_at, body_at
+
+
+def decode_publish_at(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[int, str, str, bytes, bytes]:
+    """(timestamp ms, exchange, routing key, props, body) of the Publish payload at
+    ``buf[start:end]``, read in place (recovery's loads: a mapped segment, no copy of the whole
+    record)."""
+    _, ts, e_at, rk_at, props_at, body_at = publish_offsets_at(buf, start, end)
     return (ts, buf[e_at:rk_at].decode(), buf[rk_at:props_at].decode(), buf[props_at:body_at],
             buf[body_at:end])
 

@@ -37,7 +37,7 @@ from headrace.queues.message import Message, QueueEntry
 
 from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 from .spill_records import Parsed
-from .store_ops import DECODE_ERRORS, PUB_HEAD, PUB_QUEUE, REC_PUBLISH
+from .store_ops import DECODE_ERRORS, PUB_HEAD, PUB_QUEUE, REC_PUBLISH, publish_offsets_at
 
 __all__ = ["NOT_PINNED", "StorePlan", "StoreTail", "back_to_back", "record_overhead"]
 
@@ -52,16 +52,7 @@ _PUB_FIXED = HEADER_SIZE + PUB_HEAD.size
 def _fields(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[int, int, int, int, int, int, int]:
     """(id, timestamp ms, exchange at, routing key at, props at, body at) of the Publish record
     whose header is at ``buf[start]`` and which ends at ``end``, and its body length."""
-    mid, ts, nq, vlen, elen, rlen, plen = PUB_HEAD.unpack_from(buf, start + HEADER_SIZE)
-    off = start + _PUB_FIXED
-    for _ in range(nq):
-        off += PUB_QUEUE.size + PUB_QUEUE.unpack_from(buf, off)[0]
-    e_at = off + vlen
-    rk_at = e_at + elen
-    props_at = rk_at + rlen
-    body_at = props_at + plen
-    if body_at > end:
-        raise ValueError("field runs past the end of the record")
+    mid, ts, e_at, rk_at, props_at, body_at = publish_offsets_at(buf, start + HEADER_SIZE, end)
     return mid, ts, e_at, rk_at, props_at, body_at, end - body_at
 
 
