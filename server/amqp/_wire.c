@@ -446,8 +446,25 @@ static PyObject *encode_deliver(PyObject *self, PyObject *const *args, Py_ssize_
 
 static PyObject *s_message, *s_redelivered, *s_exchange, *s_routing_key, *s_props_raw, *s_body;
 
+/* The slot ``i`` of an object made as ``s`` describes (borrowed; NULL when unset). */
+#define SLOT(obj, s, i) (*(PyObject **)((char *)(obj) + (s).offsets[i]))
+
 /* One queue entry's parts into ``d`` (its message holds what the pointers point into). */
 static int entry_fields(deliver_item *d, PyObject *entry) {
+    if (entry_slots.type != NULL && Py_IS_TYPE(entry, entry_slots.type)) {
+        /* a QueueEntry and its Message (setup_messages): their slots read straight */
+        PyObject *redelivered = SLOT(entry, entry_slots, 2), *msg = SLOT(entry, entry_slots, 1);
+        if (redelivered != NULL && msg != NULL && Py_IS_TYPE(msg, message_slots.type)) {
+            PyObject *ex = SLOT(msg, message_slots, 1), *rk = SLOT(msg, message_slots, 2);
+            PyObject *props = SLOT(msg, message_slots, 3), *body = SLOT(msg, message_slots, 4);
+            if (ex != NULL && rk != NULL && props != NULL && body != NULL) {
+                d->redelivered = PyObject_IsTrue(redelivered);
+                if (d->redelivered < 0)
+                    return -1;
+                return deliver_fields(d, ex, rk, props, body);
+            }
+        }
+    }
     PyObject *redelivered = PyObject_GetAttr(entry, s_redelivered);
     if (redelivered == NULL)
         return -1;
