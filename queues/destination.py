@@ -31,7 +31,7 @@ from typing import Any
 from .args import QueueArgs, QueueArgumentError
 from .consumer import Consumer, GroupPosition
 from .held import HeldTally
-from .message import Message, QueueEntry
+from .message import EntryRun, Message, QueueEntry
 from .outcome import EnqueueOutcome, Left, QueueStats
 
 __all__ = ["Destination"]
@@ -133,7 +133,8 @@ class Destination(ABC):
         refused, dropped or logged (a classic queue without length bounds)."""
         return False
 
-    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True) -> None:
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True,
+                    make_entries: EntryRun | None = None) -> None:
         """``enqueue`` of each message in order (``size``: their body bytes), every one ACCEPTED,
         nothing in ``left``; called only after ``takes_runs`` said True. ``expiring``: some
         message of the run may carry an expiration (False: none does)."""

@@ -9,11 +9,11 @@ delivery count, deadline) lives in the queue's ``QueueEntry``, never in the mess
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Message", "QueueEntry"]
+__all__ = ["EntryRun", "Message", "QueueEntry"]
 
 
 @dataclass(slots=True, eq=False)
@@ -51,3 +51,8 @@ class QueueEntry:
     # every return, failed or not, where the failures are counted apart (RabbitMQ 4.3 semantics:
     # ``delivery_count`` then counts the failures alone); not kept through a spill or a restart
     acquired_count: int = 0
+
+
+# (the first seq, messages) -> a fresh QueueEntry of each, seqs counting up from the first: a run
+# of publishes' entries at once (``Queue.enqueue_run``), made in C by the server where it can
+EntryRun = Callable[[int, Sequence[Message]], list[QueueEntry]]

@@ -29,7 +29,7 @@ from .consumer import Consumer
 from .destination import Destination
 from .hand_out import HandOut
 from .held import HeldTally
-from .message import Message, QueueEntry
+from .message import EntryRun, Message, QueueEntry
 from .retry import RetryHold, retry_delay
 from .unacked import Unacked
 from .outcome import ACCEPTED, REJECTED, EnqueueOutcome, Left, QueueStats, left_entry
@@ -133,15 +133,20 @@ class Queue(HandOut):
         """No length bound: a run of publishes can neither be refused nor drop a head."""
         return self.args.max_length is None and self.args.max_length_bytes is None
 
-    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True) -> None:
+    def enqueue_run(self, messages: Sequence[Message], size: int, now: float, expiring: bool = True,
+                    make_entries: EntryRun | None = None) -> None:
         """``enqueue`` of each message in order (``size``: their body bytes), for a queue that
-        ``takes_runs``; with no TTL at all the entries are made straight, no call per message."""
+        ``takes_runs``; with no TTL at all the entries are made straight, no call per message
+        (``make_entries``: the caller's maker of a run's entries, C's where it was built)."""
         count = len(messages)
         self.stats.published += count
         if not expiring and self._ttl is None:
             seq = self._seq
             self._seq = seq + count
-            self._backlog.push_run(list(map(QueueEntry, range(seq + 1, seq + count + 1), messages)), size)
+            if make_entries is not None:
+                self._backlog.push_run(make_entries(seq + 1, messages), size)
+            else:
+                self._backlog.push_run(list(map(QueueEntry, range(seq + 1, seq + count + 1), messages)), size)
             return
         new_entry = self._new_entry
         self._backlog.push_run([new_entry(message, now) for message in messages], size)

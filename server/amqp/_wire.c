@@ -5,11 +5,14 @@
  *
  * Why: in Python these are about a third of the broker's CPU per message (the frame loop's
  * slicing and unpacking, a decode of the publish, a walk of the properties, a nine-part join per
- * delivery). Here each is one pass over the bytes and one allocation per object made.
+ * delivery). Here each is one pass over the bytes and one allocation per object made. A publish
+ * run's ``Message`` objects and their ``QueueEntry`` objects (``make_messages``, ``make_entries``)
+ * and the scan's events are made with their slots written straight, not through the dataclasses'
+ * generated ``__init__`` (about half a microsecond each in Python).
  *
  * The pure-Python twins are ``publish_scan.scan_publishes_py`` (which takes none: the frame loop's
- * own path then takes every publish), ``codec.encode_deliver_py`` (and ``encode_delivers_py``) and
- * ``properties.quick_props_py``; they are used when this module is not built (no compiler) or
+ * own path then takes every publish), ``codec.encode_deliver_py`` (and ``encode_delivers_py``),
+ * ``properties.quick_props_py`` and the loop in ``RunPlacer.place`` (which makes every message); they are used when this module is not built (no compiler) or
  * HEADRACE_PURE_PYTHON=1 is set, and the tests hold both to the same events and bytes. Anything
  * this code does not take in its stride (a headers table, a second flag word, a body over several
  * frames, any fault) is left to the Python path, which reports faults as before.
@@ -18,6 +21,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 #define FRAME_END 0xCE
 #define T_METHOD 1
@@ -43,10 +47,72 @@ static inline void put_be(unsigned char *p, uint64_t v, int n) {
     }
 }
 
+/* A slotted dataclass made without its generated __init__: the object allocated and each field's
+ * slot written at the offset its member descriptor names. ``setup_slots`` checks that the class's
+ * ``__slots__`` are exactly the fields this code fills, in order, so a field added in Python is a
+ * loud error at import, not an object half made. */
+#define MAX_FIELDS 10
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t n;
+    Py_ssize_t offsets[MAX_FIELDS];
+} slotted;
+
+static slotted content_slots, message_slots, entry_slots;
+
+static int setup_slots(slotted *out, PyObject *cls, const char *const *names, Py_ssize_t n) {
+    if (!PyType_Check(cls) || ((PyTypeObject *)cls)->tp_new != PyBaseObject_Type.tp_new) {
+        PyErr_SetString(PyExc_TypeError, "setup: a slotted dataclass without __new__ expected");
+        return -1;
+    }
+    PyObject *slots = PyObject_GetAttrString(cls, "__slots__");
+    if (slots == NULL)
+        return -1;
+    int ok = PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == n;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(slots, i);
+        ok = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, names[i]) == 0;
+        if (!ok)
+            break;
+        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, name);
+        ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (ok)
+            out->offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_DECREF(slots);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "setup: %R's slots are not the fields _wire.c fills", cls);
+        return -1;
+    }
+    Py_XSETREF(out->type, (PyTypeObject *)Py_NewRef(cls));
+    out->n = n;
+    return 0;
+}
+
+/* A new object of ``s->type`` with its fields set to ``values`` (new references taken). */
+static PyObject *make_slotted(const slotted *s, PyObject *const *values) {
+    PyObject *obj = s->type->tp_alloc(s->type, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < s->n; i++)
+        *(PyObject **)((char *)obj + s->offsets[i]) = Py_NewRef(values[i]);
+    return obj;
+}
+
+static const char *const content_fields[] = {"channel", "method", "props_raw", "body", "body_size", "headers"};
+static const char *const message_fields[] = {"id", "exchange", "routing_key", "props_raw", "body",
+                                             "persistent", "priority", "expiration_ms", "headers", "timestamp"};
+static const char *const entry_fields_[] = {"seq", "message", "redelivered", "delivery_count", "expires_at",
+                                            "owner", "acquired_count"};
+
 /* setup_scan(ContentReceived, BasicPublish): the classes scan_publishes makes (publish_scan.py). */
 static PyObject *setup_scan(PyObject *self, PyObject *args) {
     PyObject *cr, *bp;
     if (!PyArg_ParseTuple(args, "OO", &cr, &bp))
+        return NULL;
+    if (setup_slots(&content_slots, cr, content_fields, 6) < 0)
         return NULL;
     Py_XSETREF(content_received, Py_NewRef(cr));
     Py_XSETREF(basic_publish, Py_NewRef(bp));
@@ -219,7 +285,7 @@ static PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_
         PyObject *event = NULL;
         if (props && body && chan && bsize) {
             PyObject *eargs[6] = {chan, method, props, body, bsize, Py_None};
-            event = PyObject_Vectorcall(content_received, eargs, 6, NULL);
+            event = make_slotted(&content_slots, eargs);
         }
         Py_XDECREF(props);
         Py_XDECREF(body);
@@ -380,8 +446,25 @@ static PyObject *encode_deliver(PyObject *self, PyObject *const *args, Py_ssize_
 
 static PyObject *s_message, *s_redelivered, *s_exchange, *s_routing_key, *s_props_raw, *s_body;
 
+/* The slot ``i`` of an object made as ``s`` describes (borrowed; NULL when unset). */
+#define SLOT(obj, s, i) (*(PyObject **)((char *)(obj) + (s).offsets[i]))
+
 /* One queue entry's parts into ``d`` (its message holds what the pointers point into). */
 static int entry_fields(deliver_item *d, PyObject *entry) {
+    if (entry_slots.type != NULL && Py_IS_TYPE(entry, entry_slots.type)) {
+        /* a QueueEntry and its Message (setup_messages): their slots read straight */
+        PyObject *redelivered = SLOT(entry, entry_slots, 2), *msg = SLOT(entry, entry_slots, 1);
+        if (redelivered != NULL && msg != NULL && Py_IS_TYPE(msg, message_slots.type)) {
+            PyObject *ex = SLOT(msg, message_slots, 1), *rk = SLOT(msg, message_slots, 2);
+            PyObject *props = SLOT(msg, message_slots, 3), *body = SLOT(msg, message_slots, 4);
+            if (ex != NULL && rk != NULL && props != NULL && body != NULL) {
+                d->redelivered = PyObject_IsTrue(redelivered);
+                if (d->redelivered < 0)
+                    return -1;
+                return deliver_fields(d, ex, rk, props, body);
+            }
+        }
+    }
     PyObject *redelivered = PyObject_GetAttr(entry, s_redelivered);
     if (redelivered == NULL)
         return -1;
@@ -547,7 +630,148 @@ fail:
     return NULL;
 }
 
+/* setup_messages(Message, QueueEntry): the classes make_messages and make_entries make. */
+static PyObject *setup_messages(PyObject *self, PyObject *args) {
+    PyObject *msg, *entry;
+    if (!PyArg_ParseTuple(args, "OO", &msg, &entry))
+        return NULL;
+    if (setup_slots(&message_slots, msg, message_fields, 10) < 0 ||
+        setup_slots(&entry_slots, entry, entry_fields_, 7) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* make_messages(contents, start, first_id, exchange, routing_key, now, out) -> int
+ *
+ * From ``start`` on, each (props_raw, body) of ``contents`` whose property list has one flag word,
+ * no headers table and no expiration becomes Message(first_id + i, exchange, routing_key,
+ * props_raw, body, delivery_mode == 2, priority or 0, None, None, now), appended to ``out``.
+ * Returns the index of the first one it leaves to the caller's Python path (which reads the rest
+ * of the properties and reports their faults), len(contents) when it took them all. */
+static PyObject *make_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "make_messages takes 7 arguments");
+        return NULL;
+    }
+    if (message_slots.type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "make_messages: setup_messages() not called");
+        return NULL;
+    }
+    PyObject *contents = args[0], *exchange = args[3], *key = args[4], *now = args[5], *out = args[6];
+    if (!PyList_Check(contents) || !PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "make_messages(list, int, int, str, str, float, list)");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    long long first_id = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i = 0;
+    for (; i < PyList_GET_SIZE(contents); i++) {
+        PyObject *item = PyList_GET_ITEM(contents, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+            break;
+        PyObject *props = PyTuple_GET_ITEM(item, 0), *body = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_Check(props) || !PyBytes_Check(body))
+            break;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(props);
+        Py_ssize_t n = PyBytes_GET_SIZE(props);
+        int dm = -1, pri = 0;
+        unsigned flags = n < 2 ? 0 : ((unsigned)p[0] << 8) | p[1];
+        if (flags & 0xFFFE) { /* as quick_props: no property at all reads as none, flag word or not */
+            if (flags & 1 || flags & (1u << 13) || flags & 0x0100)
+                break; /* a second flag word, a headers table, an expiration: the Python path */
+            Py_ssize_t at = 2;
+            if (flags & 0x8000) {
+                if (at >= n)
+                    break;
+                at += 1 + p[at];
+            }
+            if (flags & 0x4000) {
+                if (at >= n)
+                    break;
+                at += 1 + p[at];
+            }
+            if (flags & (1u << 12)) {
+                if (at >= n)
+                    break;
+                dm = p[at++];
+            }
+            if (flags & (1u << 11)) {
+                if (at >= n)
+                    break;
+                pri = p[at++];
+            }
+        }
+        PyObject *id = PyLong_FromLongLong(first_id + i);
+        PyObject *priority = PyLong_FromLong(pri);
+        if (id == NULL || priority == NULL) {
+            Py_XDECREF(id);
+            Py_XDECREF(priority);
+            return NULL;
+        }
+        PyObject *values[10] = {id, exchange, key, props, body, dm == 2 ? Py_True : Py_False, priority,
+                                Py_None, Py_None, now};
+        PyObject *message = make_slotted(&message_slots, values);
+        Py_DECREF(id);
+        Py_DECREF(priority);
+        if (message == NULL)
+            return NULL;
+        int failed = PyList_Append(out, message);
+        Py_DECREF(message);
+        if (failed)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+/* make_entries(first_seq, messages) -> list: QueueEntry(first_seq + i, message) of each, the
+ * other fields at their defaults (not redelivered, never delivered, no deadline, no owner). */
+static PyObject *make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "make_entries takes 2 arguments");
+        return NULL;
+    }
+    if (entry_slots.type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "make_entries: setup_messages() not called");
+        return NULL;
+    }
+    long long seq = PyLong_AsLongLong(args[0]);
+    if (seq == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *seqobj = PySequence_Fast(args[1], "make_entries: messages must be a sequence");
+    if (seqobj == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seqobj);
+    PyObject **items = PySequence_Fast_ITEMS(seqobj);
+    PyObject *out = PyList_New(n);
+    PyObject *zero_ = zero;
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *s = PyLong_FromLongLong(seq + i);
+        if (s == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyObject *values[7] = {s, items[i], Py_False, zero_, Py_None, Py_None, zero_};
+        PyObject *entry = make_slotted(&entry_slots, values);
+        Py_DECREF(s);
+        if (entry == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, entry);
+    }
+    Py_DECREF(seqobj);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"setup_messages", setup_messages, METH_VARARGS, "setup_messages(Message, QueueEntry)"},
+    {"make_messages", (PyCFunction)(void (*)(void))make_messages, METH_FASTCALL,
+     "A run's Messages from (props_raw, body) pairs, up to the first the Python path must read."},
+    {"make_entries", (PyCFunction)(void (*)(void))make_entries, METH_FASTCALL,
+     "QueueEntry(first_seq + i, message) of each message, as a list."},
     {"setup_scan", setup_scan, METH_VARARGS, "setup_scan(ContentReceived, BasicPublish)"},
     {"setup_props", setup_props, METH_VARARGS, "setup_props(FrameSyntaxError, quick_props_py)"},
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,

@@ -1,9 +1,10 @@
 """Whether the per-message wire work runs in C: the ``_wire`` module (``_wire.c``) when the install
 built it and ``HEADRACE_PURE_PYTHON=1`` is not set, the pure-Python twins otherwise.
 
-Owned by no state: ``codec`` (``encode_deliver``), ``properties`` (``quick_props``) and
-``publish_scan`` (``scan_publishes``) each read ``WIRE`` once, at import, and bind the function
-they hand out; the tests hold the two implementations to the same events and bytes.
+Owned by no state: ``codec`` (``encode_deliver``), ``properties`` (``quick_props``),
+``channel_frames`` (``scan_publishes``) and ``broker/publish_runs`` (``make_messages``,
+``make_entries``) each read ``WIRE`` once, at import, and bind the function they hand out; the
+tests hold the two implementations to the same events, objects and bytes.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 
 from headrace.exchanges import Exchange
 from headrace.persistence.store_ops import Publish
-from headrace.queues import Destination, Message
+from headrace.queues import Destination, Message, QueueEntry
+from headrace.queues.message import EntryRun
+from headrace.server.amqp.compiled import WIRE
 from headrace.server.amqp.properties import quick_props
 
 from .outbox import StoreOutbox
@@ -29,6 +31,18 @@ from .vhost_view import VHostView
 __all__ = ["RunPlacer", "run_queues"]
 
 Contents = Sequence[tuple[bytes, bytes]]
+
+# (contents, start, first id, exchange, routing key, now, messages) -> where it stopped: the run's
+# messages from ``start`` on made in C (_wire.c) up to the first with a headers table, an
+# expiration or properties C does not read, which the loop in ``place`` then takes; and the
+# queues' entries of a run made in C. Without the C module the loop makes every one.
+MakeMessages = Callable[[list[tuple[bytes, bytes]], int, int, str, str, float, list[Message]], int]
+_make_messages: MakeMessages | None = None
+_make_entries: EntryRun | None = None
+if WIRE is not None:
+    WIRE.setup_messages(Message, QueueEntry)
+    _make_messages = WIRE.make_messages
+    _make_entries = WIRE.make_entries
 
 
 def run_queues(vhost: VHostView, exchange_name: str, targets: Sequence[str]) -> list[Destination] | None:
@@ -70,8 +84,16 @@ class RunPlacer:
         rest = contents[len(contents):]
         first_id = self._take_ids(0)  # the next id: nothing else takes one until the run is made
         expiring = False
+        make = _make_messages
+        count = len(contents)
+        i = 0
         try:
-            for i, (props_raw, body) in enumerate(contents):
+            while i < count:
+                if make is not None and isinstance(contents, list):
+                    i = make(contents, i, first_id, exchange_name, routing_key, now, messages)
+                    if i == count:
+                        break
+                props_raw, body = contents[i]
                 delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
                 if has_headers:
                     rest = contents[i:]
@@ -82,6 +104,7 @@ class RunPlacer:
                     expiring = True
                 messages.append(Message(first_id + i, exchange_name, routing_key, props_raw, body, delivery_mode == 2,
                                         priority or 0, expiration_ms, None, now))
+                i += 1
         finally:
             if messages:
                 self._take_ids(len(messages))  # those the run used: the same ids as one by one
@@ -95,7 +118,7 @@ class RunPlacer:
         for message in messages:
             size += len(message.body)
         for queue in queues:
-            queue.enqueue_run(messages, size, now, expiring)
+            queue.enqueue_run(messages, size, now, expiring, _make_entries)
         count = len(messages)
         exchange.published_in += count
         exchange.published_out += count * len(queues)

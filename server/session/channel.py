@@ -14,7 +14,8 @@ change this state on the channel's behalf.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -55,7 +56,7 @@ class ConfirmWaiter(Protocol):
 
 class ChannelSession:
     __slots__ = (
-        "session", "conn", "out", "id", "vhost", "next_tag", "unacked", "consumers", "prefetch_count",
+        "session", "conn", "out", "id", "vhost", "next_tag", "unacked", "unacked_from", "consumers", "prefetch_count",
         "global_prefetch", "active", "confirm", "publish_seq", "pending_confirms", "tx",
         "txn", "acks", "last_ticket",
         "delivery", "perms", "confirms", "reply", "stats", "split_counts", "nack_requeue", "failed_requeue",
@@ -74,7 +75,10 @@ class ChannelSession:
         self.confirms = confirms
         self.next_tag = 1
         # delivery tag -> (queue, entry); tags only grow, so the first key is the oldest delivery
-        self.unacked: OrderedDict[int, tuple[Destination, QueueEntry]] = OrderedDict()
+        self.unacked: dict[int, tuple[Destination, QueueEntry]] = {}
+        # no tag in ``unacked`` is below this: a plain dict's first key is a walk past every slot
+        # popped since it last grew, so the oldest is found from here (``oldest_unacked``)
+        self.unacked_from = 1
         self.consumers: dict[str, tuple[Destination, Consumer[Any]]] = {}
         self.prefetch_count = 0  # per new consumer (global=False, RabbitMQ's meaning)
         self.global_prefetch = 0  # shared by the channel (global=True)
@@ -134,7 +138,7 @@ class ChannelSession:
         tag = self.next_tag
         count = len(entries)
         self.next_tag = tag + count
-        self.unacked.update(zip(range(tag, tag + count), [(queue, entry) for entry in entries]))
+        self.unacked.update(zip(range(tag, tag + count), zip(repeat(queue), entries)))
         acks = self.acks
         if acks is not None and now >= acks.next_at:
             self.stamp(acks, tag, now)
@@ -203,8 +207,19 @@ class ChannelSession:
         acks = self.acks
         if acks is None:
             return None
+        return acks.due(self.oldest_unacked())
+
+    def oldest_unacked(self) -> int | None:
+        """The oldest unacked delivery's tag (None: none), walking up from ``unacked_from``:
+        amortized over the tags given out, as that mark only rises."""
         unacked = self.unacked
-        return acks.due(next(iter(unacked)) if unacked else None)
+        if not unacked:
+            return None
+        tag = self.unacked_from
+        while tag not in unacked:
+            tag += 1
+        self.unacked_from = tag
+        return tag
 
     def consumer_cancelled(self, consumer: Consumer[Any]) -> None:
         """The queue went away under the consumer: tell clients that asked to be told."""
@@ -263,17 +278,15 @@ class ChannelSession:
             raise errors.precondition_failed(f"unknown delivery tag {tag}")
         if not multiple:
             return [unacked.pop(tag)]
-        first = next(iter(unacked))  # tags rise and go in as delivered: the first is the oldest
-        if len(unacked) == next(reversed(unacked)) - first + 1:
-            count = tag - first + 1  # no gaps: no need to count the tags up to ``tag``
-        else:
-            count = 0
-            for held in unacked:
-                count += 1
-                if held == tag:
-                    break
-        pop = unacked.popitem
-        return [pop(False)[1] for _ in range(count)]
+        first = self.oldest_unacked()  # tags rise and go in as delivered
+        assert first is not None  # ``tag`` is in the table
+        self.unacked_from = tag + 1
+        table: dict[int, Any] = unacked  # the pairs, or None for a tag it does not hold
+        pop = table.pop
+        taken = [pop(held, None) for held in range(first, tag + 1)]
+        if None in taken:  # gaps (no-ack deliveries, single acks): in tag order still
+            return [pair for pair in taken if pair is not None]
+        return taken
 
     def _take_tagged(self, tag: int, multiple: bool) -> Tagged:
         """``_take`` with each delivery's tag, for a transaction that may give them back."""
@@ -351,10 +364,11 @@ class ChannelSession:
         if not settlements:
             return
         restored = [pair for taken, _ in settlements for pair in taken]
-        self.unacked = OrderedDict(sorted([*self.unacked.items(), *restored], key=_tag_of))
+        self.unacked = dict(sorted([*self.unacked.items(), *restored], key=_tag_of))
+        self.unacked_from = next(iter(self.unacked))  # a new dict: its first slot is its first key
         acks = self.acks
         if acks is not None and not acks.stamps:  # the timeout's check had forgotten them
-            self.stamp(acks, next(iter(self.unacked)), self.session.now)
+            self.stamp(acks, self.unacked_from, self.session.now)
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:

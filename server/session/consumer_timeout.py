@@ -63,7 +63,7 @@ def expire(ch: ChannelSession, now: float) -> float | None:
     acks = ch.acks
     if acks is None:
         return None
-    if acks.due(next(iter(ch.unacked)) if ch.unacked else None) is None:
+    if acks.due(ch.oldest_unacked()) is None:
         return None  # nothing unacked: the stamps are gone, the next delivery arms again
     default_ms = ch.session.broker.limits.consumer_timeout_ms
     default = default_ms / 1000 if default_ms else None

@@ -11,6 +11,7 @@ import random
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,8 @@ def test_encode_delivers_gives_each_deliver_of_the_python_one_in_tag_order(frame
     expected = b"".join(encode_deliver_py(7, "ctag", tag, e.redelivered, e.message.exchange, e.message.routing_key,
                                           e.message.props_raw, e.message.body, frame_max)
                         for tag, e in enumerate(entries, 2**32))
+    assert _wire.encode_delivers(7, "ctag", 2**32, entries, frame_max) == expected
+    _wire.setup_messages(Message, QueueEntry)  # from here the entries' slots are read straight
     assert _wire.encode_delivers(7, "ctag", 2**32, entries, frame_max) == expected
     assert encode_delivers_py(7, "ctag", 2**32, entries, frame_max) == expected
     assert _wire.encode_delivers(7, "ctag", 1, [], frame_max) == b""
@@ -219,6 +222,64 @@ def test_scan_publishes_shares_the_method_of_a_run() -> None:
     assert [e.body for e in events] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"last"]
     assert len({id(e.method) for e in events[:5]}) == 1
     assert events[5].method == m.BasicPublish(0, "", "other", False, False)
+
+
+def _python_message(i: int, props_raw: bytes, body: bytes) -> tuple[Any, ...] | None:
+    """The fields of what ``RunPlacer.place``'s Python loop makes of one publish, None where it
+    must read more than C does (a headers table, an expiration, a second flag word) or raises."""
+    try:
+        delivery_mode, priority, expiration, has_headers = quick_props_py(props_raw)
+    except FrameSyntaxError:
+        return None
+    flags = props_raw[0] << 8 | props_raw[1] if len(props_raw) > 1 else 0
+    if has_headers or expiration is not None or (flags & 1 and flags & 0xFFFE):
+        return None
+    return _slots(Message(100 + i, "ex", "key", props_raw, body, delivery_mode == 2, priority or 0, None, None, 5.0))
+
+
+def _slots(obj: Any) -> tuple[Any, ...]:
+    return tuple(getattr(obj, name) for name in obj.__slots__)
+
+
+def test_make_messages_makes_what_the_python_loop_makes_and_stops_where_it_must_read_more() -> None:
+    _wire.setup_messages(Message, QueueEntry)  # publish_runs.py's own call (not made in pure mode)
+    props = _props()
+    contents = [(raw, b"body %d" % i) for i, raw in enumerate(props)]
+    expected = [_python_message(i, raw, body) for i, (raw, body) in enumerate(contents)]
+    start = 0
+    while start < len(contents):
+        out: list[Message] = []
+        stop = _wire.make_messages(contents, start, 100, "ex", "key", 5.0, out)
+        assert [_slots(made) for made in out] == expected[start:stop]
+        assert all(type(made.id) is int and type(made.priority) is int for made in out)
+        if stop < len(contents):  # what it left: the Python path's to read (or to refuse)
+            raw = contents[stop][0]
+            assert expected[stop] is None or raw[1] & 1, raw
+        start = stop + 1
+
+
+def test_make_entries_makes_fresh_entries_counting_up() -> None:
+    _wire.setup_messages(Message, QueueEntry)
+    messages = [Message(i, "", "q", b"\x00\x00", b"x") for i in range(5)]
+    made = _wire.make_entries(7, messages)
+    assert [_slots(entry) for entry in made] == [_slots(QueueEntry(seq, message))
+                                                  for seq, message in zip(range(7, 12), messages)]
+    assert _wire.make_entries(1, []) == []
+
+
+def test_the_object_makers_refuse_a_class_whose_fields_they_do_not_know() -> None:
+    """A field added to Message in Python is a loud error at setup, not an object half made."""
+    @dataclass(slots=True)
+    class Other:
+        id: int
+        exchange: str
+
+    with pytest.raises(TypeError):
+        _wire.setup_messages(Other, QueueEntry)
+    with pytest.raises(TypeError):
+        _wire.setup_scan(Other, m.BasicPublish)
+    _wire.setup_messages(Message, QueueEntry)
+    _wire.setup_scan(ContentReceived, m.BasicPublish)
 
 
 def test_the_protocol_suite_passes_in_pure_python_mode() -> None:

@@ -135,3 +135,20 @@ def test_an_empty_virtual_host_opens_the_default_one_and_an_unknown_one_is_530()
     session = Session(b, conn, wake=no_writer)
     session.handle(conn.receive_data(handshake(vhost="nope")), NOW)
     assert session.state is Lifecycle.CLOSING and b"NOT_ALLOWED - vhost nope not found" in conn.data_to_send()
+
+
+def test_a_multiple_ack_across_gaps_takes_what_is_unacked_up_to_its_tag_and_nothing_twice():
+    """The channel's unacked table is a plain dict found from its oldest tag up (channel.py)."""
+    b, conn, session = _consuming(None)
+    vhost = b.vhosts["/"]
+    channel = session.channels[1]
+    for i in range(6):
+        b.delivery.publish(vhost, "", "q", b"\x00\x00", b"m%d" % i, NOW)
+    session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=3))), NOW)
+    assert channel.oldest_unacked() == 1
+    session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=5, multiple=True))), NOW)
+    assert list(channel.unacked) == [6] and channel.oldest_unacked() == 6
+    assert [entry.message.body for _, entry in channel.unacked.values()] == [b"m5"]
+    conn.data_to_send()
+    session.handle(conn.receive_data(encode_method_frame(1, m.BasicAck(delivery_tag=4, multiple=True))), NOW)
+    assert b"unknown delivery tag 4" in conn.data_to_send()
