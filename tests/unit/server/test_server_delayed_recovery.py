@@ -8,8 +8,9 @@ import random
 from pathlib import Path
 
 from headrace.persistence import MessageStore
-from headrace.persistence.store_ops import Delay
+from headrace.persistence.store_ops import Delay, Undelay
 from headrace.server.broker.delayed import DelayedMessage, DelayedMessages
+from session_support import NOW, durable_broker
 
 T0 = 1_000_000.0
 
@@ -95,3 +96,21 @@ def test_a_large_bucket_due_soon_is_read_over_several_ticks_and_still_comes_out_
     out = tick_all(d, T0, T0 + 40)
     assert [m.due for _, m, _ in out] == sorted(dues)  # all read before the first came due
     assert all(when == m.due for when, m, _ in out)
+
+
+def test_due_delayed_messages_wait_while_the_store_outbox_is_full() -> None:
+    """Released messages add store ops (their Publish, an Undelay): while the flusher is behind
+    (the backlog at which publishers pause), the tick holds them and looks again shortly."""
+    b = durable_broker(backlog_max=1)
+    v = b.vhosts["/"]
+    v.declare_exchange("dx", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"})
+    v.delayed.add(NOW + 1, "dx", "k", b"", b"x", 7, now=NOW)
+    b.delivery.deadlines.arm(("/", None), v.delayed.next_due())
+    b.store.add(Undelay(99))  # one op waiting: the backlog is full
+    b.tick(NOW + 1)
+    assert len(v.delayed) == 1  # held, not lost
+    assert b.delivery.deadlines.earliest() == NOW + 1.01
+    b.store.take()  # the flusher caught up
+    b.tick(NOW + 1.01)
+    assert len(v.delayed) == 0
+    assert [type(op).__name__ for op in b.store.take()[0]] == ["Undelay"]
