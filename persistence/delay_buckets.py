@@ -21,12 +21,13 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DelayBuckets", "DelayRecord", "decode", "encode"]
+__all__ = ["HEAD", "DelayBuckets", "DelayRecord", "decode", "encode"]
 
 FLUSH_BYTES = 256 << 10
 FLUSH_ALL_BYTES = 8 << 20
-# due (s, float), publish order, store message id (0: transient), then the four lengths
-_HEAD = struct.Struct("<dQQHHII")
+# due (s, float), publish order, store message id (0: transient), then the four lengths; exchange,
+# routing key, properties and body follow
+HEAD = _HEAD = struct.Struct("<dQQHHII")
 
 # (due, order, message id, exchange, routing key, properties, body)
 DelayRecord = tuple[float, int, int, str, str, bytes, bytes]

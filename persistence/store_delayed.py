@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from .records import HEADER_SIZE, iter_file_records
+from .records import HEADER, HEADER_SIZE
 from .store_index import SegmentLive
-from .store_ops import REC_DELAY, Delay, decode_delay
+from .store_ops import DELAY_HEAD, REC_DELAY, Delay, DelayRow, DelayTarget
 from .store_segments import Segment
 
-__all__ = ["BLOCK", "DelayedIndex", "live_delays"]
+__all__ = ["BLOCK", "DelayedIndex", "LiveDelays", "live_delays"]
 
 _SHIFT = 10
 BLOCK = 1 << _SHIFT  # ids per bitmap
@@ -90,11 +90,29 @@ class DelayedIndex:
         self._count -= 1
 
     def delay(self, mid: int, seq: int, size: int) -> None:
-        """A Delay record of ``size`` bytes in segment ``seq`` (replacing an older one)."""
-        old = self._find(mid)
-        if old is not None:
-            self._clear(mid, old)
-        self._set(mid, seq, size)
+        """A Delay record of ``size`` bytes in segment ``seq`` (replacing an older one). ``_find``
+        and ``_set`` inlined for a new id: the rebuild calls this once per Delay record."""
+        block, byte, bit = mid >> _SHIFT, (mid & _MASK) >> 3, 1 << (mid & 7)
+        segs = self._blocks.get(block)
+        if segs is None:
+            segs = self._blocks[block] = {}
+        else:
+            for old, held in segs.items():
+                if held[byte] & bit:
+                    self._clear(mid, old)
+                    return self._set(mid, seq, size)
+        bits = segs.get(seq)
+        if bits is None:
+            bits = segs[seq] = bytearray(_EMPTY)
+        bits[byte] |= bit
+        live = self._seg_live.get(seq)
+        if live is None:
+            live = self._seg_live[seq] = SegmentLive()
+        live.count += 1
+        live.bytes += size
+        self._live_bytes += size
+        self._count += 1
+        return None
 
     def undelay(self, mid: int) -> bool:
         """The delayed message is released; False if it was not delayed."""
@@ -133,17 +151,80 @@ class DelayedIndex:
         return self._live_bytes
 
 
-def live_delays(delayed: DelayedIndex, segments: Sequence[Segment]) -> Iterator[Delay]:
-    """The live Delay records, read again from the segments that hold any, in log order: recovery
-    hands them on one at a time (into the schedule's bucket files) instead of holding them all.
-    Valid until the store's next write (compaction may delete a segment after it)."""
-    for seg in segments:
-        if not delayed.live_in(seg.seq).count:
-            continue
-        for rec in iter_file_records(seg.path):
-            if rec.offset + HEADER_SIZE + len(rec.payload) > seg.size:
-                break  # past the good end recovery found
-            if rec.kind == REC_DELAY:
-                delay = decode_delay(rec.payload)
-                if delayed.is_in(delay.message_id, seg.seq):
-                    yield delay
+READ_BYTES = 1 << 20  # of a segment per read, and so about the most one batch holds
+
+
+class LiveDelays:
+    """The live Delay records, read again from the segments that hold any, in log order, a chunk
+    of a segment at a time: recovery hands them on (into the schedule's bucket files) a batch at a
+    time instead of holding them all. Valid until the store's next write (compaction may delete
+    a segment after it)."""
+
+    __slots__ = ("_delayed", "_segments")
+
+    def __init__(self, delayed: DelayedIndex, segments: Sequence[Segment]) -> None:
+        self._delayed, self._segments = delayed, list(segments)
+
+    def __iter__(self) -> Iterator[Delay]:
+        """One ``Delay`` each (a decoded copy: for tests and small stores; recovery takes ``batches``)."""
+        for batch in self.batches():
+            for (vhost, exchange, lex), rows in batch.items():
+                for due, mid, lrk, lprops, tail in rows:
+                    r_at, p_at = lex + lrk, lex + lrk + lprops
+                    yield Delay(mid, vhost, exchange, tail[lex:r_at].decode(), tail[r_at:p_at],
+                                tail[p_at:], due)
+
+    def batches(self) -> Iterator[dict[DelayTarget, list[DelayRow]]]:
+        """Per read of a segment, its live delayed messages grouped by (vhost, exchange), each
+        group in log order. Each record is looked at once: its head unpacked, its vhost and
+        exchange looked up by their bytes, its tail sliced; nothing else is made per message.
+        CRCs are not checked again: the rebuild checked every record up to ``seg.size``."""
+        delayed = self._delayed
+        blocks = delayed._blocks  # noqa: SLF001 - this module's own index, read in the loop
+        unpack_header, unpack_delay = HEADER.unpack_from, DELAY_HEAD.unpack_from
+        head = DELAY_HEAD.size
+        targets: dict[bytes, DelayTarget] = {}
+        for seg in self._segments:
+            if not delayed.live_in(seg.seq).count:
+                continue
+            seq = seg.seq
+            with open(seg.path, "rb") as f:
+                data, base = b"", 0  # data starts at file offset base
+                while base < seg.size:
+                    more = f.read(min(READ_BYTES, seg.size - base - len(data)))
+                    if not more:
+                        break  # the file is shorter than recovery found: nothing more is whole
+                    data = data + more if data else more
+                    batch: dict[DelayTarget, list[DelayRow]] = {}
+                    pos, end = 0, len(data)
+                    while pos + HEADER_SIZE <= end:
+                        length, _, kind = unpack_header(data, pos)
+                        start = pos + HEADER_SIZE
+                        stop = start + length
+                        if stop > end:
+                            break
+                        if kind == REC_DELAY:
+                            mid, due, vlen, elen, rlen, plen = unpack_delay(data, start)
+                            segs = blocks.get(mid >> _SHIFT)
+                            bits = segs.get(seq) if segs else None
+                            if bits is not None and bits[(mid & _MASK) >> 3] & (1 << (mid & 7)):
+                                v_at = start + head
+                                e_at = v_at + vlen
+                                raw = data[v_at : e_at + elen]
+                                target = targets.get(raw)
+                                if target is None:
+                                    target = targets[raw] = (raw[:vlen].decode(), raw[vlen:].decode(), elen)
+                                rows = batch.get(target)
+                                if rows is None:
+                                    rows = batch[target] = []
+                                rows.append((due, mid, rlen, plen, data[e_at:stop]))
+                        pos = stop
+                    base += pos
+                    data = data[pos:]
+                    if batch:
+                        yield batch
+
+
+def live_delays(delayed: DelayedIndex, segments: Sequence[Segment]) -> LiveDelays:
+    """The live delayed messages of a rebuilt store, read lazily (``LiveDelays``)."""
+    return LiveDelays(delayed, segments)

@@ -15,12 +15,17 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 
 from headrace.queues.backing import RecoveredRow
 
 
 __all__ = [
     "DECODE_ERRORS",
+    "DELAY_HEAD",
+    "DelayRow",
+    "DelayTarget",
+    "LiveDelayed",
     "Ack",
     "Delay",
     "Deliver",
@@ -152,13 +157,30 @@ class RecoveredQueue(Sequence[RecoveredMessage]):
         raise NotImplementedError
 
 
+# One live delayed message as recovery reads it back: (due ms, message id, routing key length,
+# properties length, its record's tail), the tail being exchange, routing key, properties and body
+# back to back as the Delay record has them, which is also how a schedule bucket file has them
+# (``delay_buckets.HEAD`` before them), so the tail is copied on as it is, never decoded.
+DelayRow = tuple[int, int, int, int, bytes]
+# (vhost, exchange, exchange length in bytes): one tuple per pair, shared by all its batches
+DelayTarget = tuple[str, str, int]
+
+
+class LiveDelayed(Protocol):
+    """A recovered store's live delayed messages in log order (``store_delayed.LiveDelays``)."""
+
+    def __iter__(self) -> Iterator[Delay]: ...
+
+    def batches(self) -> Iterator[dict[DelayTarget, list[DelayRow]]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Recovered:
     # (vhost, queue) -> live messages in publish order, read from the segments as they are iterated
     # (valid until the store's next write)
     queues: dict[tuple[str, str], RecoveredQueue]
     # live delayed messages in log order, read from the segments as iterated (until the next write)
-    delayed: Iterable[Delay]
+    delayed: LiveDelayed
     next_message_id: int  # > every id seen in any record
     truncated_bytes: int  # bytes after the last good record of any segment (0 if clean)
 
@@ -188,7 +210,7 @@ PUB_HEAD, PUB_QUEUE = _PUB_HEAD, _PUB_QUEUE  # for recovery's in-place replay
 _REF_HEAD = struct.Struct(">QHH")  # id, len vhost, len queue (Ack, Deliver)
 _QUEUE_HEAD = struct.Struct(">HH")  # len vhost, len queue (DropQueue)
 _COUNT = struct.Struct(">I")  # ids kept by a PurgeQueue record, then the ids (>Q each)
-_DELAY_HEAD = struct.Struct(">QQHHHI")  # id, due ms, len vhost/exchange/rk/props
+DELAY_HEAD = struct.Struct(">QQHHHI")  # id, due ms, len vhost/exchange/rk/props
 DECODE_ERRORS = (struct.error, UnicodeDecodeError, ValueError)
 # Encoded (vhost, queue) pairs kept for Ack/Deliver records; the set of durable queues is small,
 # and a miss only costs an encode.
@@ -283,18 +305,18 @@ def decode_publish(p: bytes) -> DecodedPublish:
 
 def delay_parts(op: Delay) -> tuple[bytes, bytes, bytes]:
     v, e, r = op.vhost.encode(), op.exchange.encode(), op.routing_key.encode()
-    head = _DELAY_HEAD.pack(op.message_id, op.due_ms, len(v), len(e), len(r), len(op.props_raw))
+    head = DELAY_HEAD.pack(op.message_id, op.due_ms, len(v), len(e), len(r), len(op.props_raw))
     return (b"".join((head, v, e, r)), op.props_raw, op.body)
 
 
 def decode_delay(p: bytes) -> Delay:
-    mid, due, vlen, elen, rlen, plen = _DELAY_HEAD.unpack_from(p, 0)
-    e_at = _DELAY_HEAD.size + vlen
+    mid, due, vlen, elen, rlen, plen = DELAY_HEAD.unpack_from(p, 0)
+    e_at = DELAY_HEAD.size + vlen
     r_at = e_at + elen
     props_at = r_at + rlen
     body_at = props_at + plen
     _check(body_at, p)
-    return Delay(mid, p[_DELAY_HEAD.size : e_at].decode(), p[e_at:r_at].decode(),
+    return Delay(mid, p[DELAY_HEAD.size : e_at].decode(), p[e_at:r_at].decode(),
                  p[r_at:props_at].decode(), p[props_at:body_at], p[body_at:], due)
 
 

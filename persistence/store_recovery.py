@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from .store_delayed import DelayedIndex
 from .store_index import StoreIndex
 from .store_ops import (
     DECODE_ERRORS,
+    DELAY_HEAD,
     PUB_HEAD,
     PUB_QUEUE,
     REC_ACK,
@@ -48,6 +50,8 @@ from .store_ops import (
     message_id_of,
 )
 from .store_segments import Segment
+
+_ID = struct.Struct(">Q")  # the id that starts a Delay payload
 
 __all__ = ["Rebuilt", "rebuild"]
 
@@ -150,7 +154,8 @@ def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: 
     id seen).
 
     ``records.iter_records`` inlined, and a one-queue Publish (nearly every record of a
-    backlog) indexed straight from the buffer: no record object and no payload copy."""
+    backlog) indexed straight from the buffer, as is a Delay (only its id): no record object and
+    no payload copy."""
     view = memoryview(data)
     end = len(data)
     unpack_header = HEADER.unpack_from
@@ -161,6 +166,7 @@ def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: 
     head_size, queue_size = PUB_HEAD.size, PUB_QUEUE.size
     names: dict[bytes, tuple[int, QKey]] = {}  # queue name + vhost bytes -> (name length, key)
     slot_of, put = index.slots.take, index.put
+    delay, unpack_id, delay_head = delayed.delay, _ID.unpack_from, DELAY_HEAD.size
     pos, top = start, 0
     try:
         while pos + HEADER_SIZE <= end:
@@ -173,6 +179,13 @@ def _replay_segment(index: StoreIndex, delayed: DelayedIndex, data: bytes, seq: 
                 break
             if kind == REC_PUBLISH:
                 mid, _, nq, vlen, _, _, _ = unpack_head(data, start)
+            elif kind == REC_DELAY and length >= delay_head:  # only its id counts here (live_delay_batches)
+                mid = unpack_id(data, start)[0]
+                delay(mid, seq, HEADER_SIZE + length)
+                if mid > top:
+                    top = mid
+                pos = stop
+                continue
             if kind != REC_PUBLISH or nq != 1:
                 mid = _replay(index, delayed, Record(pos, kind, data[start:stop]), seq)
             else:

@@ -102,6 +102,7 @@ class App:
             resident_max_bytes=settings.storage.queue_max_resident_bytes,
             spill_factory=self.storage.spill_factory,
             delayed_data_dir=self.storage.delayed_dir,
+            delayed_read_bytes=settings.storage.delayed_read_bytes,
             store_enabled=True,
             failed_logins_per_second=settings.limits.failed_logins_per_second,
             limits=Limits(

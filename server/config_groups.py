@@ -171,6 +171,10 @@ class StorageSettings(_Group):
     # 0 = always in a thread
     fsync_inline_below_ms: float = Field(1.0, ge=0)
     segment_max_bytes: int = Field(32 * MiB, ge=4096)
+    # x-delayed-message exchanges read at most this much back from their bucket files per clock
+    # tick (server/broker/delayed.py): what memory holds of messages that came due all at once,
+    # such as those due while the broker was down
+    delayed_read_bytes: int = Field(4 * MiB, ge=4096)
     # the message store writes its index checkpoint once at least this much log (and twice the
     # last checkpoint's size) was written since the previous one (persistence/store_checkpoint.py)
     checkpoint_min_bytes: int = Field(64 * MiB, ge=0)

@@ -66,7 +66,7 @@ class Broker:
         self, *, ports: ShellPorts, resident_max_messages: int = 50_000, resident_max_bytes: int = 64 << 20,
         spill_factory: Callable[[str, str], Backing] | None = None, store_enabled: bool = False,
         limits: Limits = Limits(), failed_logins_per_second: float = FAILED_LOGINS_PER_SECOND,
-        compat: Compat = COMPAT_3_10, delayed_data_dir: Path | None = None,
+        compat: Compat = COMPAT_3_10, delayed_data_dir: Path | None = None, delayed_read_bytes: int = 4 << 20,
     ) -> None:
         self.compat = compat  # which RabbitMQ release's semantics (compat.py); fixed for the process
         # deprecated features clients used since the start that leave no object behind (global
@@ -91,6 +91,7 @@ class Broker:
         self.stream_handover_timeout = limits.stream_handover_timeout_ms / 1000  # a stream queue's bound, in s
         # where x-delayed-message exchanges spill what is not due soon (delayed.py; wiped at start)
         self.delayed_data_dir = delayed_data_dir
+        self.delayed_read_bytes = delayed_read_bytes  # read back from them per clock tick, at most
         self.replies = ReplyRegistry()  # direct reply-to consumers by address
         self.delivery = Delivery(self.store, self.mirrors, self.replies, ports)
         # tickets whose ops the store could not write (disk full): their confirms go out as nacks.

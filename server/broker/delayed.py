@@ -11,10 +11,18 @@ due within ``HORIZON`` seconds. The rest wait in bucket files (``persistence/del
 a hierarchical timing wheel on disk: level ``L`` buckets are ``WIDTHS[L]`` seconds wide, and a
 message goes to the lowest level whose span (16 of its buckets) reaches its due time. A level-0
 bucket is read into the heap ``HORIZON`` seconds before it starts; a higher one is cascaded (read
-and placed again, one level down) ``WIDTHS[L]`` seconds before it starts, a chunk of
-``CHUNK_BYTES`` per tick so a large bucket never stalls the loop. Each message is written at most
-once per level, and memory holds the heap, a few hundred buckets' counters and the write buffers
-(bounded, ``delay_buckets.FLUSH_ALL_BYTES``), whatever the number scheduled.
+and placed again, one level down) ``WIDTHS[L]`` seconds before it starts. A tick reads at most
+``read_bytes`` (``CHUNK_BYTES`` by default) of all buckets whose time has come, oldest first, and
+the next tick follows at once while more are due, so a large bucket never stalls the loop. Each
+message is written at most once per level, and memory holds the heap, a few hundred buckets'
+counters and the write buffers (bounded, ``delay_buckets.FLUSH_ALL_BYTES``), whatever the number
+scheduled.
+
+Recovery (``add_recovered``) places a batch at a time, and puts a message due already (due while
+the broker was down) in a level-0 bucket whose time has come rather than in the heap: millions
+overdue are then read back ``read_bytes`` a tick, published as they come, oldest bucket (second)
+first; within one second, a bucket larger than a tick's read comes out in the order of its
+chunks, each chunk in (due, publish) order. Nothing comes out before its due time.
 
 The operator's view (``schedule``) counts messages per exchange by the minute of their due time:
 one counter per exchange and minute, so its size follows the span of due times, not their number.
@@ -25,10 +33,13 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headrace.persistence.delay_buckets import DelayBuckets, DelayRecord, decode, encode
+from headrace.persistence.delay_buckets import HEAD, DelayBuckets, DelayRecord, decode, encode
+from headrace.persistence.store_ops import DelayRow
 
 __all__ = ["DELAYED_TYPE", "DelayedMessage", "DelayedMessages", "HISTOGRAM_EDGES", "spill_dir"]
 
@@ -36,7 +47,8 @@ DELAYED_TYPE = "x-delayed-message"
 
 HORIZON = 2.0  # seconds ahead that are held in memory
 WIDTHS = (1, 16, 256, 4096, 65536)  # bucket width per level, seconds (the top level has no end)
-CHUNK_BYTES = 4 << 20  # read per bucket step of one tick
+CHUNK_BYTES = 4 << 20  # read from bucket files in one tick, at most (at least one record): the default
+SPANS = tuple(16 * w for w in WIDTHS)  # how far ahead each level reaches
 # the schedule's bins, in seconds from now: due within 1 min, 5 min, 15 min, 1 h, 6 h, 1 day, 7 days, later
 HISTOGRAM_EDGES = (60, 300, 900, 3600, 21600, 86400, 604800)
 
@@ -79,11 +91,12 @@ def _action(level: int, index: int) -> float:
 
 
 class DelayedMessages:
-    __slots__ = ("_heap", "_order", "_files", "_buckets", "_actions", "_minutes", "_totals")
+    __slots__ = ("_heap", "_order", "_files", "_buckets", "_actions", "_minutes", "_totals", "_read_bytes")
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, read_bytes: int = CHUNK_BYTES) -> None:
         """``directory``: where bucket files go (None: everything stays in the heap, as where no
-        data directory exists)."""
+        data directory exists); ``read_bytes``: how much of them a tick reads back at most."""
+        self._read_bytes = read_bytes
         self._heap: list[DelayedMessage] = []
         self._order = itertools.count()
         self._files = DelayBuckets(directory) if directory is not None else None
@@ -97,6 +110,60 @@ class DelayedMessages:
             message_id: int = 0, *, now: float) -> None:
         self._count(exchange, due, 1)
         self._place(due, next(self._order), message_id, exchange, routing_key, props_raw, body, now, len(WIDTHS) - 1)
+
+    def add_recovered(self, exchange: str, exchange_len: int, rows: Sequence[DelayRow], *, now: float) -> None:
+        """A batch of ``exchange``'s recovered persistent messages in log order
+        (``persistence/store_delayed.LiveDelays``). Why not ``add`` each: a restart with millions
+        held spent most of its time placing them one at a time. Here a row is looked at once: its
+        bucket picked, its bucket record's head packed and put before the tail it came with (the
+        two formats share it); then one append per bucket and one count per minute of due time.
+        One due already, or within the horizon, goes to a level-0 bucket whose read time has come,
+        not to the heap: the ticks take those back ``read_bytes`` at a time, oldest bucket first
+        (``_step_buckets``), however many came due while the broker was down."""
+        files = self._files
+        if files is None:  # no data directory: everything is in the heap
+            for due_ms, mid, lrk, lprops, tail in rows:
+                r_at, p_at = exchange_len + lrk, exchange_len + lrk + lprops
+                self.add(due_ms / 1000, exchange, tail[exchange_len:r_at].decode(), tail[r_at:p_at],
+                         tail[p_at:], mid, now=now)
+            return
+        order, pack, widths = self._order, HEAD.pack, WIDTHS
+        span0, span1, span2, span3 = SPANS[:4]
+        groups: dict[tuple[int, int], list[bytes]] = {}
+        minutes: list[int] = []
+        for due_ms, mid, lrk, lprops, tail in rows:
+            due = due_ms / 1000
+            distance = due - now
+            level = 0 if distance < span0 else 1 if distance < span1 else 2 if distance < span2 \
+                else 3 if distance < span3 else 4
+            width = widths[level]
+            index = int(due // width)
+            while level and (index - 1) * width <= now:  # that bucket's cascade time has come
+                level -= 1
+                width = widths[level]
+                index = int(due // width)
+            parts = groups.get((level, index))
+            if parts is None:
+                parts = groups[(level, index)] = []
+            parts += (pack(due, next(order), mid, exchange_len, lrk, lprops,
+                           len(tail) - exchange_len - lrk - lprops), tail)
+            minutes.append(int(due // 60))
+        for (level, index), parts in groups.items():
+            bucket = self._bucket(level, index)
+            n = len(parts) // 2
+            bucket.count += n
+            bucket.by_exchange[exchange] = bucket.by_exchange.get(exchange, 0) + n
+            files.append(bucket.name, b"".join(parts))
+        for minute, n in Counter(minutes).items():
+            self._minutes[(exchange, minute)] = self._minutes.get((exchange, minute), 0) + n
+        self._totals[exchange] = self._totals.get(exchange, 0) + len(rows)
+
+    def _bucket(self, level: int, index: int) -> _Bucket:
+        bucket = self._buckets.get((level, index))
+        if bucket is None:
+            bucket = self._buckets[(level, index)] = _Bucket(level, index)
+            heapq.heappush(self._actions, (_action(level, index), level, index))
+        return bucket
 
     def _count(self, exchange: str, due: float, n: int) -> None:
         key = (exchange, int(due // 60))
@@ -126,11 +193,7 @@ class DelayedMessages:
         if files is None or level < 0:
             heapq.heappush(self._heap, DelayedMessage(due, order, exchange, routing_key, props_raw, body, mid))
             return
-        index = int(due // WIDTHS[level])
-        bucket = self._buckets.get((level, index))
-        if bucket is None:
-            bucket = self._buckets[(level, index)] = _Bucket(level, index)
-            heapq.heappush(self._actions, (_action(level, index), level, index))
+        bucket = self._bucket(level, int(due // WIDTHS[level]))
         bucket.count += 1
         bucket.by_exchange[exchange] = bucket.by_exchange.get(exchange, 0) + 1
         files.append(bucket.name, encode(due, order, mid, exchange, routing_key, props_raw, body))
@@ -138,7 +201,7 @@ class DelayedMessages:
     # ------------------------------------------------------------------ time
     def pop_due(self, now: float) -> list[DelayedMessage]:
         """The messages due at ``now``, in (due, publish) order, after the buckets whose time has
-        come were read (one chunk of one cascading bucket at most: ``next_due`` is then ``now``)."""
+        come were read (``read_bytes`` of them at most: ``next_due`` is then ``now``)."""
         self._step_buckets(now)
         heap = self._heap
         out = []
@@ -152,10 +215,12 @@ class DelayedMessages:
         files, actions = self._files, self._actions
         if files is None:
             return
-        while actions and actions[0][0] <= now:
+        budget = self._read_bytes  # a tick reads this much at most, even of level 0 (add_recovered)
+        while budget > 0 and actions and actions[0][0] <= now:
             _, level, index = actions[0]
             bucket = self._buckets[(level, index)]
-            data, done = files.read(bucket.name, bucket.offset, CHUNK_BYTES)
+            data, done = files.read(bucket.name, bucket.offset, budget)
+            budget -= len(data)
             taken = 0
             for stop, rec in decode(data):
                 taken = stop
@@ -165,8 +230,6 @@ class DelayedMessages:
                 heapq.heappop(actions)
                 del self._buckets[(level, index)]
                 files.remove(bucket.name)
-            elif level > 0:
-                return  # the rest of this cascade on the next tick
 
     def _take(self, bucket: _Bucket, rec: DelayRecord, now: float, top: int) -> None:
         due, order, mid, exchange, routing_key, props_raw, body = rec

@@ -380,13 +380,14 @@ class Delivery:
             vhost = vhosts.get(vhost_name)
             if vhost is None:
                 continue
-            if queue_name is None:
-                for item in vhost.delayed.pop_due(now):
+            if queue_name is None:  # held while the flusher is behind, as publishers are: bounded
+                held = len(self.store.ops) >= self.store.backlog_max  # however many came due at once
+                for item in () if held else vhost.delayed.pop_due(now):
                     if item.exchange in vhost.exchanges:
                         self.publish(vhost, item.exchange, item.routing_key, item.props_raw, item.body, now,
                                      check_internal=False, delayed=False)
                     self._undelay(item.message_id)
-                self.deadlines.arm((vhost.name, None), vhost.delayed.next_due())
+                self.deadlines.arm((vhost.name, None), now + 0.01 if held else vhost.delayed.next_due())
                 continue
             queue = vhost.queues.get(queue_name)
             if queue is None or queue.deleted:

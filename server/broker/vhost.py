@@ -79,6 +79,7 @@ class VHostOwner(Protocol):
     stream_data_dir: Path | None
     stream_handover_timeout: float  # seconds a stream group's demoted member may hold its partition
     delayed_data_dir: Path | None  # where delayed exchanges' bucket files go (None: kept in memory)
+    delayed_read_bytes: int  # of them a clock tick reads back at most
     resident_max_messages: int
     resident_max_bytes: int
     held: HeldTally  # shared by every queue (queues/held.py)
@@ -110,7 +111,8 @@ class VHost:
         # x-delayed-message exchanges (routing by their x-delayed-type) and the messages they hold
         self.delayed_exchanges: set[str] = set()
         self.delayed = DelayedMessages(
-            None if broker.delayed_data_dir is None else spill_dir(broker.delayed_data_dir, name))
+            None if broker.delayed_data_dir is None else spill_dir(broker.delayed_data_dir, name),
+            read_bytes=broker.delayed_read_bytes)
         # the management API's per-vhost message_stats that no queue or exchange holds: publishes
         # routed nowhere (counted by the delivery owner), returned to a mandatory publisher,
         # received on a channel in confirm mode and confirmed (counted by the channels, the last per

@@ -35,7 +35,8 @@ def _props_info(props_raw: bytes) -> tuple[int | None, int | None]:
 
 def recover(store: MessageStore, broker: Broker, now: float) -> int:
     """Load ``store`` into ``broker``'s queues and delayed exchanges (definitions already loaded;
-    a delayed message not due soon is spilled again by its due time); returns messages."""
+    delayed messages go back into the schedule's bucket files by due time, a batch at a time,
+    those due already too: ``DelayedMessages.add_recovered``); returns messages."""
     recovered = store.recover()
     if recovered.truncated_bytes:
         log.warning("message store: truncated %d bytes of torn tail", recovered.truncated_bytes)
@@ -62,16 +63,16 @@ def recover(store: MessageStore, broker: Broker, now: float) -> int:
         if loaded < total:  # the rest goes to the spill as it lies in the store
             loaded += broker.delivery.recover_spilled(queue, messages.rows(loaded), _props_info)
         count += loaded
-    for delay in recovered.delayed:
-        vhost = broker.vhosts.get(delay.vhost)
-        exchange = vhost.exchanges.get(delay.exchange) if vhost is not None else None
-        if vhost is None or exchange is None or not exchange.durable \
-                or delay.exchange not in vhost.delayed_exchanges:
-            orphans.append(Undelay(delay.message_id))
-            continue
-        vhost.delayed.add(delay.due_ms / 1000, delay.exchange, delay.routing_key, delay.props_raw,
-                          delay.body, delay.message_id, now=now)
-        count += 1
+    for batch in recovered.delayed.batches():  # a chunk of a segment's live Delay records a time
+        for (vname, ename, elen), rows in batch.items():
+            vhost = broker.vhosts.get(vname)
+            exchange = vhost.exchanges.get(ename) if vhost is not None else None
+            if vhost is None or exchange is None or not exchange.durable \
+                    or ename not in vhost.delayed_exchanges:
+                orphans += [Undelay(row[1]) for row in rows]
+                continue
+            vhost.delayed.add_recovered(ename, elen, rows, now=now)
+            count += len(rows)
     if orphans:
         try:
             store.write_and_sync(orphans)

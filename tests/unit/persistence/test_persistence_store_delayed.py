@@ -78,3 +78,28 @@ def test_recovery_reads_the_live_delays_back_lazily(tmp_path: Path) -> None:
     assert all(d.body == b"x" * 200 and d.due_ms == 1_000 + d.message_id for d in got)
     assert again.live_messages() == 100
     again.close()
+
+
+def test_recovery_batches_group_each_live_record_once_by_vhost_and_exchange(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, segment_max_bytes=8192)
+    store.recover()
+    ops = [Delay(mid, ("/", "v2")[mid % 2], ("dx", "dé")[mid % 3 == 0], f"k{mid}", b"\x01p" * (mid % 4),
+                 b"b" * (mid % 50), 5_000 + mid) for mid in range(1, 401)]
+    store.write_and_sync(ops)
+    store.write_and_sync([Undelay(mid) for mid in range(1, 401) if mid % 5 == 0])
+    store.write_and_sync([ops[6]])  # a newer record of id 7: only that one is live
+    store.close()
+    again = MessageStore(tmp_path, segment_max_bytes=8192)
+    rec = again.recover()
+    seen: list[Delay] = []
+    for batch in rec.delayed.batches():
+        for (vhost, exchange, elen), rows in batch.items():
+            assert elen == len(exchange.encode())
+            for due, mid, lrk, lprops, tail in rows:  # the tail: exchange, key, properties, body
+                r_at, p_at = elen + lrk, elen + lrk + lprops
+                assert tail[:elen] == exchange.encode()
+                seen.append(Delay(mid, vhost, exchange, tail[r_at - lrk:r_at].decode(), tail[r_at:p_at],
+                                  tail[p_at:], due))
+    assert sorted(seen, key=lambda d: d.message_id) == [op for op in ops if op.message_id % 5]
+    assert seen == list(rec.delayed)  # the same records, in the same (log) order
+    again.close()

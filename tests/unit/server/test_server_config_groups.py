@@ -24,8 +24,8 @@ def test_every_setting_has_one_group_and_the_count_is_what_it_was_less_the_remov
     top = [name for name in Settings.model_fields if name not in GROUP_NAMES]
     assert sorted(top) == ["log_level", "shutdown_grace"]
     # the flat model's 62, the 8 of the cluster group, the rate history's 2, rabbitmq_compat,
-    # stream_handover_timeout_ms, the tier's 2 and checkpoint_min_bytes added since
-    assert len(GROUPS) + len(top) + len(REMOVED) == 62 + 8 + 2 + 1 + 1 + 2 + 1
+    # stream_handover_timeout_ms, the tier's 2, checkpoint_min_bytes and delayed_read_bytes added since
+    assert len(GROUPS) + len(top) + len(REMOVED) == 62 + 8 + 2 + 1 + 1 + 2 + 1 + 1
     assert sorted(name for name, group in GROUPS.items() if group == "cluster") == [
         "cluster_etcd_endpoints", "cluster_host", "cluster_id", "cluster_lag_timeout_s", "cluster_lease_ttl_s",
         "cluster_min_in_sync", "cluster_port", "node_name"]
