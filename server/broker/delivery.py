@@ -40,6 +40,7 @@ from .dead_letters import completes_cycle
 from .deadlines import Deadlines, Timer
 from .dedup import Dedup
 from .outbox import MirrorOutbox, StoreOutbox, mirror_row
+from .publish_checks import checked_expiration_ms, parse_expiration, publish_exchange, routing_properties, took
 from .publish_runs import RunPlacer, run_queues
 from .ports import ShellPorts
 from .reply_to import REPLY_PREFIX, ReplyRegistry
@@ -80,7 +81,7 @@ class Delivery:
         self.recover_spilled = settlement.recover_spilled
         self._dispatch = settlement.dispatch
         self._settled = settlement.settled
-        self._runs = RunPlacer(store, self.take_message_ids, settlement.dispatch, self.saturation, _expiration_ms)
+        self._runs = RunPlacer(store, self.take_message_ids, settlement.dispatch, self.saturation, checked_expiration_ms)
 
     # ------------------------------------------------------------------ ids
     def next_message_id(self) -> int:
@@ -114,11 +115,11 @@ class Delivery:
             # RabbitMQ 3.10 does, a mandatory reply is returned (312 NO_ROUTE) even when delivered
             self.replies.deliver(routing_key, props_raw, body)
             return UNROUTED
-        exchange = _exchange(vhost, exchange_name, check_internal)
+        exchange = publish_exchange(vhost, exchange_name, check_internal)
         delivery_mode, priority, expiration, has_headers = quick_props(props_raw)
         if headers is None and has_headers:
             headers = decode_properties(props_raw).headers
-        expiration_ms = None if expiration is None else _expiration_ms(expiration)
+        expiration_ms = None if expiration is None else checked_expiration_ms(expiration)
         if delayed and headers and exchange_name in vhost.delayed_exchanges:
             delay = headers.get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
@@ -128,7 +129,7 @@ class Delivery:
                                   delivery_mode == 2 and exchange.durable, now)
         exchange.published_in += 1
         if exchange.wants_properties:
-            result = exchange.route(routing_key, headers, vhost.exchanges.get, _routing_properties(props_raw))
+            result = exchange.route(routing_key, headers, vhost.exchanges.get, routing_properties(props_raw))
         else:
             result = exchange.route(routing_key, headers, vhost.exchanges.get)
         targets = self.dedup.screen(vhost.name, exchange_name, exchange.arguments, result.queues, vhost.queues,
@@ -151,10 +152,10 @@ class Delivery:
         it arrives and again at commit, so a commit applies all of it or none."""
         if exchange_name == "" and routing_key.startswith(REPLY_PREFIX):
             return
-        _exchange(vhost, exchange_name, True)
+        publish_exchange(vhost, exchange_name, True)
         expiration = quick_props(props_raw)[2]
         if expiration is not None:
-            _expiration_ms(expiration)
+            checked_expiration_ms(expiration)
 
     def publish_run(self, vhost: VHostView, exchange_name: str, routing_key: str,
                     contents: Sequence[tuple[bytes, bytes]], now: float, results: list[PublishResult]) -> None:
@@ -169,7 +170,7 @@ class Delivery:
             for props_raw, body in contents:
                 results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
             return
-        exchange = _exchange(vhost, exchange_name, True)
+        exchange = publish_exchange(vhost, exchange_name, True)
         if exchange.wants_properties:  # routed on each one's properties: one by one
             for props_raw, body in contents:
                 results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
@@ -190,7 +191,7 @@ class Delivery:
             if has_headers:  # not what a caller should pass: the whole path, which parses them
                 results.append(publish(vhost, exchange_name, routing_key, props_raw, body, now))
                 continue
-            expiration_ms = None if expiration is None else _expiration_ms(expiration)
+            expiration_ms = None if expiration is None else checked_expiration_ms(expiration)
             exchange.published_in += 1
             results.append(place(vhost, exchange, Message(next_id(), exchange_name, routing_key, props_raw, body,
                                                           delivery_mode == 2, priority or 0, expiration_ms, None,
@@ -238,7 +239,7 @@ class Delivery:
                 dropped.append((queue, left))
                 left = []
         if dedup is not None:  # before any dead letter below screens a publish of its own
-            dedup.commit(now, not rejected, lambda name: _took(name, accepted, logged, queues, cycle_guard))
+            dedup.commit(now, not rejected, lambda name: took(name, accepted, logged, queues, cycle_guard))
         if durable and store.enabled:
             ticket = store.add_ticketed(Publish(
                 message.id, vhost.name, tuple(durable), message.exchange, message.routing_key,
@@ -403,47 +404,3 @@ class Delivery:
                 self.arm(vhost, queue)
         return timers
 
-
-def _exchange(vhost: VHostView, name: str, check_internal: bool) -> Exchange:
-    """The exchange a publish names: 404 when there is none, 403 for an internal one (unless a
-    dead letter or a delayed message is republished through it)."""
-    exchange = vhost.exchanges.get(name)
-    if exchange is None:
-        raise errors.not_found("exchange", name, vhost.name)
-    if check_internal and exchange.internal:
-        raise errors.access_refused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
-    return exchange
-
-
-def parse_expiration(expiration: str) -> int:
-    """The ``expiration`` property as milliseconds; ValueError for anything but a non-negative
-    integer (the one rule, for AMQP's 406 here and the HTTP publish's 400)."""
-    expiration_ms = int(expiration)
-    if expiration_ms < 0:
-        raise ValueError(f"negative expiration {expiration_ms}")
-    return expiration_ms
-
-
-def _expiration_ms(expiration: str) -> int:
-    """``parse_expiration``, with a 406 for what it refuses."""
-    try:
-        return parse_expiration(expiration)
-    except ValueError:
-        raise errors.precondition_failed(f"invalid expiration '{expiration}'") from None
-
-
-def _took(name: str, accepted: list[Destination], logged: list[Destination], queues: Mapping[str, Destination],
-          cycle_guard: Sequence[Any] | None) -> bool:
-    """Whether queue ``name`` took the message just published (a log always does, unless it
-    was skipped as the end of a dead-letter cycle)."""
-    queue = queues.get(name)
-    if queue is None or (cycle_guard is not None and completes_cycle(name, cycle_guard)):
-        return False
-    return queue in accepted or queue in logged
-
-
-def _routing_properties(props_raw: bytes) -> dict[str, Any]:
-    """The properties an exchange may route on (``exchanges.HASH_PROPERTIES``), decoded only for
-    the exchanges that ask (``Exchange.wants_properties``)."""
-    props = decode_properties(props_raw)
-    return {"correlation_id": props.correlation_id, "message_id": props.message_id, "timestamp": props.timestamp}

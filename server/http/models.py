@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from headrace.server.amqp.names import check_name
-from headrace.server.broker.delivery import parse_expiration
+from headrace.server.broker.publish_checks import parse_expiration
 
 from .routes import HTTPError
 
