@@ -95,7 +95,7 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 
 # the slowest tests are listed at the end: the suite is to stay well under 15 minutes
 test: $(VENV)/.dev lint browser clients etcd $(RABBITMQADMIN) $(RABBITMQ_UI) $(PROMTOOL) $(NODE_DIR)/node_modules/.installed
-	$(PY) -m pytest tests --durations=15
+	$(PY) -m pytest tests -n 2 --durations=15
 
 # the suite checks that the install built the C modules (mirror framing, the AMQP wire), so it needs a C compiler
 # and Python's headers: Debian's gcc and python3-dev when either is missing (as root, as CI runs)

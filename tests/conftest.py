@@ -15,6 +15,27 @@ import pytest
 
 READY_TIMEOUT = 30.0
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist's workers are given COLUMNS=80 and LINES=24; the CLI's rich consoles, made when it is
+    # imported, would take them as a fixed size and ignore the terminal a test gives a command
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``make test``'s two worker processes take whole shares of the suite (tests/shares.py)."""
+    from shares import ShareScheduling
+
+    return ShareScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Spark tests first: in two processes their share is the longest, so it starts at once."""
+    from shares import SPARK
+
+    items.sort(key=lambda item: not item.nodeid.startswith(SPARK))  # stable: the rest keep their order
+
 
 class BrokerProcess:
     """``headrace serve`` in a subprocess; ready when it logs its listeners."""

@@ -92,7 +92,9 @@ def test_persistent_delayed_messages_survive_kill_9_and_are_spilled_again(broker
     proc = broker_factory(data_dir=proc.data_dir)
     with httpx.Client(base_url=proc.http_url, auth=("guest", "guest"), timeout=10) as http:
         counts = schedule(http, ex)
-        assert counts[3600] == 150 and sum(counts.values()) == 300
+        # the hour's half is all scheduled; of the seconds' half, what fell due while the broker
+        # restarted (a busy machine) may be in the queue already: the consume below counts each once
+        assert counts[3600] == 150 and 150 <= sum(counts.values()) <= 300
         conn = pika.BlockingConnection(pika.URLParameters(proc.url))
         ch = conn.channel()
         got = consume(ch, q, 150)
