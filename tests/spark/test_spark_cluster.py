@@ -30,7 +30,7 @@ def test_stream_bridge_on_the_cluster_killed_and_restarted_publishes_everything_
         return [sys.executable, "-m", "headrace", "stream-bridge", "--url", broker.http_url, "--exchange", "events",
                 "--to-exchange", "events-copy", "--amqp-url", broker.url, "--http-url", broker.http_url,
                 "--checkpoint", str(checkpoint), "--max-records-per-trigger", str(BATCH),
-                *standalone.submit_conf(), *extra]
+                *standalone.submit_conf(), "--conf", "spark.cores.max=1", *extra]  # one executor: a sink's is enough
 
     with open(tmp_path / "bridge.log", "w") as log:
         bridge = subprocess.Popen(cmd("--trigger-interval", "0", "--window", "4"), env=spark_env(), stdout=log,
