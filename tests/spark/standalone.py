@@ -94,11 +94,16 @@ class StandaloneCluster:
         return out
 
     def submit_conf(self) -> list[str]:
-        """spark-submit's settings for this cluster: an executor per worker, small, started at once."""
+        """spark-submit's settings for this cluster: an executor per worker, small, started at once;
+        a driver waits for both however long the applications ahead of it hold the workers (the
+        default gives up after 30 s and starts on what it has); JVMs that start fast (serial GC,
+        the C1 compiler only: these jobs are short)."""
+        jvm = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
         return ["--master", self.master_url, "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2",
-                "--conf", "spark.scheduler.minRegisteredResourcesRatio=1", "--conf", "spark.ui.enabled=false",
+                "--conf", "spark.scheduler.minRegisteredResourcesRatio=1",
+                "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=600s", "--conf", "spark.ui.enabled=false",
                 "--conf", "spark.sql.shuffle.partitions=4",
-                "--conf", "spark.executor.extraJavaOptions=-XX:+UseSerialGC -XX:TieredStopAtLevel=1"]
+                "--conf", f"spark.driver.extraJavaOptions={jvm}", "--conf", f"spark.executor.extraJavaOptions={jvm}"]
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

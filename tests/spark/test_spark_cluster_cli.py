@@ -1,8 +1,10 @@
 """``headrace export`` and ``headrace replay`` with ``--master spark://...`` on the standalone cluster
-(``standalone``: a master, two workers), reading over the broker's HTTP API, and a ``spark-submit``
-of ``examples/orders_by_key.py`` with ``--py-files``: in every one the executors' Python is a bare
-one with pyarrow and nothing of headrace (``bare``), so they run on the headrace the job shipped
-them (the commands' own zip, or ``python -m headrace.spark_bridge.pyfiles``)."""
+(``standalone``: a master, two workers), reading over the broker's HTTP API, and README's
+``spark-submit`` of ``examples/orders_by_key.py`` with ``--py-files``, whose result is also what a
+local read of the data directory gives: in every one the executors' Python is a bare one with
+pyarrow and nothing of headrace (``bare``), so they run on the headrace the job shipped them (the
+commands' own zip, or ``python -m headrace.spark_bridge.pyfiles``), and both executors read. The
+three drivers run side by side (``jobs``); each test checks one."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import subprocess
 import sys
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 from standalone import SPARK_HOME
 from test_spark_replay import spark_env
 from test_spark_stream_sink import drain, fill, target
@@ -95,9 +99,11 @@ def test_the_bare_python_has_pyarrow_but_no_headrace(bare, tmp_path):
     assert "No module named 'sortedcontainers'" in r.stderr, r.stderr
 
 
-def _new_app(standalone, before: set[str]) -> str:
+def _app(standalone, before: set[str], name: str) -> str:
+    """The one application called ``name`` that started after ``before`` (the master's ids)."""
     state = standalone.state()
-    apps = [a["id"] for a in state.get("activeapps", []) + state.get("completedapps", []) if a["id"] not in before]
+    apps = [a["id"] for a in state.get("activeapps", []) + state.get("completedapps", [])
+            if a["id"] not in before and a["name"] == name]
     assert len(apps) == 1, state
     return str(apps[0])
 
@@ -121,34 +127,77 @@ def _body(offset: int) -> bytes:
     return b"%d-" % offset + b"x" * SIZE
 
 
-def test_export_on_the_cluster_reads_over_the_url(standalone, broker, bare, tmp_path):
-    fill(broker, N, exchange="exported", size=SIZE)
-    out = tmp_path / "out"
+@dataclass(slots=True)
+class Job:
+    """A finished driver: its output, its working directory and its application on the master."""
+
+    result: subprocess.CompletedProcess[str]
+    cwd: Path
+    app: str
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def jobs(standalone, broker, bare, tmp_path_factory) -> dict[str, Job]:
+    """The three drivers of this module (export, replay, the ``--py-files`` spark-submit), started
+    together: each waits for its JVM while another's tasks run, and the master gives each in turn
+    both workers (``spark.cores.max=2``, one core a worker; the first registered is served first),
+    so each application still runs on both executors. Each test below checks one of them."""
+    for exchange in ("exported", "replayed", "submitted"):
+        fill(broker, N, exchange=exchange, size=SIZE)
+    target(broker, "replayed-copy", "replayed-copy-q", 3 * 2 * 500)
+    base = tmp_path_factory.mktemp("jobs")
+    pyfiles = base / "headrace.zip"
+    subprocess.run([sys.executable, "-m", "headrace.spark_bridge.pyfiles", str(pyfiles)], check=True)
+    names = {"export": "headrace-export", "replay": "headrace-replay", "submit": "orders-by-key"}
+    cmds = {
+        "export": [*HEADRACE, "export", "--url", broker.http_url, "--exchange", "exported", "--out",
+                   str(base / "export" / "out"), *standalone.submit_conf(), *SMALL_SPLITS,
+                   "--conf", f"spark.app.name={names['export']}"],
+        # the default progress directory, under the relative --data-dir, in its working directory
+        "replay": [*HEADRACE, "replay", "--url", broker.http_url, "--exchange", "replayed",
+                   "--to-exchange", "replayed-copy", "--amqp-url", broker.url, "--http-url", broker.http_url,
+                   "--partitions", "2", "--window", "500", *standalone.submit_conf(), *SMALL_SPLITS,
+                   "--conf", f"spark.app.name={names['replay']}"],
+        "submit": [str(Path(sys.executable).parent / "spark-submit"), *standalone.submit_conf(), "--py-files",
+                   str(pyfiles), str(ROOT / "examples" / "orders_by_key.py"), "--url", broker.http_url,
+                   "--exchange", "submitted", "--partition-bytes", "262144", "--out", str(base / "submit" / "out")],
+    }
     before = _apps(standalone)
-    r = subprocess.run([*HEADRACE, "export", "--url", broker.http_url, "--exchange", "exported", "--out", str(out),
-                        *standalone.submit_conf(), *SMALL_SPLITS], env=bare.env(), cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"exported {N} rows to {out}" in " ".join(r.stderr.split())  # (rich wraps the line)
-    table = pq.read_table(out, columns=["offset", "routing_key", "body"])
+    running = {}
+    for name, cmd in cmds.items():
+        (base / name).mkdir(exist_ok=True)
+        running[name] = subprocess.Popen(cmd, env=bare.env(), cwd=base / name, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+    done = {}
+    for name, proc in running.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=400)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        result = subprocess.CompletedProcess(cmds[name], proc.returncode, stdout, stderr)
+        done[name] = Job(result, base / name, _app(standalone, before, names[name]), base / name / "out")
+    return done
+
+
+def test_export_on_the_cluster_reads_over_the_url(standalone, bare, jobs):
+    job = jobs["export"]
+    assert job.result.returncode == 0, job.result.stderr[-3000:]
+    assert f"exported {N} rows to {job.out}" in " ".join(job.result.stderr.split())  # (rich wraps the line)
+    table = pq.read_table(job.out, columns=["offset", "routing_key", "body"])
     assert sorted(table.column("offset").to_pylist()) == list(range(N))
     for offset, key, body in zip(*(table.column(c).to_pylist() for c in ("offset", "routing_key", "body"))):
         assert (key, body) == (f"k.{offset % 5}", _body(offset))
-    _ran_on_both_workers(standalone, bare, _new_app(standalone, before))
+    _ran_on_both_workers(standalone, bare, job.app)
 
 
-def test_replay_on_the_cluster_delivers_every_message_once_in_order_per_key(standalone, broker, bare, tmp_path):
-    fill(broker, N, exchange="replayed", size=SIZE)
-    url = target(broker, "replayed-copy", "replayed-copy-q", 3 * 2 * 500)
-    before = _apps(standalone)
-    # the default progress directory, under the relative --data-dir, in this working directory
-    r = subprocess.run([*HEADRACE, "replay", "--url", broker.http_url, "--exchange", "replayed",
-                        "--to-exchange", "replayed-copy", "--amqp-url", broker.url, "--http-url", broker.http_url,
-                        "--partitions", "2", "--window", "500", *standalone.submit_conf(), *SMALL_SPLITS],
-                       env=bare.env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"replayed {N} messages" in " ".join(r.stderr.split())
-    got = drain(url, "replayed-copy-q")
+def test_replay_on_the_cluster_delivers_every_message_once_in_order_per_key(standalone, broker, bare, jobs):
+    job = jobs["replay"]
+    assert job.result.returncode == 0, job.result.stderr[-3000:]
+    assert f"replayed {N} messages" in " ".join(job.result.stderr.split())
+    got = drain(broker.url, "replayed-copy-q")
     offsets = [int(body.split(b"-")[0]) for _, body, _ in got]
     assert sorted(offsets) == list(range(N)), (len(offsets), len(set(offsets)))
     per_key: dict[str, list[int]] = defaultdict(list)
@@ -156,28 +205,28 @@ def test_replay_on_the_cluster_delivers_every_message_once_in_order_per_key(stan
         assert (key, body, headers["x-deduplication-header"]) == (f"k.{offset % 5}", _body(offset), f"replayed:{offset}")
         per_key[key].append(offset)
     assert sorted(per_key) == KEYS and all(o == sorted(o) for o in per_key.values())
-    [job] = (tmp_path / "headrace-data" / "replay-progress").iterdir()
-    assert (job / "finished").exists()
-    _ran_on_both_workers(standalone, bare, _new_app(standalone, before))
+    [progress] = (job.cwd / "headrace-data" / "replay-progress").iterdir()
+    assert (progress / "finished").exists()
+    _ran_on_both_workers(standalone, bare, job.app)
 
 
-def test_spark_submit_with_py_files_runs_where_headrace_is_not_installed(standalone, broker, bare, tmp_path):
-    fill(broker, N, exchange="submitted", size=SIZE)
-    pyfiles = tmp_path / "headrace.zip"
-    subprocess.run([sys.executable, "-m", "headrace.spark_bridge.pyfiles", str(pyfiles)], check=True)
-    spark_submit = str(Path(sys.executable).parent / "spark-submit")
-    job = [str(ROOT / "examples" / "orders_by_key.py"), "--url", broker.http_url, "--exchange", "submitted",
-           "--partition-bytes", "262144"]
-    out = tmp_path / "by-key"
-    before = _apps(standalone)
-    r = subprocess.run([spark_submit, *standalone.submit_conf(), "--py-files", str(pyfiles), *job, "--out", str(out)],
-                       env=bare.env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"wrote 5 routing keys, {N} messages to {out}" in r.stdout
+def test_spark_submit_with_py_files_reads_over_the_url_what_a_local_read_gives(spark, standalone, broker, bare,
+                                                                                jobs):
+    """README's ``spark-submit`` of ``examples/orders_by_key.py`` where headrace is not installed:
+    its per-key counts, body bytes and body CRCs are what the bodies give, and what a local read of
+    the broker's data directory gives, with both executors reading."""
+    job = jobs["submit"]
+    assert job.result.returncode == 0, job.result.stderr[-3000:]
+    assert f"wrote 5 routing keys, {N} messages to {job.out}" in job.result.stdout
     want = {k: (0, 0, 0) for k in KEYS}
     for i in range(N):
         n, size, crc = want[f"k.{i % 5}"]
         want[f"k.{i % 5}"] = (n + 1, size + len(_body(i)), crc + zlib.crc32(_body(i)))
-    got = pq.read_table(out).to_pylist()
+    got = pq.read_table(job.out).to_pylist()
     assert {row["routing_key"]: (row["messages"], row["body_bytes"], row["body_crc"]) for row in got} == want
-    _ran_on_both_workers(standalone, bare, _new_app(standalone, before))
+    local = spark.read.format("headrace").option("path", str(broker.data_dir)).option("exchange", "submitted") \
+        .load().groupBy("routing_key").agg(F.count("*").alias("messages"),
+                                           F.sum(F.length("body")).alias("body_bytes"),
+                                           F.sum(F.crc32("body")).alias("body_crc"))
+    assert sorted(spark.read.parquet(str(job.out)).collect()) == sorted(local.collect())
+    _ran_on_both_workers(standalone, bare, job.app)

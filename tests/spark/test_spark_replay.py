@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pika
 import pytest
 
@@ -180,6 +181,25 @@ def run_consuming(args: list[str], target: Target, log: Path, timeout: float = 2
     return text
 
 
+def wait_disconnected(http_url: str, keep: int, timeout: float = 30) -> None:
+    """Polls the broker's HTTP API until it holds only ``keep`` connections: a killed client's
+    are gone, so the broker has read and routed everything the kill left in their sockets."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(base_url=http_url, auth=("guest", "guest"), timeout=10) as http:
+        while len(http.get("/api/connections").json()) > keep:
+            assert time.monotonic() < deadline, http.get("/api/connections").json()
+            time.sleep(0.01)  # the poll's interval
+
+
+def received_all(target: Target) -> int:
+    """Pumps ``target`` until its queue has nothing ready: every message the broker holds was sent
+    to it ahead of the count's reply, on the same connection. Returns how many it got."""
+    while target.ready():
+        target.pump(0.02)
+    target.pump(0)
+    return len(target.got)
+
+
 def progress_matches(progress: Path, got: list[tuple[str, int, dict, float]]) -> bool:
     """Every message the consumer saw is recorded as confirmed, and nothing beyond it."""
     last: dict[str, int] = {}
@@ -217,10 +237,15 @@ def test_cli_replay_killed_midway_resumes_exactly_once(broker_factory, tmp_path)
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(30)
         log.close()
-    target.pump(0.2)
-    before = len(target.got)
+    # every publish of the killed run that the broker confirmed (and the run saved as progress) is
+    # counted in ``before``: the resume re-sends at least all the others
+    wait_disconnected(proc.http_url, keep=1)
+    before = received_all(target)
     assert 5 <= before < n
-    second = run_consuming(args, target, tmp_path / "second.log")
+    # the command run again resumes from the progress the killed run saved; on the Arrow engine,
+    # which reads the same progress files (no second JVM to start: a resume in Spark after a kill
+    # is the next test's)
+    second = run_consuming([*args, "--engine", "arrow"], target, tmp_path / "second.log")
     replayed = int(re.search(r"replayed (\d+) messages", second).group(1))
     assert replayed >= n - before  # what was not delivered, and what was in flight at the kill again
     target.wait_count(n)
@@ -274,10 +299,11 @@ def replay_consuming(target: Target, *args, **kwargs) -> int:
 def test_cli_replay_sigkilled_with_confirms_in_flight_resumes_exactly_once(spark, broker_factory, tmp_path):
     """No --rate: publishes stream with confirms in flight when the kill lands; the re-run sends
     those again and the target's dedup window drops the ones the broker already had. The re-run is
-    ``replay()`` in the session's warm Spark (the test above re-runs the command itself), with the
-    same job and progress directory and two partitions publishing side by side: the killed one ran
-    them one by one, so the one in flight may come second after a partition with thousands to go,
-    whose publishes would push its keys out of the target's window if it re-sent them only then."""
+    ``replay()`` in the session's warm Spark (the test above re-runs the command itself, on the Arrow
+    engine), with the same job and progress directory and two partitions publishing side by side:
+    the killed one ran them one by one, so the one in flight may come second after a partition with
+    thousands to go, whose publishes would push its keys out of the target's window if it re-sent
+    them only then."""
     proc = broker_factory()
     # the kill follows the first few hundred messages the queue holds ready, polled every 10 ms
     # without consuming: the consumer's prefetch (1000) fills, the queue grows, and past 1000 ready

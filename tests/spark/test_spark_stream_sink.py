@@ -12,7 +12,7 @@ import time
 
 import pika
 import pytest
-from test_spark_replay import spark_env
+from test_spark_replay import spark_env, wait_disconnected
 
 from headrace.cli.stream_bridge import bridge_query, sink_options
 from headrace.spark_bridge.amqp_publisher import ConfirmPublisher
@@ -134,7 +134,8 @@ def bridge_cmd(proc, checkpoint, *extra: str) -> list[str]:
             "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xshare:auto -XX:TieredStopAtLevel=1", *extra]
 
 
-N, BATCH = 4_000, 400
+BATCH = 400
+N = 5 * BATCH  # five micro-batches: the kill lands after one and part of the next
 
 
 def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(spark, broker_factory, tmp_path):
@@ -153,9 +154,9 @@ def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(spark, 
                               env=spark_env(), stdout=log, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while True:  # mid-batch: more than a few batches in, and part of one
+        while True:  # mid-batch: a batch through, and part of the next
             n = polled()
-            if n >= 4 * BATCH and n % BATCH:
+            if n >= BATCH and n % BATCH:
                 break
             assert bridge.poll() is None, (tmp_path / "bridge.log").read_text()[-3000:]
             assert time.monotonic() < deadline and n < N, f"never caught mid-batch ({n})"
@@ -167,7 +168,7 @@ def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(spark, 
             os.killpg(bridge.pid, signal.SIGKILL)
         log.close()
         polled.close()
-    time.sleep(0.2)  # publishes the killed sockets had written out are counted (the broker's side)
+    wait_disconnected(proc.http_url, keep=0)  # what the killed sockets had written out is counted
     before = count(url, "copy-q")
     assert before < N
     source = {"exchange": "orders", "vhost": "/", "startingOffsets": "earliest",
