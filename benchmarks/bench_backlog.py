@@ -52,8 +52,17 @@ class PeakRss:
                 return
 
     def stop(self) -> float:
+        """The peak in MB: the samples' or the kernel's high-water mark (VmHWM), whichever is
+        higher (a restart shorter than a sampling period has no sample)."""
         self._stop.set()
         self._thread.join()
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        self.peak = max(self.peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass  # gone already: the samples stand
         return round(self.peak / 2**20, 1)
 
 

@@ -24,7 +24,6 @@ import json
 import multiprocessing as mp
 import shutil
 import signal
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -32,9 +31,10 @@ from typing import Any
 
 import amqp_load
 import httpx
-from bench_backlog import PeakRss, _connect
+from bench_backlog import _connect
 from bench_delayed import AUTH, EX, bulk, held
-from run import Headrace, cpu_seconds
+from bench_restart import alternate
+from run import Headrace
 
 
 def publish(tmp: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
@@ -57,23 +57,10 @@ def publish(tmp: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def restart(tmp: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    start = time.perf_counter()
-    server = Headrace(tmp, env=env)
-    rss = PeakRss(server.proc.pid)
-    try:
-        _connect(server.port, timeout).close()
-        out: dict[str, Any] = {
-            "restart_seconds": round(time.perf_counter() - start, 1),
-            "restart_cpu_seconds": round(cpu_seconds(server.proc.pid), 1),
-            "restart_peak_rss_mb": rss.stop(),
-            "rss_after_restart_mb": round(amqp_load.rss_of(server.proc.pid) / 2**20, 1)}
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.http_port}", auth=AUTH, timeout=60) as http:
-            out["held"] = held(http)
-    finally:
-        server.proc.send_signal(signal.SIGKILL)
-        server.proc.wait()
-    return out
+def held_after(server: Headrace, _: Any) -> dict[str, Any]:
+    """What the recovered schedule holds."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.http_port}", auth=AUTH, timeout=60) as http:
+        return {"held": held(http)}
 
 
 def main() -> None:
@@ -94,18 +81,7 @@ def main() -> None:
         if args.reuse is None:
             print(json.dumps({"scenario": "publish", "messages": args.messages, "dir": str(tmp),
                               **publish(tmp, args.messages, this)}), flush=True)
-        runs: dict[str, list[dict[str, Any]]] = {"before": [], "this": []}
-        for _ in range(args.rounds):
-            for tree, env in (("before", {"PYTHONPATH": args.before}), ("this", this)):
-                r = restart(tmp, env, args.timeout)
-                runs[tree].append(r)
-                print(json.dumps({"scenario": "restart", "tree": tree, **r}), flush=True)
-        if args.rounds:
-            print(json.dumps({"scenario": "restart-medians", **{
-                f"{tree}_{key}": statistics.median(r[key] for r in rs)
-                for tree, rs in runs.items() for key in ("restart_seconds", "restart_cpu_seconds",
-                                                         "restart_peak_rss_mb", "rss_after_restart_mb")}}),
-                flush=True)
+        alternate(tmp, {"PYTHONPATH": args.before}, this, args.rounds, args.timeout, held_after)
     finally:
         if not (args.keep or args.reuse):
             shutil.rmtree(tmp, ignore_errors=True)

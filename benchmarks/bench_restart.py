@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,21 +74,45 @@ def publish_backlog(tmp: Path, count: int, size: int, timeout: float,
     return qname, out
 
 
-def restart(tmp: Path, qname: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+def timed_restart(tmp: Path, env: dict[str, str], timeout: float,
+                  found: Callable[[Headrace, pika.BlockingConnection], dict[str, Any]]) -> dict[str, Any]:
+    """One restart of the data in ``tmp`` until the first AMQP handshake (recovery runs before the
+    broker serves): wall and CPU seconds by then, peak and settled RSS, and what ``found`` reads
+    from the recovered broker; then ``kill -9``."""
     start = time.perf_counter()
     server = Headrace(tmp, env=env)
     rss = PeakRss(server.proc.pid)
     try:
         conn = _connect(server.port, timeout)
-        out = {"restart_seconds": round(time.perf_counter() - start, 1),
-               "restart_cpu_seconds": round(cpu_seconds(server.proc.pid), 1),
-               "restart_peak_rss_mb": rss.stop(),
-               "rss_after_restart_mb": round(amqp_load.rss_of(server.proc.pid) / 2**20, 1),
-               "depth": conn.channel().queue_declare(qname, passive=True).method.message_count}
+        out: dict[str, Any] = {
+            "restart_seconds": round(time.perf_counter() - start, 1),
+            "restart_cpu_seconds": round(cpu_seconds(server.proc.pid), 1),
+            "restart_peak_rss_mb": rss.stop(),
+            "rss_after_restart_mb": round(amqp_load.rss_of(server.proc.pid) / 2**20, 1)}
+        out.update(found(server, conn))
+        conn.close()
     finally:
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait()
     return out
+
+
+def alternate(tmp: Path, before: dict[str, str], this: dict[str, str], rounds: int, timeout: float,
+              found: Callable[[Headrace, pika.BlockingConnection], dict[str, Any]]) -> None:
+    """``rounds`` restarts with each tree, before and this in turn; one JSON line per restart and
+    one with the medians."""
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "this": []}
+    for _ in range(rounds):
+        for tree, env in (("before", before), ("this", this)):
+            r = timed_restart(tmp, env, timeout, found)
+            runs[tree].append(r)
+            print(json.dumps({"scenario": "restart", "tree": tree, **r}), flush=True)
+    if rounds:
+        print(json.dumps({"scenario": "restart-medians", **{
+            f"{tree}_{key}": statistics.median(r[key] for r in rs)
+            for tree, rs in runs.items() for key in ("restart_seconds", "restart_cpu_seconds",
+                                                     "restart_peak_rss_mb", "rss_after_restart_mb")}}),
+            flush=True)
 
 
 def main() -> None:
@@ -115,18 +140,8 @@ def main() -> None:
                               "queue": qname, **published}), flush=True)
         else:
             qname = args.queue
-        runs: dict[str, list[dict[str, Any]]] = {"before": [], "this": []}
-        for _ in range(args.rounds):
-            for tree, env in (("before", {"PYTHONPATH": args.before}), ("this", this)):
-                r = restart(tmp, qname, env, args.timeout)
-                runs[tree].append(r)
-                print(json.dumps({"scenario": "restart", "tree": tree, **r}), flush=True)
-        if args.rounds:
-            print(json.dumps({"scenario": "restart-medians", **{
-                f"{tree}_{key}": statistics.median(r[key] for r in rs)
-                for tree, rs in runs.items() for key in ("restart_seconds", "restart_cpu_seconds",
-                                                         "restart_peak_rss_mb", "rss_after_restart_mb")}}),
-                flush=True)
+        alternate(tmp, {"PYTHONPATH": args.before}, this, args.rounds, args.timeout,
+                  lambda _, conn: {"depth": conn.channel().queue_declare(qname, passive=True).method.message_count})
     finally:
         if not (args.keep or args.reuse):
             shutil.rmtree(tmp, ignore_errors=True)
