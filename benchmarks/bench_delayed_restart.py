@@ -33,7 +33,7 @@ import amqp_load
 import httpx
 from bench_backlog import _connect
 from bench_delayed import AUTH, EX, bulk, held
-from bench_restart import alternate
+from bench_restart import alternate, restart_arguments
 from run import Headrace
 
 
@@ -66,14 +66,7 @@ def held_after(server: Headrace, _: Any) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=10_000_000)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--before", required=True, help="PYTHONPATH entry of the tree to compare with")
-    ap.add_argument("--after", default="", help="PYTHONPATH entry of the tree under test (default: "
-                    "the installed one)")
-    ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--dir", type=Path, default=None, help="parent of the data directory")
-    ap.add_argument("--keep", action="store_true", help="leave the data directory in place")
-    ap.add_argument("--reuse", type=Path, default=None, help="a data directory --keep left: no publish")
+    restart_arguments(ap)
     args = ap.parse_args()
     tmp = args.reuse or Path(tempfile.mkdtemp(prefix="headrace-delayed-restart-", dir=args.dir))
     this = {"PYTHONPATH": args.after} if args.after else {}

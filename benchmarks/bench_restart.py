@@ -115,10 +115,8 @@ def alternate(tmp: Path, before: dict[str, str], this: dict[str, str], rounds: i
             flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--count", type=int, default=10_000_000)
-    ap.add_argument("--size", type=int, default=256)
+def restart_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options every two-tree restart benchmark takes (this one, bench_delayed_restart.py)."""
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--before", required=True, help="PYTHONPATH entry of the tree to compare with")
     ap.add_argument("--after", default="", help="PYTHONPATH entry of the tree under test (default: "
@@ -127,6 +125,13 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="parent of the data directory")
     ap.add_argument("--keep", action="store_true", help="leave the data directory in place")
     ap.add_argument("--reuse", type=Path, default=None, help="a data directory --keep left: no publish")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=10_000_000)
+    ap.add_argument("--size", type=int, default=256)
+    restart_arguments(ap)
     ap.add_argument("--queue", default="", help="the queue of the --reuse directory")
     args = ap.parse_args()
     if args.reuse is not None and not args.queue:
