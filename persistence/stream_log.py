@@ -6,8 +6,9 @@ Rule 1: the writer is the store flusher alone (``StreamAppend`` ops travel in th
 confirm waits for the same group fsync as any persistent publish); it also alone writes the offsets
 file (``StreamTrack``). Rule 2: readers only read files: a cursor holds one open segment and a byte
 position, reads a bounded chunk per call (``pread``: from the page cache for a warm stream) and
-never keeps what it delivered, so memory does not grow
-with the stream's length or the number of consumers.
+never keeps what it delivered, so memory does not grow with the stream's length or the number of
+consumers. A segment only its tier holds is read off the event loop (``tier_reads``): the cursor
+says it waits, and its queue hands the read to the shell.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, iter_records
 from .stream_filter import FILTER_SUFFIX, Chunk, StreamFilter, read_chunks
 from .tier import note_drop
 from .tier_manifest import TierFile, all_segments
+from .tier_reads import TierFailed, TierPending, TierRead, TierWindow
 
 __all__ = [
     "OFFSETS_FILE",
@@ -130,10 +132,12 @@ def stream_stats(data_dir: Path, vhost: str, queue: str) -> StreamStats:
     return StreamStats(size, len(segs), segs[0].base_offset if segs else None, first_ts)
 
 
-def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, end: int) -> int:
+def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, end: int, *,
+                   read_tier: bool = True) -> int:
     """The first offset stamped at or after ``timestamp_ms`` (``end`` when none is): segments whose
     successor starts no later than the time are skipped on their index alone; a segment only in
-    the tier is read there between two of its index entries."""
+    the tier is read there between two of its index entries, or with ``read_tier`` false (on the
+    event loop) not read: the offset is then that of the last entry stamped before the time."""
     root = stream_root(data_dir)
     segs = all_segments(root, vhost, queue)
     for i, seg in enumerate(segs):
@@ -142,7 +146,7 @@ def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, en
             if following and following[0][2] <= timestamp_ms:
                 continue
         if seg.tier is not None and not seg.path.exists():
-            found = _tiered_offset_at(seg.path, seg.tier, seg.base_offset, timestamp_ms)
+            found = _tiered_offset_at(seg.path, seg.tier if read_tier else None, seg.base_offset, timestamp_ms)
             if found is not None:
                 return found
             continue
@@ -151,7 +155,7 @@ def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, en
     return end
 
 
-def _tiered_offset_at(path: Path, uri: str, base: int, timestamp_ms: int) -> int | None:
+def _tiered_offset_at(path: Path, uri: str | None, base: int, timestamp_ms: int) -> int | None:
     """In a tiered segment: the bytes from the last index entry stamped before the time to the
     first one after it (one index interval) hold the answer, or that entry is it. Without an index,
     or with the tier out of reach, the segment's (or the entry's) own offset: a consumer then starts
@@ -163,6 +167,8 @@ def _tiered_offset_at(path: Path, uri: str, base: int, timestamp_ms: int) -> int
     after = [e for e in entries if e[2] >= timestamp_ms]
     start = before[-1][1] if before else 0
     stop = after[0][1] if after else None
+    if uri is None:
+        return before[-1][0] if before else base
     try:
         tier = TierFile(uri)
         try:
@@ -211,20 +217,23 @@ class StreamCursor:
     value are stepped over on their side-file entry alone, and a read stops before the next such
     chunk; the records read still need the exact check (``StreamFilter.matches``) by the caller."""
 
-    __slots__ = ("root", "vhost", "queue", "offset", "filter", "_fd", "_tier", "_path", "_pos", "_avg", "_chunks",
-                 "_starts")
+    __slots__ = ("root", "vhost", "queue", "offset", "filter", "from_ms", "_fd", "_tier", "_path", "_pos", "_avg",
+                 "_chunks", "_starts")
 
     def __init__(self, data_dir: Path, vhost: str, queue: str, offset: int,
-                 filter: StreamFilter | None = None) -> None:
+                 filter: StreamFilter | None = None, from_ms: int | None = None) -> None:
         self.root = stream_root(data_dir)
         self.vhost = vhost
         self.queue = queue
         self.offset = offset
         self.filter = filter
+        # a start by time placed at an index entry before it: records stamped earlier are stepped
+        # over until the first that is not (``offset_at_time(read_tier=False)``)
+        self.from_ms = from_ms
         self._chunks: list[Chunk] = []  # the open segment's chunks, as far as read (filtered only)
         self._starts: list[int] = []
         self._fd: int | None = None
-        self._tier: TierFile | None = None  # the open segment, when only its tier copy is left
+        self._tier: TierWindow | None = None  # the open segment, when only its tier copy is left
         self._path: Path | None = None
         self._pos = 0
         self._avg = 512  # bytes per record, as last read: sizes the next read to the credit
@@ -252,10 +261,7 @@ class StreamCursor:
             except OSError:
                 if seg.tier is None:
                     continue
-                try:
-                    self._tier = TierFile(seg.tier)
-                except OSError:
-                    return False  # the tier is unreachable: the next read tries again
+                self._tier = TierWindow(seg.tier)  # read off the event loop (``tier_reads``)
             self._path = seg.path
             self._pos = seek_position(seg.path, self.offset, None)  # the .idx stays local
             self._chunks, self._starts = [], []
@@ -267,6 +273,11 @@ class StreamCursor:
             return os.pread(self._fd, n, position)
         assert self._tier is not None
         return self._tier.pread(n, position)
+
+    def take_read(self) -> TierRead | None:
+        """The read of the tier this cursor waits for, once (``read`` said None because of it):
+        its queue has the shell make it off the event loop, then dispatches again."""
+        return self._tier.take() if self._tier is not None else None
 
     def _filtered_span(self, end: int, want: int) -> int:
         """Step over the chunks from ``_pos`` that the filter rules out (only those wholly below
@@ -310,13 +321,18 @@ class StreamCursor:
                 return None
             try:
                 data = self._pread(span, self._pos) if span else b""
+                if len(data) >= HEADER_SIZE:
+                    length = HEADER.unpack_from(data, 0)[0]
+                    if HEADER_SIZE + length > len(data) and length <= MAX_RECORD_SIZE:
+                        data = self._pread(HEADER_SIZE + length, self._pos)  # one large record
+            except TierPending:  # being read off the event loop: ``take_read``
+                return None
+            except TierFailed:  # opened again: a new read, made after the shell's pause
+                self.close()
+                continue
             except OSError:  # a tier gone unreachable mid-segment: reopened at the next read
                 self.close()
                 return None
-            if len(data) >= HEADER_SIZE:
-                length = HEADER.unpack_from(data, 0)[0]
-                if HEADER_SIZE + length > len(data) and length <= MAX_RECORD_SIZE:
-                    data = self._pread(HEADER_SIZE + length, self._pos)  # one large record
             scan = scan_span(data, 0, len(data), 1 << 30)
             offsets = scan.offsets
             n = len(offsets)
@@ -325,6 +341,8 @@ class StreamCursor:
                     return None  # the end of this segment, and no next one yet
                 continue
             skip = bisect_left(offsets, self.offset)
+            if self.from_ms is not None:
+                skip = self._past_time(scan, skip)
             stop = min(bisect_left(offsets, end), skip + max_records)
             self._avg = max(64, scan.end // n)
             if stop <= skip:
@@ -337,13 +355,19 @@ class StreamCursor:
             return StreamBatch(data, scan, skip, stop - skip)
         return None
 
+    def _past_time(self, scan: SpanScan, skip: int) -> int:
+        """The first record from ``skip`` stamped at or after ``from_ms``; once one is, the start
+        is found and every later record is delivered."""
+        stamps, from_ms, n = scan.timestamps, self.from_ms, len(scan.offsets)
+        assert from_ms is not None
+        while skip < n and stamps[skip] < from_ms:
+            skip += 1
+        if skip < n:
+            self.from_ms = None
+        return skip
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
-        if self._tier is not None:
-            try:
-                self._tier.close()
-            except OSError:
-                pass  # nothing was written through it
         self._fd = self._tier = None
         self._path = None

@@ -6,7 +6,7 @@ from .args import Overflow, QueueArgs, QueueArgumentError
 from .backing import Backing
 from .consumer import Consumer, ConsumerSink, GroupPosition
 from .dead_letter import x_death_headers
-from .destination import Destination
+from .destination import Destination, OffLoopRead
 from .message import Message, QueueEntry
 from .outcome import ACCEPTED, LOGGED, REJECTED, EnqueueOutcome, Left, QueueStats
 from .queue import Queue
@@ -24,6 +24,7 @@ __all__ = [
     "GroupPosition",
     "Left",
     "Message",
+    "OffLoopRead",
     "Overflow",
     "Queue",
     "QueueArgs",

@@ -7,7 +7,9 @@ types differ, each answers the same question its own way:
 - ``enqueue`` says ``LOGGED`` when the message goes to the type's own log (a stream: the delivery
   owner appends the record with the store, and dispatches once the flusher made it durable);
 - ``dispatch`` takes the turn's read budget, which a log reads within (``backlogged`` says it was
-  cut short); a classic queue ignores it;
+  cut short); a classic queue ignores it. A log whose next bytes lie in slow storage (a stream's
+  tiered segment) leaves the reads in ``reads_wanted``: the shell makes them off the event loop,
+  then the queue is dispatched again;
 - ``prepare_consumer`` checks a new consumer's arguments as the type's RabbitMQ rules say;
 - ``settle_request`` says whether settling left something for the store to write (a stream's
   tracked offsets);
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .args import QueueArgs, QueueArgumentError
 from .consumer import Consumer, GroupPosition
@@ -34,12 +36,23 @@ from .held import HeldTally
 from .message import EntryRun, Message, QueueEntry
 from .outcome import EnqueueOutcome, Left, QueueStats
 
-__all__ = ["Destination"]
+__all__ = ["Destination", "OffLoopRead"]
+
+
+class OffLoopRead(Protocol):
+    """A read the shell makes in a worker thread for a queue (a stream's tiered segment): ``run``
+    touches nothing but the read's own object, which the queue looks at when dispatched again;
+    ``failed`` says the shell is to wait a moment before that."""
+
+    failed: bool
+
+    def run(self) -> None: ...
 
 
 class Destination(ABC):
     __slots__ = ("name", "vhost", "queue_type", "durable", "exclusive_owner", "auto_delete", "arguments",
                  "args", "counts_deliveries", "stats", "had_consumer", "deleted", "timed", "backlogged",
+                 "reads_wanted",
                  "_consumers", "_mixed_priorities", "_held", "_last_used")
 
     # a log (a stream): consuming removes nothing, retention alone truncates it, so it refuses
@@ -67,6 +80,7 @@ class Destination(ABC):
         self.timed = (self.args.message_ttl_ms is not None or self.args.expires_ms is not None
                       or self.args.delayed_retry != "disabled")
         self.backlogged = False  # the last dispatch stopped at its read budget with more to deliver
+        self.reads_wanted: list[OffLoopRead] = []  # reads its dispatch waits for (taken by the delivery owner)
         self._held = held if held is not None else HeldTally()  # shared by the broker's queues (held.py)
         self._consumers: list[Consumer[Any]] = []
         self._mixed_priorities = False  # consumers of more than one priority: kept by add/remove

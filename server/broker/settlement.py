@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from headrace.persistence.store_ops import Ack, Deliver, PurgeQueue
 from headrace.persistence.stream_log import StreamTrack
-from headrace.queues import Destination, Left, Message, Queue, QueueArgs, QueueEntry
+from headrace.queues import Destination, Left, Message, OffLoopRead, Queue, QueueArgs, QueueEntry
 from headrace.queues.backing import PropsInfo, RecoveredRow
 
 from .dead_letters import dead_letter_message
@@ -73,7 +73,7 @@ class Republish(Protocol):
 
 class Settlement:
     __slots__ = ("store", "deadlines", "saturation", "republish", "stream_budget", "stream_backlog", "watchers",
-                 "on_stream_backlog")
+                 "on_stream_backlog", "reads")
 
     def __init__(self, store: StoreOutbox, deadlines: Deadlines, saturation: Saturation, ports: ShellPorts,
                  republish: Republish) -> None:
@@ -86,6 +86,9 @@ class Settlement:
         # ``stream_continue`` once every other runnable task has had its turn
         self.stream_budget = ReadBudget()
         self.stream_backlog: dict[tuple[str, str], None] = {}
+        # reads queues wait for (``Destination.reads_wanted``), for the pump to make off the loop
+        # (``take_reads``); each done one notes its queue in ``stream_backlog`` (``read_done``)
+        self.reads: list[tuple[str, str, OffLoopRead]] = []
         self.on_stream_backlog = ports.wake_stream_pump
         # (vhost, queue) -> calls made when that queue's demand may have changed (``watch``)
         self.watchers: dict[tuple[str, str], list[Callable[[], None]]] = {}
@@ -108,6 +111,10 @@ class Settlement:
         if queue.backlogged:  # a log stopped at the turn's read budget: read on after other work
             self.stream_backlog[(vhost.name, queue.name)] = None
             self.on_stream_backlog()
+        if queue.reads_wanted:  # a log waits for slow storage: the pump reads it off the loop
+            self.reads += [(vhost.name, queue.name, read) for read in queue.reads_wanted]
+            queue.reads_wanted.clear()
+            self.on_stream_backlog()
         self.arm(vhost, queue)
         if self.watchers:
             self.demand_changed(queue)
@@ -125,6 +132,15 @@ class Settlement:
             queue = vhost.queues.get(qname)
             if queue is not None and not queue.deleted:
                 self.dispatch(vhost, queue, now)
+
+    def take_reads(self) -> list[tuple[str, str, OffLoopRead]]:
+        """The reads queues wait for, each once: (vhost, queue, read)."""
+        reads, self.reads = self.reads, []
+        return reads
+
+    def read_done(self, vhost: str, queue: str) -> None:
+        """A read a queue waited for is done: the pump's next turn dispatches the queue again."""
+        self.stream_backlog[(vhost, queue)] = None
 
     def settled(self, vhost: VHostView, queue: Destination, left: list[Left], now: float) -> None:
         """Messages that left ``queue`` for good: dead letters are republished to the queue's

@@ -8,7 +8,9 @@ Rule 2: this object owns its readers (one ``StreamCursor`` per consumer, reading
 with the consumer's credit as the bound, so a slow consumer holds back only itself) and the tracked
 offsets of named consumers; like any queue it is driven only by the delivery owner, through the
 ``Destination`` protocol it shares with the classic queue (``queues/destination.py``): it is that
-queue's sibling, holding none of its ready list or spill.
+queue's sibling, holding none of its ready list or spill. A reader whose next bytes only the log's
+tier holds waits for a read the shell makes off the event loop (``reads_wanted``). What a
+consumer's arguments ask is read by ``stream_consumer_args``.
 Rule 3: single active consumer (consumer arguments ``x-single-active-consumer: true`` and
 ``x-stream-consumer-name: G``) is this object's too: it keeps group G's members in the order they
 came (``groups``) and only the active one reads. On a stream alone the first member is active; a
@@ -27,7 +29,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +37,15 @@ from headrace.queues import (LOGGED, Consumer, Destination, EnqueueOutcome, Grou
                              QueueEntry)
 from headrace.queues.held import HeldTally
 from headrace.server.amqp.errors import ChannelException
-from headrace.server.amqp.names import InvalidName, check_name
 from headrace.server.amqp.properties import with_int_header
 from headrace.server.amqp.spec import ReplyCode
 
 from . import errors
-from .queue_types import parse_interval_ms
+from .stream_consumer_args import consumer_name, partition_index, single_active, start_offset
 from .stream_filtering import consumer_filter, filter_value
 
 __all__ = ["ReadBudget", "StreamQueue", "StreamReader"]
 
-# the consumer argument naming a consumer whose acked offset the broker keeps; LavinMQ's
-# convention (x-stream-automatic-offset-tracking: true, the consumer tag as the name) works too
-NAME_ARG = "x-stream-consumer-name"
-AUTO_TRACK_ARG = "x-stream-automatic-offset-tracking"
-SAC_ARG = "x-single-active-consumer"
-SUPER_ARG = "x-super-stream"  # a group member's super stream: its partition index is the name's suffix
 OFFSET_HEADER = b"x-stream-offset"
 # what stream consumers read and are delivered per turn of the event loop, over all streams: a
 # prefetch window of small messages, a few milliseconds of the loop
@@ -70,6 +64,7 @@ class StreamReader:
     active: bool = True  # reads; a waiting member of a group does not
     resume: bool = False  # just made active: reads once the member it replaces has settled its deliveries
     start: int = 0  # where it began: a group with no acked offset resumes there
+    start_ms: int | None = None  # and for a start by time, the time its records must reach
     out: int = 0  # its deliveries not settled yet
     resume_by: float | None = None  # made active and waiting: when the member it replaces is let go
     let_go: bool = False  # its deliveries came again to another member: their acks move no offset
@@ -154,53 +149,22 @@ class StreamQueue(Destination):
         if consumer.no_ack:
             raise ChannelException(ReplyCode.NOT_IMPLEMENTED, "NOT_IMPLEMENTED - automatic acknowledgement "
                                    f"not supported by stream queues {self._rs()}")
-        name = arguments.get(NAME_ARG)
-        if isinstance(name, (str, bytes)):
-            # the names rule: read with U+FFFD, two names differing in their bytes would share an offset
-            try:
-                name = check_name("consumer name", name)
-            except InvalidName as exc:
-                raise errors.precondition_failed(f"invalid arg '{NAME_ARG}': {exc}") from None
-        if name is None and arguments.get(AUTO_TRACK_ARG) is True:
-            name = consumer.tag
-        if name is not None and not isinstance(name, str):
-            raise errors.precondition_failed(f"invalid arg '{NAME_ARG}': {name!r} is not a string")
+        name = consumer_name(arguments, consumer.tag)
         spec = arguments.get("x-stream-offset", "next")
-        start = self._start_offset(spec, now)
+        placed = start_offset(spec, now, self.first, self.end, self._at_time)
+        start, from_ms = placed.offset, placed.from_ms
         wanted = consumer_filter(arguments, self._rs())
-        sac = self._sac(arguments, name)
-        index = self._partition_index(arguments) if sac else 0  # every check before anything is kept
+        sac = single_active(arguments, name, self._rs())
+        index = partition_index(arguments, self.name, self._rs()) if sac else 0  # every check before anything is kept
         if name is not None and name in self.tracked and (sac or spec in ("next", b"next")):
-            start = self.tracked[name] + 1  # resume after the last acked offset (a group's always)
-        reader = StreamReader(consumer, StreamCursor(self.data_dir, self.vhost, self.name, start, wanted), name,
-                              start=start)
+            start, from_ms = self.tracked[name] + 1, None  # resume after the last acked offset (a group's always)
+        cursor = StreamCursor(self.data_dir, self.vhost, self.name, start, wanted, from_ms)
+        reader = StreamReader(consumer, cursor, name, start=start, start_ms=from_ms)
         self.readers[consumer] = reader
         if sac and name is not None:
             reader.group, reader.index, reader.active = name, index, False
             self.groups.setdefault(name, []).append(consumer)
             self._rebalance(name)
-
-    def _sac(self, arguments: Mapping[str, Any], name: str | None) -> bool:
-        sac = arguments.get(SAC_ARG, False)
-        if not isinstance(sac, bool):
-            raise errors.precondition_failed(f"invalid arg '{SAC_ARG}': {sac!r} is not a boolean")
-        if sac and name is None:
-            raise errors.precondition_failed(f"single active consumer on stream {self._rs()} needs a consumer "
-                                             f"name ('{NAME_ARG}')")
-        return sac
-
-    def _partition_index(self, arguments: Mapping[str, Any]) -> int:
-        """A super stream member's partition: this stream is ``NAME-<i>`` of super stream ``NAME``."""
-        super_stream = arguments.get(SUPER_ARG)
-        if super_stream is None:
-            return 0
-        if isinstance(super_stream, bytes):
-            super_stream = super_stream.decode("utf-8", "replace")
-        suffix = self.name[len(super_stream) + 1:] if isinstance(super_stream, str) else ""
-        if not self.name.startswith(f"{super_stream}-") or not suffix.isdigit():
-            raise errors.precondition_failed(f"invalid arg '{SUPER_ARG}': stream {self._rs()} is not a partition "
-                                             f"of super stream {super_stream!r} (NAME-<n>)")
-        return int(suffix)
 
     def _rebalance(self, group: str) -> None:
         """Make member ``index mod members`` of ``group`` the active one (``_take_over`` starts it)."""
@@ -231,11 +195,13 @@ class StreamQueue(Destination):
                 if other is not reader:
                     self._let_go(other)
         reader.resume, reader.resume_by = False, None
-        offset = self.tracked[group] + 1 if group is not None and group in self.tracked else reader.start
+        acked = group is not None and group in self.tracked
+        offset = self.tracked[group or ""] + 1 if acked else reader.start
         if offset != reader.cursor.offset:
             wanted = reader.cursor.filter
             reader.cursor.close()
-            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, offset, wanted)
+            reader.cursor = StreamCursor(self.data_dir, self.vhost, self.name, offset, wanted,
+                                         None if acked else reader.start_ms)
         return True
 
     def _let_go(self, reader: StreamReader) -> None:
@@ -244,7 +210,8 @@ class StreamQueue(Destination):
         the member goes on as a fresh reader with nothing out."""
         reader.let_go = True
         self.readers[reader.consumer] = StreamReader(reader.consumer, reader.cursor, reader.name, reader.group,
-                                                     reader.index, reader.active, reader.resume, reader.start)
+                                                     reader.index, reader.active, reader.resume, reader.start,
+                                                     reader.start_ms)
 
     def next_deadline(self) -> float | None:
         """When a member waiting to take a partition over stops waiting for the one it replaces."""
@@ -256,27 +223,10 @@ class StreamQueue(Destination):
         return any(r.active and r.resume and r.resume_by is not None and r.resume_by <= now
                    for r in self.readers.values())
 
-    def _start_offset(self, spec: object, now: float) -> int:
-        if isinstance(spec, bytes):
-            spec = spec.decode("utf-8", "replace")
-        if spec == "first":
-            return self.first
-        if spec == "last":
-            return max(self.end - 1, self.first)
-        if spec == "next":
-            return self.end
-        if isinstance(spec, datetime):
-            return self._at_time(int(spec.timestamp() * 1000))
-        if isinstance(spec, int) and not isinstance(spec, bool):
-            return max(spec, 0)
-        interval = parse_interval_ms(spec)
-        if interval is not None:
-            return self._at_time(int(now * 1000) - interval)
-        raise errors.precondition_failed(f"invalid arg 'x-stream-offset': {spec!r} (expected first, last, "
-                                         "next, an offset, a timestamp or an interval such as 1h)")
-
     def _at_time(self, timestamp_ms: int) -> int:
-        return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end)
+        """At or before the time, without reading a tiered segment: the cursor steps over what is
+        earlier (``Start.from_ms``)."""
+        return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end, read_tier=False)
 
     def remove_consumer(self, consumer: Consumer[Any]) -> Consumer[Any] | None:
         reader = self.readers.pop(consumer, None)
@@ -324,6 +274,9 @@ class StreamQueue(Destination):
                     return count
                 batch = cursor.read(end, min(consumer.prefetch - consumer.unacked, budget.records), budget.bytes)
                 if batch is None:
+                    read = cursor.take_read()
+                    if read is not None:  # a tiered segment: read off the event loop, then dispatched again
+                        self.reads_wanted.append(read)
                     break
                 budget.bytes -= batch.size
                 budget.records -= batch.count

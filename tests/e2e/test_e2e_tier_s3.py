@@ -2,7 +2,9 @@
 S3 REST protocol) holds the uploaded segments; with the local copies gone, a pika consumer from
 ``first`` reads them in order, the Arrow reader reads them directly or through the broker's plan,
 the credentials in the tier URI show up in neither the HTTP API nor the broker's log, and deleting
-the stream removes its objects. A mirrored exchange's log tiered there reads back whole too."""
+the stream removes its objects. A mirrored exchange's log tiered there reads back whole too. With
+the store stalled (a relay that holds every byte), the consumer waits while the broker answers
+everyone else, and reads on once the store answers again."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pika
 import pytest
 from e2e_support import unique, wait_until
 from pyarrow import fs
+from tcp_relay import Relay
 
 from headrace.persistence.mirror_reader import read_ranges
 from headrace.persistence.stream_log import stream_root
@@ -170,3 +173,60 @@ def test_a_mirrored_exchange_tiered_to_s3_reads_back_whole(broker, s3):
     remote = RemoteLog(broker.http_url, "guest", "guest", tier_direct=False)
     assert offsets(b for r in remote.ranges("mirror", "/", name, 1 << 16)
                    for b in buffer_batches(remote.fetch("mirror", "/", name, r), "/", name, Bounds())) == list(range(N))
+
+
+def test_a_consumer_waiting_on_a_stalled_store_holds_up_no_one_else(broker, s3):
+    """The tier is read in a worker thread: while the store holds every request, the consumer
+    reading it gets nothing, and the broker still confirms, hands out and answers the HTTP API
+    promptly; once the store answers (after a failed attempt, or the same one), the consumer gets
+    every record in order."""
+    endpoint, client = s3
+    host, port = endpoint.rsplit(":", 1)
+    relay = Relay(host, int(port))  # holds every byte while stalled: a store that neither answers nor refuses
+    name = unique("s3stall")
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream",
+                                                    "x-stream-max-segment-size-bytes": SEGMENT})
+    for i in range(N):
+        ch.basic_publish("", name, body(i))
+    api = httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=3)
+    api.put(f"/api/policies/%2F/{name}", json={
+        "pattern": f"^{name}$", "apply-to": "streams",
+        "definition": {"tier-uri": f"s3://{KEY}:{SECRET}@{BUCKET}/stalled?endpoint_override={relay.endpoint}"
+                                   "&scheme=http&region=us-east-1", "tier-local-max-bytes": 0}}).raise_for_status()
+    root = stream_root(broker.data_dir)
+    assert wait_until(lambda: len(segs := all_segments(root, "/", name)) > 3
+                      and all(s.tier and not s.path.exists() for s in segs[:-1]), timeout=20)
+
+    relay.stall()
+    got: list[tuple[int, bytes]] = []
+
+    def on(c: Any, method: Any, props: Any, data: bytes) -> None:
+        got.append((props.headers["x-stream-offset"], data))
+        c.basic_ack(method.delivery_tag)
+
+    ch.basic_qos(prefetch_count=50)
+    ch.basic_consume(name, on, arguments={"x-stream-offset": "first"})
+    assert wait_until(lambda: relay.held > 0, conn, 10)  # the consumer's read is at the store, held
+    # meanwhile everyone else is served at once: a confirm, a get, the HTTP API
+    other = unique("busy")
+    api.put(f"/api/queues/%2F/{other}", json={"durable": True}).raise_for_status()
+    for i in range(3):
+        r = api.post("/api/exchanges/%2F/amq.default/publish", json={
+            "properties": {"delivery_mode": 2}, "routing_key": other, "payload": f"p{i}", "payload_encoding": "string"})
+        assert r.json() == {"routed": True}
+        r = api.post(f"/api/queues/%2F/{other}/get", json={"count": 1, "ackmode": "ack_requeue_false",
+                                                          "encoding": "auto"})
+        assert [m["payload"] for m in r.json()] == [f"p{i}"]
+    assert api.get("/api/overview").status_code == 200
+    conn.process_data_events(time_limit=0.2)
+    assert got == []  # nothing of the tier came past the stalled store
+
+    relay.resume()
+    assert wait_until(lambda: len(got) >= N, conn, 30), len(got)
+    assert got == [(i, body(i)) for i in range(N)]
+    ch.queue_delete(name)
+    conn.close()
+    relay.close()

@@ -14,7 +14,7 @@ from headrace.persistence import replica_tap
 from headrace.persistence.mirror_log import MirrorLog, MirrorRecord, Retention
 from headrace.persistence.mirror_records import list_segments, mirror_dir
 from headrace.persistence.replica_files import ReplicaFiles, snapshot_ops
-from headrace.persistence.stream_log import StreamCursor, offset_at_time, remove_stream, stream_dir, stream_root
+from headrace.persistence.stream_log import StreamBatch, StreamCursor, offset_at_time, remove_stream, stream_dir, stream_root
 from headrace.persistence.tier import DROPS, TierSettings, run_drops, tier_pass
 from headrace.persistence.tier_manifest import MANIFEST, all_segments, first_offset, load_manifest, tier_dir_uri
 
@@ -44,10 +44,24 @@ def ship(tap: replica_tap.Tap, follower: ReplicaFiles) -> None:
     follower.sync()
 
 
+def read_through(cursor: StreamCursor, end: int, n: int) -> StreamBatch | None:
+    """``cursor.read``, making the tier reads it waits for here (the broker makes them in a worker
+    thread and dispatches again): None once nothing more can be read."""
+    while True:
+        batch = cursor.read(end, n)
+        read = cursor.take_read() if batch is None else None
+        if read is None:
+            return batch
+        assert cursor.read(end, n) is None  # waiting: nothing is read before the read is done
+        read.run()
+        if read.failed:
+            return None  # the broker makes the next read after a pause
+
+
 def read_all(data: Path, offset: int, end: int) -> list[tuple[int, bytes]]:
     cursor = StreamCursor(data, "/", "s", offset)
     out: list[tuple[int, bytes]] = []
-    while (batch := cursor.read(end, 37)) is not None:
+    while (batch := read_through(cursor, end, 37)) is not None:
         out += [(e.offset, e.body) for e in batch.entries("/", "s")]
     cursor.close()
     return out
@@ -105,14 +119,12 @@ def test_a_cursor_reads_the_tier_in_order_then_the_local_segments(tmp_path):
     # a cursor open on a local segment reads on when the next one's local copy goes meanwhile
     write(tmp_path, 100, N)
     cursor = StreamCursor(tmp_path, "/", "s", local[0].base_offset)
-    got = [e.offset for e in cursor.read(N + 100, 5).entries("/", "s")]  # type: ignore[union-attr]
+    got = [e.offset for e in read_through(cursor, N + 100, 5).entries("/", "s")]  # type: ignore[union-attr]
     tier_pass(stream_root(tmp_path), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
-    while (batch := cursor.read(N + 100, 50)) is not None:
+    while (batch := read_through(cursor, N + 100, 50)) is not None:
         got += [e.offset for e in batch.entries("/", "s")]
     assert got == list(range(local[0].base_offset, N + 100))
     cursor.close()
-
-
 
 
 def test_the_first_offset_memo_follows_the_manifest(tmp_path):
@@ -129,6 +141,7 @@ def test_the_first_offset_memo_follows_the_manifest(tmp_path):
     oldest = all_segments(root, "/", "s")[0].base_offset
     assert oldest > 0 and first_offset(root, "/", "s", local, 0, memo) == oldest
 
+
 def test_a_timestamp_finds_its_offset_in_a_tiered_segment(tmp_path):
     tier = tmp_path / "tier"
     write(tmp_path)
@@ -139,6 +152,22 @@ def test_a_timestamp_finds_its_offset_in_a_tiered_segment(tmp_path):
     assert offset_at_time(tmp_path, "/", "s", T0 + N, N) == N
     tier.rename(tmp_path / "away")  # out of reach: a little early, never late
     assert offset_at_time(tmp_path, "/", "s", T0 + 123, N) <= 123
+    (tmp_path / "away").rename(tier)
+    # on the event loop the tier is not read: the start is an index entry at or before the time,
+    # and the cursor steps over the records stamped earlier
+    early = 0
+    for i in (0, 1, 57, 123, 200, N - 1):
+        start = offset_at_time(tmp_path, "/", "s", T0 + i, N, read_tier=False)
+        assert start <= i
+        early += start < i
+        cursor = StreamCursor(tmp_path, "/", "s", start, from_ms=T0 + i)
+        got: list[int] = []
+        while len(got) < 3 and (batch := read_through(cursor, N, 3)) is not None:
+            got += [e.offset for e in batch.entries("/", "s")]
+        assert got[:3] == list(range(i, min(i + 3, N)))
+        cursor.close()
+    assert early >= 3  # the index is sparse: most starts fall before their time
+
 
 def test_an_unreachable_tier_stalls_the_cursor_until_it_is_back(tmp_path):
     tier = tmp_path / "tier"
@@ -146,9 +175,9 @@ def test_an_unreachable_tier_stalls_the_cursor_until_it_is_back(tmp_path):
     tier_pass(stream_root(tmp_path), "stream", "/", "s", TierSettings(f"file://{tier}", local_max_bytes=0), T0)
     tier.rename(tmp_path / "away")
     cursor = StreamCursor(tmp_path, "/", "s", 0)
-    assert cursor.read(N, 10) is None and cursor.offset == 0  # nothing skipped
+    assert read_through(cursor, N, 10) is None and cursor.offset == 0  # nothing skipped
     (tmp_path / "away").rename(tier)
-    batch = cursor.read(N, 10)
+    batch = read_through(cursor, N, 10)
     assert batch is not None and [e.offset for e in batch.entries("/", "s")] == list(range(10))
     cursor.close()
 
