@@ -12,13 +12,14 @@ import sys
 import time
 
 import pytest
+from tcp_relay import Relay, via
 from test_spark_replay import spark_env
 from test_spark_stream_sink import Counter, drain, fill, target
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 BATCH = 300
-BRIDGED = 5 * BATCH  # five micro-batches: a kill after one and part of the next, the rest on the restart
+BRIDGED = 5 * BATCH  # five micro-batches: a kill after one and half the next, the rest on the restart
 
 
 def test_stream_bridge_on_the_cluster_killed_and_restarted_publishes_everything_once(standalone, broker, tmp_path):
@@ -26,31 +27,30 @@ def test_stream_bridge_on_the_cluster_killed_and_restarted_publishes_everything_
     url = target(broker, "events-copy", "events-copy-q", 2 * BATCH)
     checkpoint = tmp_path / "chk"  # the driver's: on this machine, as on a cluster's shared storage
 
-    def cmd(*extra: str) -> list[str]:
+    def cmd(*extra: str, amqp_url: str = broker.url) -> list[str]:
         return [sys.executable, "-m", "headrace", "stream-bridge", "--url", broker.http_url, "--exchange", "events",
-                "--to-exchange", "events-copy", "--amqp-url", broker.url, "--http-url", broker.http_url,
+                "--to-exchange", "events-copy", "--amqp-url", amqp_url, "--http-url", broker.http_url,
                 "--checkpoint", str(checkpoint), "--max-records-per-trigger", str(BATCH),
                 *standalone.submit_conf(), "--conf", "spark.cores.max=1", *extra]  # one executor: a sink's is enough
 
+    # the executors publish through a relay that lets exactly a batch and a half through
+    relay = Relay("127.0.0.1", broker.amqp_port, hold_after_publishes=BATCH + BATCH // 2)
     with open(tmp_path / "bridge.log", "w") as log:
-        bridge = subprocess.Popen(cmd("--trigger-interval", "0", "--window", "4"), env=spark_env(), stdout=log,
-                                  stderr=log, start_new_session=True)
+        bridge = subprocess.Popen(cmd("--trigger-interval", "0", "--window", "4", amqp_url=via(broker.url, relay)),
+                                  env=spark_env(), stdout=log, stderr=log, start_new_session=True)
         polled = Counter(url, "events-copy-q")
         try:
             deadline = time.monotonic() + 240
-            while True:  # a batch through, and part of the next
-                n = polled()
-                if n >= BATCH and n % BATCH:
-                    break
+            while (n := polled()) < BATCH + BATCH // 2:  # a batch through, and half the next: the rest is held
                 assert bridge.poll() is None, (tmp_path / "bridge.log").read_text()[-3000:]
-                assert time.monotonic() < deadline and n < BRIDGED, f"never caught mid-batch ({n})"
-                time.sleep(0.005)
+                assert time.monotonic() < deadline, f"only {n} published"
+                time.sleep(0.01)
         finally:
             os.killpg(bridge.pid, signal.SIGKILL)  # the driver; the master then stops its executors
             bridge.wait(10)
             polled.close()
-    # the killed driver's executors may still finish the batch they were publishing: the restarted
-    # query publishes it again all the same (it has no commit), and the window drops it
+            relay.close()  # what the executors still held is dropped with their connections
+    # the restarted query publishes the killed batch again (it has no commit); the window drops its first half
     r = subprocess.run(cmd("--available-now"), env=spark_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = drain(url, "events-copy-q")

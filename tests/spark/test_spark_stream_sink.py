@@ -12,6 +12,7 @@ import time
 
 import pika
 import pytest
+from tcp_relay import Relay, via
 from test_spark_replay import spark_env, wait_disconnected
 
 from headrace.cli.stream_bridge import bridge_query, sink_options
@@ -126,41 +127,40 @@ def test_sink_refuses_a_missing_exchange_or_body_column(spark, broker_factory, t
         assert message in str(info.value)
 
 
-def bridge_cmd(proc, checkpoint, *extra: str) -> list[str]:
+def bridge_cmd(proc, checkpoint, *extra: str, amqp_url: str | None = None) -> list[str]:
     return [sys.executable, "-m", "headrace", "stream-bridge", "--data-dir", str(proc.data_dir), "--exchange", "orders",
-            "--to-exchange", "copy", "--amqp-url", proc.url, "--http-url", proc.http_url,
+            "--to-exchange", "copy", "--amqp-url", amqp_url or proc.url, "--http-url", proc.http_url,
             "--checkpoint", str(checkpoint),
             "--master", "local[1]", "--conf", "spark.ui.enabled=false",
             "--conf", "spark.driver.extraJavaOptions=-XX:+UseSerialGC -Xshare:auto -XX:TieredStopAtLevel=1", *extra]
 
 
 BATCH = 400
-N = 5 * BATCH  # five micro-batches: the kill lands after one and part of the next
+N = 5 * BATCH  # five micro-batches: the kill lands after one and half the next
 
 
 def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(spark, broker_factory, tmp_path):
     """``headrace stream-bridge`` SIGKILLed mid-batch; the restart is the bridge's own query
     (``bridge_query`` with the command's source and sink options, the same checkpoint) in the
     session's Spark: it publishes the killed batch again, the window drops its first part, and the
-    target holds every message once."""
+    target holds every message once. The bridge publishes through a relay that lets exactly one
+    batch and a half through: the kill always lands mid-batch."""
     proc = broker_factory()
     fill(proc, N)
     url = target(proc, "copy", "copy-q", 2 * BATCH)
     checkpoint = tmp_path / "chk"
     log = open(tmp_path / "bridge.log", "w")
+    relay = Relay("127.0.0.1", proc.amqp_port, hold_after_publishes=BATCH + BATCH // 2)
     polled = Counter(url, "copy-q")
     bridge = subprocess.Popen(bridge_cmd(proc, checkpoint, "--max-records-per-trigger", str(BATCH),
-                                         "--trigger-interval", "0", "--window", "4"),
+                                         "--trigger-interval", "0", "--window", "4", amqp_url=via(proc.url, relay)),
                               env=spark_env(), stdout=log, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while True:  # mid-batch: a batch through, and part of the next
-            n = polled()
-            if n >= BATCH and n % BATCH:
-                break
+        while (n := polled()) < BATCH + BATCH // 2:  # a batch through, and half the next: the rest is held
             assert bridge.poll() is None, (tmp_path / "bridge.log").read_text()[-3000:]
-            assert time.monotonic() < deadline and n < N, f"never caught mid-batch ({n})"
-            time.sleep(0.005)
+            assert time.monotonic() < deadline, f"only {n} published"
+            time.sleep(0.01)
         os.killpg(bridge.pid, signal.SIGKILL)  # the driver: its Python, its JVM, its Python workers
         bridge.wait(10)
     finally:
@@ -168,9 +168,10 @@ def test_bridge_killed_mid_batch_and_restarted_publishes_everything_once(spark, 
             os.killpg(bridge.pid, signal.SIGKILL)
         log.close()
         polled.close()
+        relay.close()
     wait_disconnected(proc.http_url, keep=0)  # what the killed sockets had written out is counted
     before = count(url, "copy-q")
-    assert before < N
+    assert before == BATCH + BATCH // 2
     source = {"exchange": "orders", "vhost": "/", "startingOffsets": "earliest",
               "maxRecordsPerTrigger": str(BATCH), "path": str(proc.data_dir)}
     query = bridge_query(spark, source, sink_options(proc.url, "copy", "x-deduplication-header", 4, str(checkpoint)),
