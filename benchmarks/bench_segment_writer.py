@@ -9,7 +9,6 @@ each group; prints the best records/s of 4 alternated runs per writer.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import tempfile

@@ -13,7 +13,6 @@ import sys
 import time
 
 import httpx
-import pytest
 
 from conftest import free_port
 from nodes import Node, in_sync

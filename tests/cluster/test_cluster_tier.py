@@ -8,19 +8,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import httpx
 import pika
 import pytest
 
 from headrace.persistence.mirror_records import list_segments, mirror_dir
 from headrace.persistence.stream_log import stream_root
-from headrace.persistence.tier_manifest import MANIFEST, all_segments
+from headrace.persistence.tier_manifest import MANIFEST
 from nodes import Node, connect, leader_of, logs, start_all, wait_for
+from tiering import declare_tiered_stream, offloaded
 
 pytestmark = pytest.mark.timeout(180)
 
 N = 300
-SEGMENT = 32_768
 STREAM = "events"
 
 
@@ -35,26 +34,12 @@ def test_followers_follow_the_tier_and_a_new_leader_reads_it(etcd: Any, broker_f
     start_all(nodes)
     leader = leader_of(nodes)
     wait_for(lambda: len(leader.nodes()) == 3 and all(n.get("in_sync") for n in leader.nodes()), 30.0)
-    conn = connect(leader)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    ch.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream",
-                                                      "x-stream-max-segment-size-bytes": SEGMENT})
-    for i in range(N):
-        ch.basic_publish("", STREAM, body(i))
-    conn.close()
-    httpx.put(f"http://127.0.0.1:{leader.http_port}/api/policies/%2F/tier", auth=("guest", "guest"), timeout=10,
-              json={"pattern": f"^{STREAM}$", "apply-to": "streams", "definition": {
-                  "tier-uri": f"file://{tmp_path / 'tier'}", "tier-local-max-bytes": 0}}).raise_for_status()
-
-    def offloaded(node: Node) -> bool:
-        segs = all_segments(stream_root(node.data_dir), "/", STREAM)
-        return len(segs) > 5 and all(s.tier and not s.path.exists() for s in segs[:-1])
-
-    wait_for(lambda: offloaded(leader), 30.0)
+    declare_tiered_stream(f"amqp://guest:guest@127.0.0.1:{leader.amqp_port}/%2F", f"http://127.0.0.1:{leader.http_port}", STREAM, N, body,
+                  f"file://{tmp_path / 'tier'}", policy="tier")
+    wait_for(lambda: offloaded(leader.data_dir, STREAM, 5), 30.0)
     manifest = (mirror_dir(stream_root(leader.data_dir), "/", STREAM) / MANIFEST).read_bytes()
     for node in nodes:  # each holds the leader's manifest and only its active segment's .log
-        wait_for(lambda node=node: offloaded(node), 15.0)
+        wait_for(lambda node=node: offloaded(node.data_dir, STREAM, 5), 15.0)
         directory = mirror_dir(stream_root(node.data_dir), "/", STREAM)
         assert (directory / MANIFEST).read_bytes() == manifest
         assert len(list_segments(stream_root(node.data_dir), "/", STREAM)) == 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import random
 import signal
-import socket
 import struct
 import threading
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import connection_close_of, raw_open, recv_until_closed, wait_until
+from e2e_support import connection_close_of, raw_open, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 

@@ -52,7 +52,7 @@ def world(broker):
         http.post(f"/api/bindings/%2F/e/{names['x']}/q/{names['q']}", json={"routing_key": "a.#"})
         http.post(f"/api/bindings/%2F/e/{names['x']}/e/{names['x2']}", json={"routing_key": "b"})
         http.put(f"/api/users/{names['u']}", json={"password": "pw", "tags": "management"})
-        http.put(f"/api/topic-permissions/%2F/guest", json={"exchange": names["x"], "write": ".*", "read": ".*"})
+        http.put("/api/topic-permissions/%2F/guest", json={"exchange": names["x"], "write": ".*", "read": ".*"})
         http.put("/api/parameters/federation-upstream/%2F/up", json={"value": {"uri": "amqp://localhost"}})
         http.put("/api/global-parameters/walk", json={"value": {"a": 1}})
         http.put(f"/api/vhost-limits/{names['v']}/max-queues", json={"value": 100})

@@ -12,7 +12,7 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-from e2e_support import connection_close_of, raw_open, recv_until_closed, unique, wait_until
+from e2e_support import connection_close_of, raw_open, unique, wait_until
 from headrace.server.amqp import methods as m
 from headrace.server.amqp.codec import encode_frame, encode_method_frame
 

@@ -19,6 +19,7 @@ import pytest
 from e2e_support import unique, wait_until
 from pyarrow import fs
 from tcp_relay import Relay
+from tiering import declare_tiered_stream, offloaded
 
 from headrace.persistence.mirror_reader import read_ranges
 from headrace.persistence.stream_log import stream_root
@@ -29,7 +30,6 @@ from headrace.spark_bridge.remote import RemoteLog
 pytestmark = pytest.mark.timeout(60)
 
 BROKER_ENV = {"HEADRACE_TIER_INTERVAL": "0.1", "HEADRACE_MIRROR_SEGMENT_MAX_BYTES": "32768"}
-SEGMENT = 32_768
 N = 200  # ~1 KB each: ~6 segments
 BUCKET, KEY, SECRET = "tiers", "AKIDTIERTEST", "tier-secret-Xq7"
 
@@ -71,25 +71,13 @@ def test_a_stream_tiered_to_s3_reads_back_in_order_without_showing_its_secret(br
     endpoint, client = s3
     name = unique("s3tiered")
     query = f"endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    declare_tiered_stream(broker.url, broker.http_url, name, N, body, f"s3://{KEY}:{SECRET}@{BUCKET}/headrace?{query}")
+    assert wait_until(lambda: offloaded(broker.data_dir, name), timeout=20)
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
     ch.confirm_delivery()
-    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream",
-                                                    "x-stream-max-segment-size-bytes": SEGMENT})
-    for i in range(N):
-        ch.basic_publish("", name, body(i))
     api = httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10)
-    api.put(f"/api/policies/%2F/{name}", json={
-        "pattern": f"^{name}$", "apply-to": "streams",
-        "definition": {"tier-uri": f"s3://{KEY}:{SECRET}@{BUCKET}/headrace?{query}",
-                       "tier-local-max-bytes": 0}}).raise_for_status()
     root = stream_root(broker.data_dir)
-
-    def offloaded() -> bool:
-        segs = all_segments(root, "/", name)
-        return len(segs) > 3 and all(s.tier and not s.path.exists() for s in segs[:-1])
-
-    assert wait_until(offloaded, timeout=20)
     segments = all_segments(root, "/", name)
     bases = [s.base_offset for s in segments[:-1]]
     # the objects, as any S3 client sees them: each sealed segment's .log and .idx, nothing half-copied
@@ -184,21 +172,12 @@ def test_a_consumer_waiting_on_a_stalled_store_holds_up_no_one_else(broker, s3):
     host, port = endpoint.rsplit(":", 1)
     relay = Relay(host, int(port))  # holds every byte while stalled: a store that neither answers nor refuses
     name = unique("s3stall")
+    declare_tiered_stream(broker.url, broker.http_url, name, N, body,
+                  f"s3://{KEY}:{SECRET}@{BUCKET}/stalled?endpoint_override={relay.endpoint}&scheme=http&region=us-east-1")
+    assert wait_until(lambda: offloaded(broker.data_dir, name), timeout=20)
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
-    ch.confirm_delivery()
-    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream",
-                                                    "x-stream-max-segment-size-bytes": SEGMENT})
-    for i in range(N):
-        ch.basic_publish("", name, body(i))
     api = httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=3)
-    api.put(f"/api/policies/%2F/{name}", json={
-        "pattern": f"^{name}$", "apply-to": "streams",
-        "definition": {"tier-uri": f"s3://{KEY}:{SECRET}@{BUCKET}/stalled?endpoint_override={relay.endpoint}"
-                                   "&scheme=http&region=us-east-1", "tier-local-max-bytes": 0}}).raise_for_status()
-    root = stream_root(broker.data_dir)
-    assert wait_until(lambda: len(segs := all_segments(root, "/", name)) > 3
-                      and all(s.tier and not s.path.exists() for s in segs[:-1]), timeout=20)
 
     relay.stall()
     got: list[tuple[int, bytes]] = []

@@ -13,6 +13,7 @@ import httpx
 import pika
 import pytest
 from e2e_support import unique, wait_until
+from tiering import declare_tiered_stream, offloaded
 
 from headrace.persistence.mirror_records import mirror_dir, peek_entry
 from headrace.persistence.records import iter_records
@@ -23,7 +24,6 @@ from headrace.persistence.tier_manifest import MANIFEST, all_segments
 pytestmark = pytest.mark.timeout(120)
 
 BROKER_ENV = {"HEADRACE_TIER_INTERVAL": "0.1", "HEADRACE_MIRROR_SEGMENT_MAX_BYTES": "32768"}
-SEGMENT = 32_768
 N = 300  # ~1 KB each: ~10 segments
 BODY = b"x" * 1000
 
@@ -36,25 +36,8 @@ def tiered_stream(broker, tmp_path: Path, n: int = N) -> tuple[str, Path]:
     """A stream of ``n`` confirmed messages whose sealed segments are all in a ``file://`` tier
     and no longer local; its name and its folder in the tier."""
     name, tier = unique("tiered"), tmp_path / unique("tier")
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    ch = conn.channel()
-    ch.confirm_delivery()
-    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream",
-                                                    "x-stream-max-segment-size-bytes": SEGMENT})
-    for i in range(n):
-        ch.basic_publish("", name, body(i))
-    conn.close()
-    with httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10) as api:
-        api.put(f"/api/policies/%2F/{name}", json={
-            "pattern": f"^{name}$", "apply-to": "streams",
-            "definition": {"tier-uri": f"file://{tier}", "tier-local-max-bytes": 0}}).raise_for_status()
-    root = stream_root(broker.data_dir)
-
-    def offloaded() -> bool:
-        segs = all_segments(root, "/", name)
-        return len(segs) > 3 and all(s.tier and not s.path.exists() for s in segs[:-1])
-
-    assert wait_until(offloaded, timeout=30)
+    declare_tiered_stream(broker.url, broker.http_url, name, n, body, f"file://{tier}")
+    assert wait_until(lambda: offloaded(broker.data_dir, name), timeout=30)
     return name, tier / "stream" / "%2F" / name
 
 

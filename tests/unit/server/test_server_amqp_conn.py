@@ -263,7 +263,7 @@ async def test_the_first_saturation_hold_calls_on_first_hold_once_and_an_alarm_h
     """What app.py uses to shrink a publisher's receive window (``socket_bounds.HELD_RCVBUF``): it
     runs when a saturated queue first holds the connection, never for an alarm, and only once."""
     broker = make_broker()
-    queue = broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)
+    broker.vhosts["/"].declare_queue("q", owner=None, now=0.0)
     holds: list[float] = []
     async with trio.open_nursery() as nursery:
         conn = await start(nursery, broker, on_first_hold=lambda: holds.append(trio.current_time()))
