@@ -119,3 +119,25 @@ def connection_close_of(sock: socket.socket) -> tuple[int, str]:
     sock.sendall(encode_method_frame(0, m.ConnectionCloseOk()))
     recv_until_closed(sock)
     return code, data[i + 7:i + 7 + size].decode()
+
+
+def publish_persistent(url: str, queue: str, prefix: str, count: int, body: Callable[[str], bytes]) -> list[str]:
+    """``count`` persistent messages on the durable ``queue``, ids ``prefix-<i>`` and bodies
+    ``body(id)``, each confirmed; their ids in order."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.queue_declare(queue, durable=True)
+    ch.confirm_delivery()
+    ids = [f"{prefix}-{i}" for i in range(count)]
+    for mid in ids:
+        ch.basic_publish("", queue, body(mid), pika.BasicProperties(delivery_mode=2, message_id=mid))
+    conn.close()
+    return ids
+
+
+def sync_marker(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str = "sync-marker") -> None:
+    """A confirmed persistent publish: its group's fsync covers every store record before it (the
+    acks and deliveries made before it on this connection), so they are on disk once it returns."""
+    ch.confirm_delivery()
+    ch.queue_declare(queue, durable=True)
+    ch.basic_publish("", queue, b"m", pika.BasicProperties(delivery_mode=2))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from e2e_support import sync_marker
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -48,10 +49,7 @@ def drain_all(url: str) -> list[str]:
         ids.append(props.message_id)
     if ids:
         ch.basic_ack(0, multiple=True)
-    # a confirmed publish after the acks: its fsync covers every earlier store operation, acks included
-    ch.confirm_delivery()
-    ch.queue_declare("crash-marker", durable=True)
-    ch.basic_publish("", "crash-marker", b"m", pika.BasicProperties(delivery_mode=2))
+    sync_marker(ch)  # the acks are on disk
     conn.close()
     return ids
 
@@ -105,8 +103,7 @@ def test_unacked_deliveries_come_back_redelivered_after_kill(broker_factory, tmp
         ch.basic_publish("", "redeliver", b"%d" % i, pika.BasicProperties(delivery_mode=2))
     got = [ch.basic_get("redeliver") for _ in range(4)]
     ch.basic_ack(got[1][0].delivery_tag)  # ack one of the four, leave three unacked
-    ch.queue_declare("redeliver-marker", durable=True)
-    ch.basic_publish("", "redeliver-marker", b"", pika.BasicProperties(delivery_mode=2))
+    sync_marker(ch)  # the ack and the deliveries are on disk
     proc.kill()
     proc = broker_factory(data_dir=proc.data_dir)
     conn = pika.BlockingConnection(pika.URLParameters(proc.url))

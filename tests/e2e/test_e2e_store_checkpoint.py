@@ -14,6 +14,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from e2e_support import publish_persistent, sync_marker
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -24,17 +25,7 @@ BODY = b"b" * 300
 
 
 def publish_confirmed(url: str, prefix: str, count: int) -> list[str]:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    ch.queue_declare(QUEUE, durable=True)
-    ch.confirm_delivery()
-    ids = []
-    for i in range(count):
-        mid = f"{prefix}-{i}"
-        ch.basic_publish("", QUEUE, BODY, pika.BasicProperties(delivery_mode=2, message_id=mid))
-        ids.append(mid)
-    conn.close()
-    return ids
+    return publish_persistent(url, QUEUE, prefix, count, lambda _: BODY)
 
 
 def get_and_ack(url: str, count: int | None) -> list[str]:
@@ -50,9 +41,7 @@ def get_and_ack(url: str, count: int | None) -> list[str]:
         ids.append(props.message_id)
     if ids:
         ch.basic_ack(0, multiple=True)
-    ch.confirm_delivery()
-    ch.queue_declare("ckpt-marker", durable=True)
-    ch.basic_publish("", "ckpt-marker", b"m", pika.BasicProperties(delivery_mode=2))
+    sync_marker(ch)
     conn.close()
     return ids
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from e2e_support import publish_persistent, sync_marker
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -23,25 +24,7 @@ BODY = b"p" * 200
 
 
 def publish_confirmed(url: str, prefix: str, count: int) -> list[str]:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    ch.queue_declare(QUEUE, durable=True)
-    ch.confirm_delivery()
-    ids = []
-    for i in range(count):
-        mid = f"{prefix}-{i}"
-        ch.basic_publish("", QUEUE, BODY + mid.encode(), pika.BasicProperties(delivery_mode=2, message_id=mid))
-        ids.append(mid)
-    conn.close()
-    return ids
-
-
-def marker(ch: pika.adapters.blocking_connection.BlockingChannel) -> None:
-    """A confirmed persistent publish: its group's fsync covers every store record before it
-    (the acks and deliveries of this test)."""
-    ch.confirm_delivery()
-    ch.queue_declare("paged-marker", durable=True)
-    ch.basic_publish("", "paged-marker", b"m", pika.BasicProperties(delivery_mode=2))
+    return publish_persistent(url, QUEUE, prefix, count, lambda mid: BODY + mid.encode())
 
 
 def take(url: str, count: int | None, ack: int) -> list[tuple[str, bool]]:
@@ -61,7 +44,7 @@ def take(url: str, count: int | None, ack: int) -> list[tuple[str, bool]]:
             tag_of_ack = method.delivery_tag
     if tag_of_ack:
         ch.basic_ack(tag_of_ack, multiple=True)
-    marker(ch)
+    sync_marker(ch)
     conn.close()  # (the unacked ones go back to the queue)
     return got
 
