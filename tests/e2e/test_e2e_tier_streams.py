@@ -1,6 +1,7 @@
 """Tiered streams with a real broker and pika over a ``file://`` tier: a consumer starting at
 ``first`` (or at an offset inside a tiered segment) after the local copies went reads the tiered
-segments in order, then the local ones, then what is published next; deleting a stream (AMQP
+segments in order, then the local ones, then what is published next, and waits out a tier it
+cannot read, reading on by itself once it can; deleting a stream (AMQP
 queue.delete or DELETE /api/queues) removes its tier; disabling a mirror keeps its tier, which is
 part of the log it keeps."""
 
@@ -137,3 +138,25 @@ def test_disabling_a_mirror_keeps_its_tier_with_its_log(broker, tmp_path):
         offsets += [peek_entry(rec.payload)[0] for rec in iter_records(data)]
     assert offsets == list(range(N))
     api.close()
+
+
+def test_a_consumer_waits_out_an_unreachable_tier_and_reads_on_by_itself(broker, tmp_path):
+    """While the tier cannot be read the consumer gets nothing (nothing is skipped); once it can,
+    the consumer reads every record with nothing else happening on the stream: a failed read is
+    made again every second, not only when a publish or an ack wakes the stream."""
+    name, remote = tiered_stream(broker, tmp_path)
+    away = remote.with_name(remote.name + "-away")
+    remote.rename(away)
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=50)
+    got: list[tuple[int, bytes]] = []
+    ch.basic_consume(name, lambda c, m, p, b: (got.append((p.headers["x-stream-offset"], b)),
+                                                c.basic_ack(m.delivery_tag)), arguments={"x-stream-offset": "first"})
+    conn.process_data_events(time_limit=1.5)  # a read failed, and was made again, at least once
+    assert got == []
+    assert ch.queue_declare(name, durable=True, passive=True).method.message_count == N  # the broker answers
+    away.rename(remote)
+    assert wait_until(lambda: len(got) >= N, conn, 15), len(got)
+    assert got == [(i, body(i)) for i in range(N)]
+    conn.close()
