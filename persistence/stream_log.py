@@ -330,7 +330,7 @@ class StreamCursor:
             except TierFailed:  # opened again: a new read, made after the shell's pause
                 self.close()
                 continue
-            except OSError:  # a tier gone unreachable mid-segment: reopened at the next read
+            except OSError:  # the local file went (retention): the segment is located again at the next read
                 self.close()
                 return None
             scan = scan_span(data, 0, len(data), 1 << 30)
