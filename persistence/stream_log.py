@@ -23,11 +23,11 @@ from typing import BinaryIO
 
 from . import replica_tap
 from .mirror_reader import SpanScan, index_entries, read_entries, scan_span, seek_position
-from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir, peek_entry
-from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE, iter_records
+from .mirror_records import INDEX_SUFFIX, MirrorEntry, MirrorRow, decode_entry, list_segments, mirror_dir
+from .records import HEADER, HEADER_SIZE, MAX_RECORD_SIZE
 from .stream_filter import FILTER_SUFFIX, Chunk, StreamFilter, read_chunks
 from .tier import note_drop
-from .tier_manifest import TierFile, all_segments
+from .tier_manifest import all_segments
 from .tier_reads import TierFailed, TierPending, TierRead, TierWindow
 
 __all__ = [
@@ -132,12 +132,11 @@ def stream_stats(data_dir: Path, vhost: str, queue: str) -> StreamStats:
     return StreamStats(size, len(segs), segs[0].base_offset if segs else None, first_ts)
 
 
-def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, end: int, *,
-                   read_tier: bool = True) -> int:
+def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, end: int) -> int:
     """The first offset stamped at or after ``timestamp_ms`` (``end`` when none is): segments whose
-    successor starts no later than the time are skipped on their index alone; a segment only in
-    the tier is read there between two of its index entries, or with ``read_tier`` false (on the
-    event loop) not read: the offset is then that of the last entry stamped before the time."""
+    successor starts no later than the time are skipped on their index alone. A segment only in
+    the tier is not read (this runs on the event loop): the offset is that of its last index entry
+    stamped before the time, and the cursor steps over what comes earlier (``StreamCursor.from_ms``)."""
     root = stream_root(data_dir)
     segs = all_segments(root, vhost, queue)
     for i, seg in enumerate(segs):
@@ -146,42 +145,11 @@ def offset_at_time(data_dir: Path, vhost: str, queue: str, timestamp_ms: int, en
             if following and following[0][2] <= timestamp_ms:
                 continue
         if seg.tier is not None and not seg.path.exists():
-            found = _tiered_offset_at(seg.path, seg.tier if read_tier else None, seg.base_offset, timestamp_ms)
-            if found is not None:
-                return found
-            continue
+            before = [e for e in index_entries(seg.path) if e[2] < timestamp_ms]
+            return before[-1][0] if before else seg.base_offset
         for entry in read_entries(seg, vhost=vhost, exchange=queue, from_ts=timestamp_ms):
             return entry.offset
     return end
-
-
-def _tiered_offset_at(path: Path, uri: str | None, base: int, timestamp_ms: int) -> int | None:
-    """In a tiered segment: the bytes from the last index entry stamped before the time to the
-    first one after it (one index interval) hold the answer, or that entry is it. Without an index,
-    or with the tier out of reach, the segment's (or the entry's) own offset: a consumer then starts
-    a little early rather than skip a record."""
-    entries = index_entries(path)
-    if not entries:
-        return base
-    before = [e for e in entries if e[2] < timestamp_ms]
-    after = [e for e in entries if e[2] >= timestamp_ms]
-    start = before[-1][1] if before else 0
-    stop = after[0][1] if after else None
-    if uri is None:
-        return before[-1][0] if before else base
-    try:
-        tier = TierFile(uri)
-        try:
-            data = tier.pread((stop if stop is not None else 1 << 62) - start, start)
-        finally:
-            tier.close()
-    except OSError:
-        return before[-1][0] if before else base
-    for rec in iter_records(data):
-        offset, ts = peek_entry(rec.payload)
-        if ts >= timestamp_ms:
-            return int(offset)
-    return after[0][0] if after else None
 
 
 class StreamBatch:
@@ -228,7 +196,7 @@ class StreamCursor:
         self.offset = offset
         self.filter = filter
         # a start by time placed at an index entry before it: records stamped earlier are stepped
-        # over until the first that is not (``offset_at_time(read_tier=False)``)
+        # over until the first that is not (``offset_at_time``)
         self.from_ms = from_ms
         self._chunks: list[Chunk] = []  # the open segment's chunks, as far as read (filtered only)
         self._starts: list[int] = []

@@ -26,8 +26,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from .mirror_records import SEGMENT_SUFFIX, SegmentInfo, list_segments, mirror_dir
 
-__all__ = ["MANIFEST", "TierEntry", "TierFile", "all_segments", "first_offset", "load_manifest", "object_uri",
-           "parent_uri", "public_uri", "read_uri", "tier_dir_uri"]
+__all__ = ["MANIFEST", "TierEntry", "all_segments", "first_offset", "load_manifest", "object_uri",
+           "parent_uri", "public_uri", "read_uri", "tier_dir_uri", "tier_uri_problem"]
 
 MANIFEST = "tier.manifest"
 
@@ -95,6 +95,29 @@ def public_uri(uri: str) -> str:
     return urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
 
 
+def tier_uri_problem(uri: str) -> str | None:
+    """What pyarrow finds wrong with a tier URI without reaching the store (an option it does not
+    know, a malformed address), as its text without the credentials; None when nothing is. An
+    ``s3://`` URI without a region is checked as if it had one, since pyarrow would otherwise ask
+    the network for the bucket's; ``hdfs://`` needs libhdfs even to be parsed and is not checked.
+    Whether the store answers is the uploader's to find out (it logs what fails)."""
+    from pyarrow import fs
+
+    u = urlsplit(uri)
+    if u.scheme in ("hdfs", "viewfs"):
+        return None
+    probe = uri
+    if u.scheme == "s3" and "region=" not in u.query:
+        probe = urlunsplit(u._replace(query="&".join(q for q in (u.query, "region=us-east-1") if q)))
+    try:
+        fs.FileSystem.from_uri(probe)
+    except ValueError as exc:  # pyarrow's ArrowInvalid: the URI itself is wrong
+        return str(exc).replace(uri, public_uri(uri)).replace(probe, public_uri(uri))
+    except (OSError, NotImplementedError):  # this machine cannot reach or open it: not the URI's fault
+        return None
+    return None
+
+
 def all_segments(root: Path, vhost: str, name: str) -> list[SegmentInfo]:
     """The log's segments in offset order, local or in its tier: a local one carries its tier
     copy's URI when it has one; one that is only in the tier has its local path (no ``.log``
@@ -135,27 +158,6 @@ def first_offset(root: Path, vhost: str, name: str, local: list[SegmentInfo], de
         if memo is not None:
             memo[path] = (stat.st_size, stat.st_mtime_ns, oldest)
     return first if oldest is None else min(first, oldest)
-
-
-class TierFile:
-    """One tiered segment open for positional reads (a stream consumer's cursor): ``OSError``
-    when it cannot be opened or read from here."""
-
-    __slots__ = ("_file",)
-
-    def __init__(self, uri: str) -> None:
-        from pyarrow import fs
-
-        filesystem, path = fs.FileSystem.from_uri(uri)
-        self._file: Any = filesystem.open_input_file(path)
-
-    def pread(self, n: int, position: int) -> bytes:
-        size: int = self._file.size()
-        n = min(n, size - position)
-        return bytes(self._file.read_at(n, position)) if n > 0 else b""
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def read_uri(uri: str, start: int, stop: int | None) -> bytes:

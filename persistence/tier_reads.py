@@ -45,7 +45,7 @@ class TierRead:
     def run(self) -> None:
         try:
             self.data = read_uri(self.uri, self.position, self.position + self.size)
-        except OSError:  # unreachable, no credentials, gone: the cursor closes and locates again
+        except (OSError, ValueError):  # unreachable, no credentials, gone; ValueError: pyarrow's ArrowInvalid
             self.failed = True
         self.done = True  # last: the event loop reads the result only once this is set
 

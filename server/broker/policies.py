@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.exchanges import Exchange
+from headrace.persistence.tier_manifest import public_uri, tier_uri_problem
 from headrace.queues import QueueArgs, QueueArgumentError
 
 from .compat import COMPAT_3_10, Compat
@@ -159,6 +160,11 @@ def validate_definition(definition: Any, *, operator: bool) -> dict[str, Any]:
             accepts, complaint = _VALIDATORS[key]
             if not accepts(value):
                 raise _failed(f"{erlang(value)} {complaint}")
+    uri = definition.get("tier-uri")
+    if "tier-uri" in allowed and isinstance(uri, str):
+        problem = tier_uri_problem(uri)
+        if problem is not None:
+            raise _failed(f"{erlang(public_uri(uri))} is not a valid tier URI: {problem}")
     unknown = {k: v for k, v in definition.items() if k not in allowed}
     if unknown:
         raise _failed(f"{erlang(unknown)} are not recognised policy settings")

@@ -226,7 +226,7 @@ class StreamQueue(Destination):
     def _at_time(self, timestamp_ms: int) -> int:
         """At or before the time, without reading a tiered segment: the cursor steps over what is
         earlier (``Start.from_ms``)."""
-        return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end, read_tier=False)
+        return offset_at_time(self.data_dir, self.vhost, self.name, timestamp_ms, self.end)
 
     def remove_consumer(self, consumer: Consumer[Any]) -> Consumer[Any] | None:
         reader = self.readers.pop(consumer, None)

@@ -77,15 +77,16 @@ class TierUploader:
         try:
             for folder in run_drops(self.data_dir):
                 log.info("tier %s removed with its log", public_uri(folder))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: pyarrow's ArrowInvalid (a URI it cannot use)
             log.warning("a deleted log's tier not removed yet: %s", exc)
         for kind, root, vhost, name, tier in targets:
             key, shown = (kind, vhost, name), public_uri(tier.uri)  # logged without its credentials
             try:
                 report = tier_pass(root, kind, vhost, name, tier, now_ms)
-            except OSError as exc:  # pyarrow raises OSError subclasses for every file system
+            except (OSError, ValueError) as exc:  # pyarrow: OSError subclasses, ArrowInvalid for a bad URI
                 if key not in self._failing:
-                    log.warning("%s %s/%s: tier %s not written: %s", kind, vhost, name, shown, exc)
+                    log.warning("%s %s/%s: tier %s not written: %s", kind, vhost, name, shown,
+                                str(exc).replace(tier.uri, shown))
                 self._failing.add(key)
                 continue
             if key in self._failing:

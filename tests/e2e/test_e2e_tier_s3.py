@@ -209,3 +209,22 @@ def test_a_consumer_waiting_on_a_stalled_store_holds_up_no_one_else(broker, s3):
     ch.queue_delete(name)
     conn.close()
     relay.close()
+
+
+def test_a_tier_uri_pyarrow_cannot_use_is_refused_with_its_reason(broker):
+    """A URI pyarrow refuses (an option it does not know) is a 400 with pyarrow's reason and
+    without the credentials, not a policy the uploader then fails on; one without a region is
+    checked without asking the network for the bucket's, and taken."""
+    api = httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=10)
+    refused = api.put("/api/policies/%2F/bad-tier", json={
+        "pattern": "^nothing$", "apply-to": "streams",
+        "definition": {"tier-uri": f"s3://{KEY}:{SECRET}@{BUCKET}/p?bogus=1", "tier-local-max-bytes": 0}})
+    assert refused.status_code == 400
+    assert refused.json() == {"error": "bad_request", "reason": f'Validation failed\n\n<<"s3://{BUCKET}/p?bogus=1">> '
+                              "is not a valid tier URI: Unexpected query parameter in S3 URI: 'bogus'\n"}
+    assert api.get("/api/policies/%2F/bad-tier").status_code == 404
+    taken = api.put("/api/policies/%2F/good-tier", json={
+        "pattern": "^nothing$", "apply-to": "streams", "definition": {"tier-uri": f"s3://{BUCKET}/prefix"}})
+    assert taken.status_code in (201, 204)
+    assert api.get("/api/overview").status_code == 200
+    api.delete("/api/policies/%2F/good-tier").raise_for_status()
