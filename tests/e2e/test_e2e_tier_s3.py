@@ -63,6 +63,20 @@ def objects(client: fs.S3FileSystem, folder: str) -> list[str]:
     return sorted(Path(i.path).name for i in infos if i.type == fs.FileType.File)
 
 
+def consume_from_first(ch: Any, name: str, prefetch: int) -> list[tuple[int, bytes]]:
+    """A consumer of stream ``name`` from ``first`` that acks each delivery; what it got, as
+    (offset, body), grows as the connection's events are processed."""
+    got: list[tuple[int, bytes]] = []
+
+    def on(c: Any, method: Any, props: Any, data: bytes) -> None:
+        got.append((props.headers["x-stream-offset"], data))
+        c.basic_ack(method.delivery_tag)
+
+    ch.basic_qos(prefetch_count=prefetch)
+    ch.basic_consume(name, on, arguments={"x-stream-offset": "first"})
+    return got
+
+
 def offsets(batches: Any) -> list[int]:
     return [o for b in batches for o in b.column("offset").to_pylist()]
 
@@ -86,14 +100,7 @@ def test_a_stream_tiered_to_s3_reads_back_in_order_without_showing_its_secret(br
     assert all(client.get_file_info(f"{folder}/{s.path.name}").size == s.size for s in segments[:-1])
 
     # a consumer from first: the tier in order, then the local segment, then what comes next
-    got: list[tuple[int, bytes]] = []
-
-    def on(c: Any, method: Any, props: Any, data: bytes) -> None:
-        got.append((props.headers["x-stream-offset"], data))
-        c.basic_ack(method.delivery_tag)
-
-    ch.basic_qos(prefetch_count=100)
-    ch.basic_consume(name, on, arguments={"x-stream-offset": "first"})
+    got = consume_from_first(ch, name, 100)
     assert wait_until(lambda: len(got) >= N, conn, 20), len(got)
     ch.basic_publish("", name, body(N))
     assert wait_until(lambda: len(got) >= N + 1, conn, 10), len(got)
@@ -180,14 +187,7 @@ def test_a_consumer_waiting_on_a_stalled_store_holds_up_no_one_else(broker, s3):
     api = httpx.Client(base_url=broker.http_url, auth=("guest", "guest"), timeout=3)
 
     relay.stall()
-    got: list[tuple[int, bytes]] = []
-
-    def on(c: Any, method: Any, props: Any, data: bytes) -> None:
-        got.append((props.headers["x-stream-offset"], data))
-        c.basic_ack(method.delivery_tag)
-
-    ch.basic_qos(prefetch_count=50)
-    ch.basic_consume(name, on, arguments={"x-stream-offset": "first"})
+    got = consume_from_first(ch, name, 50)
     assert wait_until(lambda: relay.held > 0, conn, 10)  # the consumer's read is at the store, held
     # meanwhile everyone else is served at once: a confirm, a get, the HTTP API
     other = unique("busy")
